@@ -1,0 +1,363 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "core/registry.h"
+
+namespace mg::cpu {
+
+// ---------------- thread pool ----------------
+
+namespace {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n) {
+    for (int i = 0; i < n; ++i) workers_.emplace_back([this] { loop(); });
+  }
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  int size() const { return int(workers_.size()) + 1; }
+
+  // Runs fn(i) for i in [0, tasks) on the workers and the calling thread; returns when done.
+  void run(int tasks, const std::function<void(int)>& fn) {
+    std::unique_lock<std::mutex> batch(batch_mu_);  // one batch at a time
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      fn_ = &fn;
+      next_ = 0;
+      tasks_ = tasks;
+      pending_ = tasks;
+      ++generation_;
+    }
+    cv_.notify_all();
+    work();
+    std::unique_lock<std::mutex> l(mu_);
+    done_cv_.wait(l, [&] { return pending_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      int i;
+      const std::function<void(int)>* f;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (!fn_ || next_ >= tasks_) return;
+        i = next_++;
+        f = fn_;
+      }
+      (*f)(i);
+      std::lock_guard<std::mutex> l(mu_);
+      if (--pending_ == 0) done_cv_.notify_all();
+    }
+  }
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      work();
+    }
+  }
+  std::vector<std::thread> workers_;
+  std::mutex mu_, batch_mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(int)>* fn_ = nullptr;
+  int next_ = 0, tasks_ = 0, pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+ThreadPool& pool() {
+  static ThreadPool p(std::max(1, int(std::thread::hardware_concurrency()) - 1));
+  return p;
+}
+
+thread_local bool t_in_parallel = false;
+
+std::unordered_map<std::string, KernelFactory>& kernels() {
+  static std::unordered_map<std::string, KernelFactory> k;
+  return k;
+}
+
+void ensure_kernels() {
+  static bool done = [] {
+    register_elementwise_kernels();
+    register_reduction_kernels();
+    register_matmul_kernels();
+    register_shape_kernels();
+    register_creation_kernels();
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace
+
+int num_threads() { return pool().size(); }
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  int threads = num_threads();
+  int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / std::max<int64_t>(grain, 1));
+  if (chunks <= 1 || t_in_parallel) {
+    fn(0, n);
+    return;
+  }
+  int64_t per = (n + chunks - 1) / chunks;
+  pool().run(int(chunks), [&](int c) {
+    t_in_parallel = true;
+    int64_t b = c * per, e = std::min(n, b + per);
+    if (b < e) fn(b, e);
+    t_in_parallel = false;
+  });
+}
+
+void register_kernel(const std::string& op, KernelFactory factory) { kernels()[op] = std::move(factory); }
+
+static const KernelFactory* find_kernel(const std::string& op) {
+  ensure_kernels();
+  auto it = kernels().find(op);
+  return it == kernels().end() ? nullptr : &it->second;
+}
+
+// ---------------- program ----------------
+
+namespace {
+
+enum class SlotKind { Feed, Const, Var, Arena, Output };
+
+struct Slot {
+  SlotKind kind = SlotKind::Arena;
+  int64_t index = 0;  // feed / variable / output index, or arena buffer
+  std::shared_ptr<const Array> constant;
+  size_t nbytes = 0;
+};
+
+struct Step {
+  KernelFn fn;
+  std::vector<int> in, out;
+  std::vector<const void*> in_ptr;
+  std::vector<void*> out_ptr;
+};
+
+class CpuProgram final : public Program {
+ public:
+  explicit CpuProgram(const Specialised& sg) : vars_(sg.vars) {
+    const Graph& g = *sg.graph;
+    std::map<ValueRef, int> slot_of;
+    std::vector<char> target_taken(sg.targets.size(), 0);
+    auto new_slot = [&](Slot s) {
+      slots_.push_back(std::move(s));
+      return int(slots_.size() - 1);
+    };
+    std::vector<int> last_use;  // per slot: last step reading it
+    for (size_t id = 0; id < g.size(); ++id) {
+      const Node& n = g.node(int32_t(id));
+      const std::string& op = n.op->name;
+      if (op == "placeholder") {
+        auto it = std::find(sg.feeds.begin(), sg.feeds.end(), int32_t(id));
+        slot_of[{int32_t(id), 0}] = new_slot({SlotKind::Feed, it - sg.feeds.begin(), nullptr, 0});
+        continue;
+      }
+      if (op == "constant") {
+        slot_of[{int32_t(id), 0}] =
+            new_slot({SlotKind::Const, 0, node_attr<std::shared_ptr<const Array>>(n, "value"), 0});
+        continue;
+      }
+      if (op == "read_variable") {
+        slot_of[{int32_t(id), 0}] = new_slot({SlotKind::Var, node_attr<int64_t>(n, "variable"), nullptr, 0});
+        var_types_.push_back({node_attr<int64_t>(n, "variable"), n.outputs[0]});
+        continue;
+      }
+      if (op == "assign_variable") {
+        assigns_.push_back({node_attr<int64_t>(n, "variable"), slot_of.at(n.inputs[0]), g.type(n.inputs[0])});
+        continue;
+      }
+      const KernelFactory* f = find_kernel(op);
+      if (!f) raise(ErrorKind::NotImplemented, op, n.name, "not implemented on the cpu backend");
+      std::vector<TensorType> in;
+      for (auto& v : n.inputs) in.push_back(g.type(v));
+      Step st;
+      st.fn = (*f)(KernelCtx{n, in, n.outputs});
+      for (auto& v : n.inputs) st.in.push_back(slot_of.at(v));
+      for (size_t k = 0; k < n.outputs.size(); ++k) {
+        ValueRef v{int32_t(id), int32_t(k)};
+        int out_index = -1;
+        for (size_t t = 0; t < sg.targets.size(); ++t)
+          if (sg.targets[t] == v && !target_taken[t]) {
+            out_index = int(t);
+            target_taken[t] = 1;
+            break;
+          }
+        size_t nbytes = size_t(num_elements(n.outputs[k].shape)) * dtype_size(n.outputs[k].dtype);
+        int s = out_index >= 0 ? new_slot({SlotKind::Output, out_index, nullptr, nbytes})
+                               : new_slot({SlotKind::Arena, -1, nullptr, nbytes});
+        slot_of[v] = s;
+        st.out.push_back(s);
+      }
+      st.in_ptr.resize(st.in.size());
+      st.out_ptr.resize(st.out.size());
+      steps_.push_back(std::move(st));
+    }
+    for (size_t t = 0; t < sg.targets.size(); ++t)
+      if (!target_taken[t]) {
+        const TensorType& ty = g.type(sg.targets[t]);
+        copies_.push_back({slot_of.at(sg.targets[t]), int(t), size_t(num_elements(ty.shape)) * dtype_size(ty.dtype)});
+      }
+    plan_memory();
+    ptr_.resize(slots_.size());
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      if (slots_[s].kind == SlotKind::Const) ptr_[s] = slots_[s].constant->data();
+      if (slots_[s].kind == SlotKind::Arena) ptr_[s] = arena_[size_t(slots_[s].index)]->data;
+    }
+  }
+
+  void run(const std::vector<std::shared_ptr<Array>>& inputs,
+           const std::vector<std::shared_ptr<Array>>& outputs) override {
+    std::lock_guard<std::mutex> l(mu_);  // the arena is shared by runs of this program
+    std::vector<std::shared_ptr<Array>> held;  // variable values read by this run
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      const Slot& sl = slots_[s];
+      if (sl.kind == SlotKind::Feed) ptr_[s] = inputs[size_t(sl.index)]->data();
+      else if (sl.kind == SlotKind::Output) ptr_[s] = outputs[size_t(sl.index)]->data();
+      else if (sl.kind == SlotKind::Var) {
+        held.push_back(vars_->get(sl.index));
+        ptr_[s] = held.back()->data();
+      }
+    }
+    for (auto& vt : var_types_) {
+      auto v = vars_->get(vt.first);
+      if (v->dtype != vt.second.dtype || v->shape != vt.second.shape)
+        raise(ErrorKind::Value, "read_variable", "", "variable now holds " + type_str({v->dtype, v->shape}) +
+                                                         " but the executable was compiled for " + type_str(vt.second));
+    }
+    for (auto& st : steps_) {
+      for (size_t i = 0; i < st.in.size(); ++i) st.in_ptr[i] = ptr_[size_t(st.in[i])];
+      for (size_t i = 0; i < st.out.size(); ++i) st.out_ptr[i] = ptr_[size_t(st.out[i])];
+      st.fn(st.in_ptr.data(), st.out_ptr.data());
+    }
+    for (auto& c : copies_)
+      if (c.nbytes) std::memcpy(outputs[size_t(c.out)]->data(), ptr_[size_t(c.slot)], c.nbytes);
+    for (auto& a : assigns_) {  // assigns land when the run completes
+      auto v = Array::empty(a.type.dtype, a.type.shape);
+      if (v->nbytes()) std::memcpy(v->data(), ptr_[size_t(a.slot)], v->nbytes());
+      vars_->set(a.var, v);
+    }
+  }
+
+ private:
+  // Arena buffers are reused once their last reader has run (best fit by size).
+  void plan_memory() {
+    std::vector<int> last(slots_.size(), -1);
+    for (size_t i = 0; i < steps_.size(); ++i)
+      for (int s : steps_[i].in) last[size_t(s)] = int(i);
+    for (auto& c : copies_) last[size_t(c.slot)] = int(steps_.size());
+    for (auto& a : assigns_) last[size_t(a.slot)] = int(steps_.size());
+    std::multimap<size_t, int> free_list;  // capacity -> arena buffer
+    std::vector<size_t> capacity;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      for (int s : steps_[i].out) {
+        Slot& sl = slots_[size_t(s)];
+        if (sl.kind != SlotKind::Arena) continue;
+        auto it = free_list.lower_bound(sl.nbytes);
+        if (it != free_list.end() && it->first <= 4 * sl.nbytes + 4096) {
+          sl.index = it->second;
+          free_list.erase(it);
+        } else {
+          sl.index = int64_t(capacity.size());
+          capacity.push_back(sl.nbytes);
+        }
+      }
+      auto release = [&](int s) {
+        Slot& sl = slots_[size_t(s)];
+        if (sl.kind == SlotKind::Arena && last[size_t(s)] <= int(i)) {
+          free_list.emplace(capacity[size_t(sl.index)], int(sl.index));
+          last[size_t(s)] = int(steps_.size()) + 1;  // released once
+        }
+      };
+      for (int s : steps_[i].in) release(s);
+      for (int s : steps_[i].out) release(s);  // outputs nobody reads
+    }
+    for (size_t c : capacity) arena_.push_back(Buffer::allocate(c));
+  }
+
+  struct Copy {
+    int slot, out;
+    size_t nbytes;
+  };
+  struct AssignStep {
+    int64_t var;
+    int slot;
+    TensorType type;
+  };
+  std::shared_ptr<VariableStore> vars_;
+  std::vector<Slot> slots_;
+  std::vector<Step> steps_;
+  std::vector<Copy> copies_;
+  std::vector<AssignStep> assigns_;
+  std::vector<std::pair<int64_t, TensorType>> var_types_;
+  std::vector<std::shared_ptr<Buffer>> arena_;
+  std::vector<void*> ptr_;
+  std::mutex mu_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  DeviceKind kind() const override { return DeviceKind::CPU; }
+  bool available() const override { return true; }
+  std::unique_ptr<Program> compile(const Specialised& sg) override { return std::make_unique<CpuProgram>(sg); }
+};
+
+class CpuEvaluator final : public ConstantEvaluator {
+ public:
+  std::vector<std::shared_ptr<Array>> evaluate(const Node& node,
+                                               const std::vector<std::shared_ptr<const Array>>& inputs) override {
+    const KernelFactory* f = find_kernel(node.op->name);
+    if (!f) return {};
+    std::vector<TensorType> in;
+    for (auto& a : inputs) in.push_back({a->dtype, a->shape});
+    KernelFn fn = (*f)(KernelCtx{node, in, node.outputs});
+    std::vector<const void*> ip;
+    for (auto& a : inputs) ip.push_back(a->data());
+    std::vector<std::shared_ptr<Array>> outs;
+    std::vector<void*> op;
+    for (auto& t : node.outputs) {
+      outs.push_back(Array::empty(t.dtype, t.shape));
+      op.push_back(outs.back()->data());
+    }
+    fn(ip.data(), op.data());
+    return outs;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace mg::cpu
+
+namespace mg {
+ConstantEvaluator& cpu_constant_evaluator() {
+  static cpu::CpuEvaluator e;
+  return e;
+}
+}  // namespace mg

@@ -1,0 +1,37 @@
+// CPU backend internals shared by the kernel files.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "runtime/backend.h"
+
+namespace mg::cpu {
+
+// A prepared kernel: every shape and dtype was fixed at compile time.
+using KernelFn = std::function<void(const void* const* in, void* const* out)>;
+
+struct KernelCtx {
+  const Node& node;
+  const std::vector<TensorType>& in;
+  const std::vector<TensorType>& out;
+};
+using KernelFactory = std::function<KernelFn(const KernelCtx&)>;
+
+void register_kernel(const std::string& op, KernelFactory factory);
+
+// Splits [0, n) into chunks of at least `grain` over the pool; runs inline when small.
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+int num_threads();
+
+// Family registration (one per kernel file).
+void register_elementwise_kernels();
+void register_reduction_kernels();
+void register_matmul_kernels();
+void register_shape_kernels();
+void register_creation_kernels();
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace mg::cpu

@@ -1,0 +1,20 @@
+// Built where Metal is not: the Metal device exists in the API and says why it is absent.
+#include "core/error.h"
+#include "runtime/backend.h"
+
+namespace mg {
+namespace {
+class MetalStub final : public Backend {
+ public:
+  DeviceKind kind() const override { return DeviceKind::Metal; }
+  bool available() const override { return false; }
+  std::string unavailable_reason() const override {
+    return "this build of mpsgraph has no Metal backend (it is built only on macOS with Apple's SDK)";
+  }
+  std::unique_ptr<Program> compile(const Specialised&) override {
+    raise(ErrorKind::Runtime, "device", "", "the Metal backend is not built");
+  }
+};
+}  // namespace
+std::unique_ptr<Backend> make_metal_backend() { return std::make_unique<MetalStub>(); }
+}  // namespace mg

@@ -1,0 +1,43 @@
+#include "core/ops/common.h"
+
+namespace mg {
+
+namespace ops {
+
+bool in_class(DType t, unsigned cls) {
+  if (is_bool(t)) return cls & kBool;
+  if (is_signed_integer(t)) return cls & kSigned;
+  if (is_unsigned_integer(t)) return cls & kUnsigned;
+  return cls & kFloat;
+}
+
+std::string class_name(unsigned cls) {
+  if (cls == kFloat) return "a floating-point";
+  if (cls == kInt) return "an integer";
+  if (cls == (kInt | kBool)) return "an integer or bool";
+  if (cls == kBool) return "a bool";
+  if (cls == kNumeric) return "a numeric (non-bool)";
+  if (cls == (kFloat | kSigned)) return "a signed or floating-point";
+  return "a supported";
+}
+
+void require_class(const InferCtx& c, size_t input, unsigned cls) {
+  DType t = c.in[input].dtype;
+  if (!in_class(t, cls)) {
+    std::string which = c.op.inputs.empty() ? "input" : c.op.inputs[std::min(input, c.op.inputs.size() - 1)].name;
+    c.fail(ErrorKind::Type, "expects " + class_name(cls) + " dtype for '" + which + "', got " + type_str(c.in[input]));
+  }
+}
+
+}  // namespace ops
+
+void register_all_ops() {
+  ops::register_memory_ops();
+  ops::register_elementwise_ops();
+  ops::register_reduction_ops();
+  ops::register_matmul_ops();
+  ops::register_shape_ops();
+  ops::register_creation_ops();
+}
+
+}  // namespace mg

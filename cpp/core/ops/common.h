@@ -1,0 +1,39 @@
+// Helpers shared by the op family files.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/registry.h"
+
+namespace mg::ops {
+
+inline AttrSpec attr(const std::string& name, AttrKind kind, AttrValue def = AttrNone{}, const std::string& doc = "",
+                     bool optional = false) {
+  return AttrSpec{name, kind, std::move(def), optional, doc};
+}
+inline AttrSpec optional_attr(const std::string& name, AttrKind kind, const std::string& doc = "") {
+  return AttrSpec{name, kind, AttrNone{}, true, doc};
+}
+
+// dtype classes accepted by an op
+enum TypeClass : unsigned {
+  kBool = 1, kSigned = 2, kUnsigned = 4, kFloat = 8,
+  kInt = kSigned | kUnsigned, kNumeric = kInt | kFloat, kAny = kNumeric | kBool,
+};
+bool in_class(DType t, unsigned cls);
+std::string class_name(unsigned cls);
+void require_class(const InferCtx& c, size_t input, unsigned cls);
+
+// Builder shorthands used by gradient rules: the same ops users call.
+inline ValueRef call(Graph& g, const std::string& op, const std::vector<ValueRef>& in, Attrs attrs = {}) {
+  return g.add1(op, in, std::move(attrs));
+}
+
+void register_memory_ops();
+void register_elementwise_ops();
+void register_reduction_ops();
+void register_matmul_ops();
+void register_shape_ops();
+void register_creation_ops();
+
+}  // namespace mg::ops

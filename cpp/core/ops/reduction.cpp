@@ -1,0 +1,7 @@
+#include "core/ops/common.h"
+
+namespace mg::ops {
+
+void register_reduction_ops() {}
+
+}  // namespace mg::ops

@@ -1,0 +1,115 @@
+#include "core/registry.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+
+namespace mg {
+
+namespace {
+std::map<std::string, std::unique_ptr<OpDef>>& table() {
+  static std::map<std::string, std::unique_ptr<OpDef>> t;
+  return t;
+}
+}  // namespace
+
+void register_all_ops();  // core/ops/all_ops.cpp
+
+static void ensure_registered() {
+  static bool done = [] {
+    register_all_ops();
+    return true;
+  }();
+  (void)done;
+}
+
+void register_op(OpDef def) {
+  if (!def.infer) throw std::logic_error("op '" + def.name + "' registered without inference");
+  if (def.grad && def.differentiable == Differentiable::Unset) def.differentiable = Differentiable::Yes;
+  if (table().count(def.name)) throw std::logic_error("op '" + def.name + "' registered twice");
+  auto p = std::make_unique<OpDef>(std::move(def));
+  std::string n = p->name;
+  table()[n] = std::move(p);
+}
+
+const OpDef* find_op(const std::string& name) {
+  ensure_registered();
+  auto it = table().find(name);
+  return it == table().end() ? nullptr : it->second.get();
+}
+
+const OpDef& get_op(const std::string& name) {
+  const OpDef* d = find_op(name);
+  if (!d) raise(ErrorKind::Value, name, "", "no such op in the registry");
+  return *d;
+}
+
+std::vector<const OpDef*> all_ops() {
+  ensure_registered();
+  std::vector<const OpDef*> r;
+  for (auto& kv : table()) r.push_back(kv.second.get());
+  return r;
+}
+
+// ---- InferCtx ----
+
+void InferCtx::fail(ErrorKind kind, const std::string& msg) const { raise(kind, op.name, node, msg); }
+
+bool InferCtx::has(const std::string& name) const { return attrs.count(name) > 0; }
+
+template <class T>
+static const T& get_attr(const InferCtx& c, const std::string& name) {
+  auto it = c.attrs.find(name);
+  if (it == c.attrs.end()) c.fail(ErrorKind::Value, "missing attribute '" + name + "'");
+  const T* p = std::get_if<T>(&it->second);
+  if (!p) c.fail(ErrorKind::Type, "attribute '" + name + "' has the wrong kind: " + attr_repr(it->second));
+  return *p;
+}
+
+int64_t InferCtx::i(const std::string& n) const { return get_attr<int64_t>(*this, n); }
+double InferCtx::f(const std::string& n) const { return get_attr<double>(*this, n); }
+bool InferCtx::b(const std::string& n) const { return get_attr<bool>(*this, n); }
+const std::string& InferCtx::s(const std::string& n) const { return get_attr<std::string>(*this, n); }
+const std::vector<int64_t>& InferCtx::ints(const std::string& n) const { return get_attr<std::vector<int64_t>>(*this, n); }
+const std::vector<double>& InferCtx::floats(const std::string& n) const { return get_attr<std::vector<double>>(*this, n); }
+DType InferCtx::dtype(const std::string& n) const { return get_attr<DType>(*this, n); }
+const std::shared_ptr<const Array>& InferCtx::tensor(const std::string& n) const {
+  return get_attr<std::shared_ptr<const Array>>(*this, n);
+}
+
+void InferCtx::same_dtype(size_t a, size_t b) const {
+  if (in[a].dtype != in[b].dtype)
+    fail(ErrorKind::Type, std::string("dtypes differ: ") + dtype_name(in[a].dtype) + " vs " + dtype_name(in[b].dtype) +
+                              " for inputs " + type_str(in[a]) + " and " + type_str(in[b]) + "; use cast to convert one");
+}
+
+Shape InferCtx::broadcast(const std::vector<size_t>& idx) const {
+  Shape r = in[idx[0]].shape;
+  for (size_t k = 1; k < idx.size(); ++k) {
+    auto b = broadcast_shapes(r, in[idx[k]].shape);
+    if (!b) {
+      std::string shapes;
+      for (size_t j = 0; j < idx.size(); ++j) shapes += (j ? " and " : "") + shape_str(in[idx[j]].shape);
+      fail(ErrorKind::Value, "shapes do not broadcast: " + shapes);
+    }
+    r = *b;
+  }
+  return r;
+}
+
+int64_t InferCtx::axis(int64_t a, int64_t rank) const {
+  auto r = normalize_axis(a, rank);
+  if (!r) fail(ErrorKind::Index, "axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank) +
+                                     " input " + (in.empty() ? std::string() : type_str(in[0])));
+  return *r;
+}
+
+std::vector<int64_t> InferCtx::axes(const std::vector<int64_t>& ax, int64_t rank) const {
+  std::vector<int64_t> r;
+  for (auto a : ax) r.push_back(axis(a, rank));
+  std::sort(r.begin(), r.end());
+  if (std::adjacent_find(r.begin(), r.end()) != r.end()) fail(ErrorKind::Value, "repeated axis in axes");
+  return r;
+}
+
+}  // namespace mg

@@ -1,0 +1,92 @@
+// The op registry: one entry per op kind owns its schema, inference, gradient and docs.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/attrs.h"
+#include "core/error.h"
+#include "core/graph.h"
+
+namespace mg {
+
+struct InputSpec {
+  std::string name;
+  bool variadic = false;  // takes a list of tensors (concat, stack)
+};
+
+struct AttrSpec {
+  std::string name;
+  AttrKind kind;
+  AttrValue default_value;  // AttrNone: required, unless `optional`
+  bool optional = false;    // may be absent (None in Python)
+  std::string doc;
+};
+
+class InferCtx {
+ public:
+  InferCtx(const OpDef& op, const std::string& node, const std::vector<TensorType>& in, Attrs& attrs)
+      : op(op), node(node), in(in), attrs(attrs) {}
+  const OpDef& op;
+  const std::string& node;
+  const std::vector<TensorType>& in;
+  Attrs& attrs;  // inference may normalise attributes (e.g. negative axes)
+
+  [[noreturn]] void fail(ErrorKind kind, const std::string& msg) const;
+  bool has(const std::string& name) const;
+  int64_t i(const std::string& name) const;
+  double f(const std::string& name) const;
+  bool b(const std::string& name) const;
+  const std::string& s(const std::string& name) const;
+  const std::vector<int64_t>& ints(const std::string& name) const;
+  const std::vector<double>& floats(const std::string& name) const;
+  DType dtype(const std::string& name) const;
+  const std::shared_ptr<const Array>& tensor(const std::string& name) const;
+
+  // Shared checks that give uniform messages.
+  void same_dtype(size_t a, size_t b) const;                    // inputs a and b
+  Shape broadcast(const std::vector<size_t>& idx) const;        // broadcast of inputs
+  int64_t axis(int64_t axis, int64_t rank) const;              // normalised or error
+  std::vector<int64_t> axes(const std::vector<int64_t>& axes, int64_t rank) const;  // sorted unique
+};
+
+class GradCtx {
+ public:
+  Graph& g;
+  const Node& node;                 // the forward node
+  const std::vector<ValueRef>& dy;  // one per output; invalid ref = zero gradient
+  ValueRef x(size_t i) const { return node.inputs.at(i); }
+  ValueRef y(size_t i = 0) const { return ValueRef{node.id, int32_t(i)}; }
+};
+
+using InferFn = std::function<std::vector<TensorType>(InferCtx&)>;
+using GradFn = std::function<std::vector<ValueRef>(GradCtx&)>;  // one per input; invalid = none
+// Value of an op known from input types alone (shape_of); lets specialisation fold it.
+using FoldTypesFn = std::function<std::shared_ptr<Array>(const std::vector<TensorType>&, const Attrs&)>;
+
+enum class Differentiable { Unset, Yes, No };
+
+struct OpDef {
+  std::string name;          // snake_case MPSGraph name, e.g. "matrix_multiplication"
+  std::string doc;
+  std::vector<InputSpec> inputs;
+  std::vector<AttrSpec> attrs;
+  InferFn infer;
+  GradFn grad;
+  Differentiable differentiable = Differentiable::Unset;
+  bool stateful = false;     // never folded or merged (variables, random)
+  bool python_method = true; // generated as a Graph method
+  std::vector<std::string> aliases;  // extra Python names (numpy style)
+  std::string family;        // "elementwise", "reduction", ... for docs and tables
+  FoldTypesFn fold_types;
+};
+
+// Registers a definition. Refuses float-capable ops with neither a gradient rule nor an
+// explicit not-differentiable mark.
+void register_op(OpDef def);
+const OpDef* find_op(const std::string& name);
+const OpDef& get_op(const std::string& name);  // throws for unknown ops
+std::vector<const OpDef*> all_ops();
+
+}  // namespace mg

@@ -1,0 +1,173 @@
+#include "core/specialise.h"
+
+#include <unordered_map>
+
+#include "core/registry.h"
+
+namespace mg {
+
+void check_feed(const Node& ph, const TensorType& feed) {
+  const TensorType& want = ph.outputs[0];
+  bool ok = feed.dtype == want.dtype && feed.shape.size() == want.shape.size();
+  for (size_t i = 0; ok && i < want.shape.size(); ++i) ok = want.shape[i] < 0 || want.shape[i] == feed.shape[i];
+  if (!ok)
+    raise(ErrorKind::Value, "placeholder", ph.name,
+          "feed of type " + type_str(feed) + " does not match the placeholder's " + type_str(want));
+}
+
+namespace {
+
+struct NodeKey {
+  const OpDef* op;
+  std::vector<ValueRef> inputs;
+  const Attrs* attrs;
+};
+
+size_t key_hash(const NodeKey& k) {
+  size_t h = std::hash<const void*>()(k.op);
+  for (auto& v : k.inputs) h = h * 1000003u + size_t(v.node) * 31u + size_t(v.index);
+  for (auto& kv : *k.attrs) h = h * 1000003u + std::hash<std::string>()(kv.first) + attr_hash(kv.second);
+  return h;
+}
+
+bool attrs_equal(const Attrs& a, const Attrs& b) {
+  if (a.size() != b.size()) return false;
+  for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib)
+    if (ia->first != ib->first || !attr_equal(ia->second, ib->second)) return false;
+  return true;
+}
+
+}  // namespace
+
+Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
+                       const std::vector<TensorType>& feed_types, const std::vector<ValueRef>& targets,
+                       const std::vector<int32_t>& target_ops, ConstantEvaluator* evaluator,
+                       const SpecialiseOptions& opts) {
+  const size_t n = src.size();
+  std::vector<int> feed_of(n, -1);
+  for (size_t i = 0; i < feed_nodes.size(); ++i) {
+    int32_t id = feed_nodes[i];
+    if (id < 0 || size_t(id) >= n) raise(ErrorKind::Value, "run", "", "feed refers to no node of this graph");
+    const Node& ph = src.node(id);
+    if (ph.op->name != "placeholder")
+      raise(ErrorKind::Value, "run", ph.name, "only placeholders can be fed, not a '" + ph.op->name + "' tensor");
+    check_feed(ph, feed_types[i]);
+    feed_of[size_t(id)] = int(i);
+  }
+
+  // prune: mark what the targets need
+  std::vector<char> live(n, 0);
+  std::vector<int32_t> stack;
+  for (auto& t : targets) {
+    src.check_ref(t, "run");
+    stack.push_back(t.node);
+  }
+  for (auto id : target_ops) {
+    if (id < 0 || size_t(id) >= n) raise(ErrorKind::Value, "run", "", "target operation refers to no node of this graph");
+    stack.push_back(id);
+  }
+  while (!stack.empty()) {
+    int32_t id = stack.back();
+    stack.pop_back();
+    if (live[size_t(id)]) continue;
+    live[size_t(id)] = 1;
+    for (auto& v : src.node(id).inputs) stack.push_back(v.node);
+  }
+
+  Specialised out;
+  out.graph = std::make_shared<Graph>();
+  out.vars = src.variables();
+  Graph& dst = *out.graph;
+  const OpDef& constant_op = get_op("constant");
+  std::vector<std::vector<ValueRef>> map(n);
+  std::vector<char> is_const;  // per dst node
+  std::unordered_map<size_t, std::vector<int32_t>> cse;
+
+  auto append = [&](Node node) {
+    int32_t id = dst.append(std::move(node));
+    is_const.push_back(dst.node(id).op == &constant_op);
+    return id;
+  };
+  auto make_constant = [&](std::shared_ptr<const Array> value, const std::string& name) {
+    Node c;
+    c.op = &constant_op;
+    c.name = name;
+    c.attrs["value"] = value;
+    c.outputs = {{value->dtype, value->shape}};
+    return append(std::move(c));
+  };
+
+  for (size_t id = 0; id < n; ++id) {
+    if (!live[id]) continue;
+    const Node& s = src.node(int32_t(id));
+    Node d;
+    d.op = s.op;
+    d.name = s.name;
+    d.attrs = s.attrs;
+    for (auto& v : s.inputs) d.inputs.push_back(map[size_t(v.node)][size_t(v.index)]);
+    if (s.op->name == "placeholder") {
+      if (feed_of[id] < 0) raise(ErrorKind::Value, "run", s.name, "no feed for placeholder of type " + type_str(s.outputs[0]));
+      d.outputs = {feed_types[size_t(feed_of[id])]};
+      int32_t nid = append(std::move(d));
+      out.feeds.resize(feed_nodes.size(), -1);
+      out.feeds[size_t(feed_of[id])] = nid;
+      map[id] = {{nid, 0}};
+      continue;
+    }
+    std::vector<TensorType> in;
+    for (auto& v : d.inputs) in.push_back(dst.type(v));
+    InferCtx ctx(*s.op, s.name, in, d.attrs);
+    d.outputs = s.op->infer(ctx);
+    for (auto& t : d.outputs)
+      if (!shape_known(t.shape))
+        raise(ErrorKind::Value, s.op->name, s.name, "output shape " + shape_str(t.shape) + " is still unknown after specialisation");
+
+    bool pure = !s.op->stateful && s.op->name != "constant" && !d.outputs.empty();
+    if (pure && s.op->fold_types && opts.fold_constants) {
+      auto value = s.op->fold_types(in, d.attrs);
+      if (value) {
+        map[id] = {{make_constant(value, s.name), 0}};
+        continue;
+      }
+    }
+    bool all_const = true;
+    for (auto& v : d.inputs) all_const = all_const && is_const[size_t(v.node)];
+    int64_t out_elems = 0;
+    for (auto& t : d.outputs) out_elems += num_elements(t.shape);
+    if (pure && all_const && evaluator && opts.fold_constants && out_elems <= opts.fold_max_elements) {
+      std::vector<std::shared_ptr<const Array>> vals;
+      for (auto& v : d.inputs) vals.push_back(std::get<std::shared_ptr<const Array>>(dst.node(v.node).attrs.at("value")));
+      auto results = evaluator->evaluate(d, vals);  // empty: cannot evaluate, keep the node
+      if (!results.empty()) {
+        for (size_t k = 0; k < results.size(); ++k) map[id].push_back({make_constant(results[k], s.name), 0});
+        continue;
+      }
+    }
+    if (pure && opts.merge_common) {
+      NodeKey key{d.op, d.inputs, &d.attrs};
+      size_t h = key_hash(key);
+      int32_t found = -1;
+      for (int32_t cand : cse[h]) {
+        const Node& c = dst.node(cand);
+        if (c.op == d.op && c.inputs == d.inputs && attrs_equal(c.attrs, d.attrs)) found = cand;
+      }
+      if (found >= 0) {
+        for (size_t k = 0; k < d.outputs.size(); ++k) map[id].push_back({found, int32_t(k)});
+        continue;
+      }
+      int32_t nid = append(std::move(d));
+      cse[h].push_back(nid);
+      for (size_t k = 0; k < dst.node(nid).outputs.size(); ++k) map[id].push_back({nid, int32_t(k)});
+      continue;
+    }
+    int32_t nid = append(std::move(d));
+    for (size_t k = 0; k < dst.node(nid).outputs.size(); ++k) map[id].push_back({nid, int32_t(k)});
+    if (dst.node(nid).outputs.empty()) map[id].push_back({nid, 0});  // keep the id for target ops
+  }
+  out.feeds.resize(feed_nodes.size(), -1);
+  for (auto& t : targets) out.targets.push_back(map[size_t(t.node)][size_t(t.index)]);
+  for (auto id : target_ops) out.target_ops.push_back(map[size_t(id)][0].node);
+  return out;
+}
+
+}  // namespace mg

@@ -1,0 +1,41 @@
+// Specialisation: fix every shape from the feeds, prune to the targets, fold constants
+// and merge common subexpressions. The result is what backends compile.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "core/graph.h"
+
+namespace mg {
+
+// Evaluates one node on constant inputs (implemented by the CPU backend; core knows none).
+class ConstantEvaluator {
+ public:
+  virtual ~ConstantEvaluator() = default;
+  virtual std::vector<std::shared_ptr<Array>> evaluate(const Node& node,
+                                                       const std::vector<std::shared_ptr<const Array>>& inputs) = 0;
+};
+
+struct Specialised {
+  std::shared_ptr<Graph> graph;          // concrete shapes only, topological order
+  std::shared_ptr<VariableStore> vars;   // the source graph's variable state
+  std::vector<int32_t> feeds;            // node per feed, in feed order (-1 if unused)
+  std::vector<ValueRef> targets;
+  std::vector<int32_t> target_ops;
+};
+
+struct SpecialiseOptions {
+  bool fold_constants = true;
+  bool merge_common = true;
+  int64_t fold_max_elements = 1 << 16;  // larger results stay computed at run time
+};
+
+Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
+                       const std::vector<TensorType>& feed_types, const std::vector<ValueRef>& targets,
+                       const std::vector<int32_t>& target_ops, ConstantEvaluator* evaluator,
+                       const SpecialiseOptions& opts = {});
+
+// Checks a concrete feed against a placeholder's declared type; throws naming both.
+void check_feed(const Node& placeholder, const TensorType& feed);
+
+}  // namespace mg

@@ -1,0 +1,50 @@
+// Devices, backends and compiled programs. Backends depend on core and runtime only.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/array.h"
+#include "core/specialise.h"
+
+namespace mg {
+
+enum class DeviceKind { CPU = 0, Metal = 1, CUDA = 2 };
+
+struct Device {
+  DeviceKind kind = DeviceKind::CPU;
+  int index = 0;
+  std::string str() const;  // "cpu", "metal:0"
+  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
+};
+Device parse_device(const std::string& s);  // throws ValueError for unknown names
+
+// A compiled executable's backend half: every shape fixed, buffers planned.
+class Program {
+ public:
+  virtual ~Program() = default;
+  // inputs in feed order, outputs (already allocated, of the target types) in target order.
+  virtual void run(const std::vector<std::shared_ptr<Array>>& inputs,
+                   const std::vector<std::shared_ptr<Array>>& outputs) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual bool available() const = 0;         // built and a device present
+  virtual std::string unavailable_reason() const { return ""; }
+  virtual std::unique_ptr<Program> compile(const Specialised& sg) = 0;
+  virtual std::shared_ptr<Array> allocate(DType dtype, const Shape& shape) { return Array::empty(dtype, shape); }
+};
+
+// Returns the backend for a device; throws a clear error naming the device when that
+// backend was not built or has no device here.
+Backend& backend_for(const Device& d);
+std::vector<Device> available_devices();
+Device default_device();
+
+// The CPU backend evaluates constants for specialisation on every device.
+ConstantEvaluator& cpu_constant_evaluator();
+
+}  // namespace mg

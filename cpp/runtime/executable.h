@@ -1,0 +1,81 @@
+// Executables: a pruned, specialised graph compiled for one device, plus the output pool,
+// and the bounded LRU cache that Graph.run uses.
+#pragma once
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "runtime/backend.h"
+
+namespace mg {
+
+class Executable {
+ public:
+  // feed_types may hold unknown dims; then each concrete signature is specialised on
+  // first use and kept (bounded) inside the executable.
+  Executable(std::shared_ptr<Graph> graph, std::vector<int32_t> feeds, std::vector<TensorType> feed_types,
+             std::vector<ValueRef> targets, std::vector<int32_t> target_ops, Device device);
+
+  // inputs in feed order; `out` (optional) receives results in caller-owned buffers.
+  std::vector<std::shared_ptr<Array>> run(const std::vector<std::shared_ptr<Array>>& inputs,
+                                          const std::vector<std::shared_ptr<Array>>* out = nullptr);
+
+  const std::vector<int32_t>& feeds() const { return feeds_; }
+  const std::vector<TensorType>& feed_types() const { return feed_types_; }
+  const std::vector<ValueRef>& targets() const { return targets_; }
+  const std::vector<int32_t>& target_ops() const { return target_ops_; }
+  const Device& device() const { return device_; }
+  std::vector<TensorType> target_types() const;  // declared (may hold unknown dims)
+  size_t num_specialisations() const;
+
+ private:
+  struct Compiled {
+    Specialised sg;
+    std::unique_ptr<Program> program;
+    std::vector<TensorType> out_types;
+    std::vector<std::vector<std::shared_ptr<Array>>> pool;  // per output
+  };
+  Compiled& compiled_for(const std::vector<TensorType>& types);
+  std::shared_ptr<Array> take_output(Compiled& c, size_t k);
+
+  std::shared_ptr<Graph> graph_;
+  std::vector<int32_t> feeds_;
+  std::vector<TensorType> feed_types_;
+  std::vector<ValueRef> targets_;
+  std::vector<int32_t> target_ops_;
+  Device device_;
+  Backend* backend_;
+  mutable std::mutex mu_;
+  std::list<std::pair<std::string, std::unique_ptr<Compiled>>> compiled_;  // LRU, front = newest
+};
+
+struct CacheInfo {
+  size_t hits = 0, misses = 0, size = 0, capacity = 0;
+};
+
+// Graph.run's cache: one Executable per (targets, target ops, feeds, feed types, device).
+class ExecutableCache {
+ public:
+  explicit ExecutableCache(size_t capacity = 64) : capacity_(capacity) {}
+  std::shared_ptr<Executable> get(const std::shared_ptr<Graph>& graph, const std::vector<int32_t>& feeds,
+                                  const std::vector<TensorType>& feed_types, const std::vector<ValueRef>& targets,
+                                  const std::vector<int32_t>& target_ops, const Device& device);
+  CacheInfo info() const;
+  void clear();
+  void set_capacity(size_t c);
+
+ private:
+  mutable std::mutex mu_;
+  size_t capacity_;
+  size_t hits_ = 0, misses_ = 0;
+  std::list<std::pair<std::string, std::shared_ptr<Executable>>> lru_;
+  std::map<std::string, decltype(lru_)::iterator> index_;
+};
+
+std::string signature_key(const std::vector<TensorType>& types);
+
+}  // namespace mg

@@ -1,0 +1,28 @@
+"""mpsgraph: Apple's MPSGraph programming model for Python, on Metal, CPU and CUDA.
+
+    import mpsgraph as mg
+    g = mg.Graph()
+    x = g.placeholder((None, 3), mg.float32, name="x")
+    y = g.reduction_sum(g.relu(x) * 2.0, axes=1)
+    print(g.run({x: np.ones((2, 3), np.float32)}, [y])[y])
+"""
+from . import _core
+from ._dtypes import (DType, as_dtype, bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16,
+                      bfloat16, float32, float64)
+from ._devices import Device, cpu, metal, cuda, devices, default_device
+from ._graph import (Graph, Tensor, Variable, Operation, Executable, ShapedType, TensorData, CacheInfo, GraphError,
+                     GraphValueError, GraphTypeError, GraphIndexError)
+from . import _ops
+from ._ops import op_names
+from . import _sugar  # noqa: F401  numpy-style aliases with numpy defaults
+
+GraphRuntimeError = _core.GraphRuntimeError
+GraphNotImplementedError = _core.GraphNotImplementedError
+
+__version__ = "0.1.0"
+bool = bool_  # mg.bool as in MLX/JAX naming
+
+
+def op_schemas():
+    """The registry: one dict per op (inputs, attributes, docs, differentiability)."""
+    return list(_ops.SCHEMAS.values())

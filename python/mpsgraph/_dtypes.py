@@ -1,0 +1,56 @@
+"""dtypes: mg.float32 & co., and conversions from numpy dtypes and strings."""
+import numpy as np
+
+from . import _core
+
+DType = _core.DType
+bool_ = _core.DType.bool
+int8, int16, int32, int64 = DType.int8, DType.int16, DType.int32, DType.int64
+uint8, uint16, uint32, uint64 = DType.uint8, DType.uint16, DType.uint32, DType.uint64
+float16, bfloat16, float32, float64 = DType.float16, DType.bfloat16, DType.float32, DType.float64
+
+try:
+    import ml_dtypes as _ml
+
+    _BF16_NP = np.dtype(_ml.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    _BF16_NP = None
+
+_NAMES = {d.name: d for d in DType.__members__.values()}
+
+
+def as_dtype(x):
+    """mg.DType from an mg.DType, a numpy dtype/type or a name ('float32', 'bool')."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str) and x in _NAMES:
+        return _NAMES[x]
+    if isinstance(x, str) and x in ("half", "float", "double"):
+        return {"half": float16, "float": float32, "double": float64}[x]
+    try:
+        nd = np.dtype(x)
+    except TypeError:
+        raise TypeError(f"not a dtype: {x!r}") from None
+    if _BF16_NP is not None and nd == _BF16_NP:
+        return bfloat16
+    name = "bool" if nd == np.bool_ else nd.name
+    if name not in _NAMES:
+        raise TypeError(f"dtype {nd} is not supported by mpsgraph")
+    return _NAMES[name]
+
+
+def to_numpy_dtype(d):
+    d = as_dtype(d)
+    if d == bfloat16:
+        if _BF16_NP is None:
+            raise TypeError("bfloat16 needs the ml_dtypes package to be viewed from numpy")
+        return _BF16_NP
+    return np.dtype("bool" if d == bool_ else d.name)
+
+
+def is_floating(d):
+    return as_dtype(d) in (float16, bfloat16, float32, float64)
+
+
+def is_integer(d):
+    return as_dtype(d) in (int8, int16, int32, int64, uint8, uint16, uint32, uint64)

@@ -1,0 +1,476 @@
+"""Graph, Tensor, Operation, Executable: the Python face of the C++ IR."""
+import concurrent.futures
+import numbers
+import threading
+from collections import namedtuple
+
+import numpy as np
+
+from . import _core
+from ._devices import resolve
+from ._dtypes import as_dtype, to_numpy_dtype, float32, int32, bool_, is_floating
+
+GraphError = _core.GraphError
+GraphValueError = _core.GraphValueError
+GraphTypeError = _core.GraphTypeError
+GraphIndexError = _core.GraphIndexError
+TensorData = _core.TensorData
+
+ShapedType = namedtuple("ShapedType", ["shape", "dtype"])
+ShapedType.__doc__ = "A feed's type for compile(): shape (None for a dim known only at run time) and dtype."
+CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size", "capacity"])
+
+
+# ---------------- TensorData helpers (the class lives in C++) ----------------
+
+def _td_numpy(self):
+    """A numpy view of the data (no copy)."""
+    if self.dtype == _core.DType.bfloat16:
+        return np.frombuffer(self._raw(), dtype=to_numpy_dtype(self.dtype)).reshape(self.shape)
+    return np.asarray(self)
+
+
+def _td_array(self, dtype=None, copy=None):
+    a = _td_numpy(self)
+    if dtype is not None:
+        a = a.astype(dtype, copy=bool(copy))
+    elif copy:
+        a = a.copy()
+    return a
+
+
+def _td_repr(self):
+    try:
+        body = np.array2string(_td_numpy(self), separator=", ")
+    except Exception:  # pragma: no cover
+        body = "..."
+    return f"TensorData({body}, dtype={self.dtype.name}, device={self.device})"
+
+
+TensorData.numpy = _td_numpy
+TensorData.__array__ = _td_array
+TensorData.__repr__ = _td_repr
+TensorData.__len__ = lambda self: self.shape[0] if self.shape else (_ for _ in ()).throw(TypeError("len() of a 0-d TensorData"))
+
+
+def as_tensor_data(value, dtype=None):
+    """TensorData for a feed: TensorData, numpy/buffer/DLPack objects in place; Python lists
+    and scalars through numpy (with the placeholder's dtype when given)."""
+    if isinstance(value, TensorData):
+        return value
+    if hasattr(value, "__dlpack__") or isinstance(value, (np.ndarray, memoryview, bytearray)):
+        if isinstance(value, np.ndarray) and value.dtype == to_numpy_dtype(bfloat16_):
+            return TensorData(value.view(np.uint16))._reinterpret(bfloat16_)  # same memory
+        return TensorData(value)
+    if isinstance(value, (list, tuple, numbers.Number, np.generic)):
+        nd = to_numpy_dtype(dtype) if dtype is not None else None
+        return TensorData(np.ascontiguousarray(np.asarray(value, dtype=nd)))
+    return TensorData(value)
+
+
+bfloat16_ = _core.DType.bfloat16
+
+
+# ---------------- Tensors and operations ----------------
+
+class Operation:
+    """A node of the graph, usable in target_operations (e.g. what assign returns)."""
+
+    __slots__ = ("graph", "node")
+
+    def __init__(self, graph, node):
+        self.graph = graph
+        self.node = node
+
+    @property
+    def name(self):
+        return self.graph._g.node_name(self.node)
+
+    @property
+    def op_type(self):
+        return self.graph._g.node_op(self.node)
+
+    @property
+    def input_tensors(self):
+        return [self.graph._tensor(n, i) for n, i in self.graph._g.node_inputs(self.node)]
+
+    @property
+    def output_tensors(self):
+        return [self.graph._tensor(self.node, i) for i in range(self.graph._g.num_outputs(self.node))]
+
+    def __repr__(self):
+        return f"Operation({self.op_type}, name='{self.name}')"
+
+
+class Tensor:
+    """A symbolic value in a Graph: an output of an op. Build with Graph methods and the
+    usual operators; get values with Graph.run or an Executable."""
+
+    __slots__ = ("graph", "node", "index", "_shape", "_dtype", "__weakref__")
+    __array_priority__ = 1000  # numpy defers to our reflected operators
+
+    def __init__(self, graph, node, index):
+        self.graph = graph
+        self.node = node
+        self.index = index
+        shape, dtype = graph._g.output_type(node, index)
+        self._shape = tuple(shape)
+        self._dtype = dtype
+
+    @property
+    def shape(self):
+        """The static shape; None marks a dim known only at run time."""
+        return self._shape
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def ndim(self):
+        return len(self._shape)
+
+    @property
+    def name(self):
+        return self.graph._g.node_name(self.node)
+
+    @property
+    def operation(self):
+        return Operation(self.graph, self.node)
+
+    def __repr__(self):
+        shape = "(" + ", ".join("None" if d is None else str(d) for d in self._shape) + ("," if len(self._shape) == 1 else "") + ")"
+        return f"Tensor(name='{self.name}', shape={shape}, dtype={self._dtype.name})"
+
+    def __bool__(self):
+        raise TypeError("a symbolic Tensor has no truth value; use Graph.select or logical ops to branch")
+
+    def __len__(self):
+        if not self._shape or self._shape[0] is None:
+            raise TypeError(f"len() of a tensor of shape {self._shape} is not known statically")
+        return self._shape[0]
+
+    def __iter__(self):
+        raise TypeError("a symbolic Tensor is not iterable; index it or use split/unstack")
+
+    __hash__ = object.__hash__  # Graph keeps one Tensor object per value, so identity is value identity
+
+    # operators: MPSGraph ops with numpy-style sugar
+    def _bin(self, op, other, reverse=False):
+        g = self.graph
+        a, b = (other, self) if reverse else (self, other)
+        return getattr(g, op)(a, b)
+
+    def __add__(self, o): return self._bin("addition", o)
+    def __radd__(self, o): return self._bin("addition", o, True)
+    def __sub__(self, o): return self._bin("subtraction", o)
+    def __rsub__(self, o): return self._bin("subtraction", o, True)
+    def __mul__(self, o): return self._bin("multiplication", o)
+    def __rmul__(self, o): return self._bin("multiplication", o, True)
+    def __truediv__(self, o): return self._bin("division", o)
+    def __rtruediv__(self, o): return self._bin("division", o, True)
+    def __floordiv__(self, o): return self._bin("floor_division", o)
+    def __rfloordiv__(self, o): return self._bin("floor_division", o, True)
+    def __mod__(self, o): return self._bin("modulo", o)
+    def __rmod__(self, o): return self._bin("modulo", o, True)
+    def __pow__(self, o): return self._bin("power", o)
+    def __rpow__(self, o): return self._bin("power", o, True)
+    def __matmul__(self, o): return self._bin("matrix_multiplication", o)
+    def __rmatmul__(self, o): return self._bin("matrix_multiplication", o, True)
+    def __lt__(self, o): return self._bin("less_than", o)
+    def __le__(self, o): return self._bin("less_than_or_equal_to", o)
+    def __gt__(self, o): return self._bin("greater_than", o)
+    def __ge__(self, o): return self._bin("greater_than_or_equal_to", o)
+    def __eq__(self, o): return self._bin("equal", o)
+    def __ne__(self, o): return self._bin("not_equal", o)
+    def __and__(self, o): return self._bin("logical_and" if self._dtype == bool_ else "bitwise_and", o)
+    def __rand__(self, o): return self._bin("logical_and" if self._dtype == bool_ else "bitwise_and", o, True)
+    def __or__(self, o): return self._bin("logical_or" if self._dtype == bool_ else "bitwise_or", o)
+    def __ror__(self, o): return self._bin("logical_or" if self._dtype == bool_ else "bitwise_or", o, True)
+    def __xor__(self, o): return self._bin("logical_xor" if self._dtype == bool_ else "bitwise_xor", o)
+    def __rxor__(self, o): return self._bin("logical_xor" if self._dtype == bool_ else "bitwise_xor", o, True)
+    def __lshift__(self, o): return self._bin("bitwise_left_shift", o)
+    def __rshift__(self, o): return self._bin("bitwise_right_shift", o)
+    def __neg__(self): return self.graph.negative(self)
+    def __pos__(self): return self
+    def __abs__(self): return self.graph.absolute(self)
+    def __invert__(self): return self.graph.logical_not(self) if self._dtype == bool_ else self.graph.bitwise_not(self)
+
+    def __getitem__(self, index):
+        from ._indexing import getitem
+        return getitem(self, index)
+
+    @property
+    def T(self):
+        return self.graph.transpose(self)
+
+    def astype(self, dtype):
+        return self.graph.cast(self, dtype)
+
+    def __getattr__(self, name):
+        # t.exponent(), t.reshape((2, 3)), t.sum(axis=0): any op method with t as first input
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from ._ops import OP_METHODS
+        if name in OP_METHODS:
+            method = getattr(self.graph, name)
+            return lambda *args, **kw: method(self, *args, **kw)
+        raise AttributeError(f"'Tensor' object has no attribute '{name}'")
+
+
+class Variable(Tensor):
+    """A variable: graph state with an initial value. As a tensor it reads the value from
+    before the run; Graph.assign(var, value) sets it when the run completes."""
+
+    __slots__ = ("variable_id",)
+
+    @property
+    def value(self):
+        """The current value as TensorData (no copy)."""
+        return self.graph._g.variable_value(self.variable_id)
+
+
+# ---------------- Graph ----------------
+
+def _targets_list(targets):
+    if targets is None:
+        return []
+    if isinstance(targets, (Tensor, Operation)):
+        return [targets]
+    return list(targets)
+
+
+_async_pool = None
+_async_lock = threading.Lock()
+
+
+def _pool():
+    global _async_pool
+    with _async_lock:
+        if _async_pool is None:
+            _async_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="mpsgraph")
+        return _async_pool
+
+
+class Graph:
+    """A computational graph, as MPSGraph: placeholders, constants, variables and ops.
+
+    Op methods (addition, matrix_multiplication, reduction_sum, ...) are generated from the
+    op registry; see mpsgraph.op_names()."""
+
+    def __init__(self):
+        self._g = _core.Graph()
+        self._tensors = {}
+        self._variables = {}
+
+    # -- tensor bookkeeping --
+    def _tensor(self, node, index=0):
+        key = (node, index)
+        t = self._tensors.get(key)
+        if t is None:
+            t = self._variables.get(node) or Tensor(self, node, index)
+            self._tensors[key] = t
+        return t
+
+    def _add(self, op, inputs, attrs, name=None):
+        refs = [(t.node, t.index) for t in inputs]
+        outs = self._g.add_op(op, refs, attrs, name or "")
+        return [self._tensor(n, i) for n, i in outs]
+
+    def _check_tensor(self, t, op, what="input"):
+        if not isinstance(t, Tensor):
+            raise GraphTypeError(f"[{op}] {what} must be a Tensor, got {type(t).__name__}")
+        if t.graph is not self:
+            raise GraphValueError(f"[{op}] {what} '{t.name}' belongs to another graph")
+        return t
+
+    # -- sources --
+    def placeholder(self, shape, dtype=float32, name=None):
+        """A tensor fed at run time; None in shape marks a dim known only then."""
+        if shape is None:
+            raise GraphValueError("[placeholder] unranked placeholders are not supported; give a shape (None for unknown dims)")
+        shape = tuple(None if d is None or d == -1 else int(d) for d in shape)
+        return self._add("placeholder", [], {"shape": shape, "dtype": as_dtype(dtype)}, name)[0]
+
+    def constant(self, value, dtype=None, name=None):
+        """A constant. Python floats become float32, ints int32 and bools bool unless dtype
+        is given; numpy arrays keep their dtype."""
+        if isinstance(value, Tensor):
+            raise GraphTypeError("[constant] value is already a Tensor")
+        if isinstance(value, TensorData):
+            arr = np.array(value.numpy(), copy=True)
+        elif dtype is not None:
+            arr = np.array(value, dtype=to_numpy_dtype(dtype), copy=True)
+        else:
+            arr = np.asarray(value)
+            if not isinstance(value, (np.ndarray, np.generic)):
+                if arr.dtype == np.float64:
+                    arr = arr.astype(np.float32)
+                elif arr.dtype == np.int64:
+                    arr = arr.astype(np.int32)
+            arr = np.array(arr, copy=True)
+        data = as_tensor_data(np.ascontiguousarray(arr))
+        return self._add("constant", [], {"value": data}, name)[0]
+
+    def variable(self, initial_value, dtype=None, name=None):
+        """A variable holding initial_value (copied). Returns a Tensor that reads it."""
+        arr = np.array(initial_value.numpy() if isinstance(initial_value, TensorData) else initial_value,
+                       dtype=None if dtype is None else to_numpy_dtype(dtype), copy=True)
+        if dtype is None and not isinstance(initial_value, (np.ndarray, np.generic, TensorData)):
+            if arr.dtype == np.float64:
+                arr = arr.astype(np.float32)
+            elif arr.dtype == np.int64:
+                arr = arr.astype(np.int32)
+        data = as_tensor_data(np.ascontiguousarray(arr))
+        vid = self._g.add_variable(data, name or "")
+        dt = data.dtype
+        n, i = self._g.add_op("read_variable", [], {"variable": vid, "dtype": dt, "shape": tuple(data.shape)},
+                              name or "")[0]
+        v = Variable.__new__(Variable)
+        Tensor.__init__(v, self, n, i)
+        v.variable_id = vid
+        self._variables[n] = v
+        self._tensors[(n, i)] = v
+        return v
+
+    def read(self, variable, name=None):
+        """The variable's value at the start of the run (MPSGraph's readVariable)."""
+        v = self._as_variable(variable, "read_variable")
+        return v
+
+    read_variable = read
+
+    def assign(self, variable, value, name=None):
+        """Sets variable to value when the run completes; pass the returned Operation in
+        target_operations (MPSGraph's assignVariable)."""
+        v = self._as_variable(variable, "assign_variable")
+        if not isinstance(value, Tensor):
+            value = self.constant(value, dtype=v.dtype)
+        self._check_tensor(value, "assign_variable", "value")
+        self._g.add_op("assign_variable", [(value.node, value.index)],
+                       {"variable": v.variable_id, "dtype": v.dtype, "shape": v.shape}, name or "")
+        return Operation(self, len(self._g) - 1)
+
+    assign_variable = assign
+
+    def _as_variable(self, v, op):
+        if not isinstance(v, Variable):
+            raise GraphTypeError(f"[{op}] expects a Variable made by Graph.variable, got {type(v).__name__}")
+        if v.graph is not self:
+            raise GraphValueError(f"[{op}] variable '{v.name}' belongs to another graph")
+        return v
+
+    def variable_data(self, variable):
+        """The variable's current value as TensorData (no copy)."""
+        return self._g.variable_value(self._as_variable(variable, "variable_data").variable_id)
+
+    def set_variable(self, variable, data):
+        """Replaces the variable's value (same shape and dtype)."""
+        v = self._as_variable(variable, "set_variable")
+        self._g.set_variable(v.variable_id, as_tensor_data(data, v.dtype))
+
+    # -- running --
+    def _feeds(self, feeds, op):
+        nodes, datas = [], []
+        for t, value in (feeds or {}).items():
+            self._check_tensor(t, op, "feed key")
+            nodes.append(t.node)
+            datas.append(as_tensor_data(value, t.dtype))
+        return nodes, datas
+
+    def _targets(self, targets, target_operations, op):
+        ts = _targets_list(targets)
+        for t in ts:
+            self._check_tensor(t, op, "target")
+        ops = []
+        for o in _targets_list(target_operations):
+            if isinstance(o, Tensor):
+                o = o.operation
+            if not isinstance(o, Operation) or o.graph is not self:
+                raise GraphValueError(f"[{op}] target operation {o!r} is not an Operation of this graph")
+            ops.append(o.node)
+        return ts, ops
+
+    def run(self, feeds=None, targets=None, target_operations=None, device=None):
+        """Runs the graph: returns {target: TensorData}. Compiled executables are cached per
+        (targets, feed shapes and dtypes, device)."""
+        nodes, datas = self._feeds(feeds, "run")
+        ts, ops = self._targets(targets, target_operations, "run")
+        outs = self._g.run(nodes, datas, [(t.node, t.index) for t in ts], ops, resolve(device))
+        return dict(zip(ts, outs))
+
+    def compile(self, feeds, targets, target_operations=None, device=None):
+        """Compiles for the feeds' types ({placeholder: ShapedType or (shape, dtype)}) and
+        returns an Executable. None dims are specialised on each new run-time shape."""
+        nodes, types = [], []
+        for t, ty in (feeds or {}).items():
+            self._check_tensor(t, "compile", "feed key")
+            if isinstance(ty, (TensorData, np.ndarray)):
+                ty = ShapedType(ty.shape, ty.dtype)
+            shape, dtype = ty
+            nodes.append(t.node)
+            types.append((tuple(None if d is None or d == -1 else int(d) for d in shape), as_dtype(dtype)))
+        ts, ops = self._targets(targets, target_operations, "compile")
+        exe = self._g.compile(nodes, types, [(tt.node, tt.index) for tt in ts], ops, resolve(device))
+        return Executable(self, exe, [self._tensor(n) for n in nodes], ts)
+
+    def cache_info(self):
+        return CacheInfo(**self._g.cache_info())
+
+    def clear_cache(self):
+        self._g.clear_cache()
+
+    def set_cache_capacity(self, capacity):
+        self._g.set_cache_capacity(int(capacity))
+
+    @property
+    def num_nodes(self):
+        return len(self._g)
+
+    @property
+    def operations(self):
+        return [Operation(self, n) for n in range(len(self._g))]
+
+
+class Executable:
+    """A compiled graph for fixed feed types on one device (MPSGraphExecutable)."""
+
+    def __init__(self, graph, exe, feed_tensors, target_tensors):
+        self.graph = graph
+        self._exe = exe
+        self.feed_tensors = feed_tensors
+        self.target_tensors = target_tensors
+
+    @property
+    def device(self):
+        return self._exe.device
+
+    @property
+    def num_specializations(self):
+        return self._exe.num_specializations
+
+    def _inputs(self, inputs):
+        if isinstance(inputs, dict):
+            missing = [t.name for t in self.feed_tensors if t not in inputs]
+            if missing:
+                raise GraphValueError(f"[run] no input for placeholder(s) {missing}")
+            inputs = [inputs[t] for t in self.feed_tensors]
+        inputs = list(inputs)
+        if len(inputs) != len(self.feed_tensors):
+            raise GraphValueError(f"[run] expected {len(self.feed_tensors)} inputs in the order of feed_tensors, got {len(inputs)}")
+        return [as_tensor_data(v, t.dtype) for v, t in zip(inputs, self.feed_tensors)]
+
+    def run(self, inputs=(), out=None):
+        """Runs with inputs (a list in feed_tensors order, or a dict); returns a list of
+        TensorData in target order. out= gives buffers to write the results into."""
+        ins = self._inputs(inputs)
+        outs = None if out is None else [as_tensor_data(o) for o in out]
+        return self._exe.run(ins, outs)
+
+    def run_async(self, inputs=(), out=None):
+        """Starts a run and returns a concurrent.futures.Future of its result list."""
+        ins = self._inputs(inputs)
+        outs = None if out is None else [as_tensor_data(o) for o in out]
+        return _pool().submit(self._exe.run, ins, outs)
+
+    __call__ = run
