@@ -29,7 +29,16 @@ inline ValueRef call(Graph& g, const std::string& op, const std::vector<ValueRef
   return g.add1(op, in, std::move(attrs));
 }
 
+// Gradient-rule helpers (core/ops/autodiff_ops.cpp). All build ordinary ops, so their
+// gradients are differentiable again; shapes may hold unknown dims.
+ValueRef sum_to_like(Graph& g, ValueRef grad, ValueRef like);        // undo broadcasting: sum grad down to like's shape
+ValueRef broadcast_like(Graph& g, ValueRef x, ValueRef like);        // broadcast x up to like's shape
+ValueRef zeros_like(Graph& g, ValueRef like);
+ValueRef ones_like(Graph& g, ValueRef like);
+ValueRef scalar_like(Graph& g, double v, ValueRef like);            // rank-0 constant of like's dtype
+
 void register_memory_ops();
+void register_autodiff_ops();
 void register_elementwise_ops();
 void register_reduction_ops();
 void register_matmul_ops();
