@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "bindings/dlpack.h"
+#include "core/autodiff.h"
 #include "core/graph.h"
 #include "core/registry.h"
 #include "runtime/executable.h"
@@ -492,6 +493,13 @@ PYBIND11_MODULE(_core, m) {
             Device d = parse_device(device);
             py::gil_scoped_release nogil;
             return std::make_shared<Executable>(g.graph, feeds, tt, refs_arg(targets), target_ops, d);
+          })
+      .def("gradients", [](PyGraph& g, std::pair<int32_t, int32_t> y,
+                           const std::vector<std::pair<int32_t, int32_t>>& xs, std::optional<std::pair<int32_t, int32_t>> dy) {
+            std::vector<std::pair<int32_t, int32_t>> r;
+            ValueRef d = dy ? ValueRef{dy->first, dy->second} : ValueRef{};
+            for (auto& v : gradients(*g.graph, {y.first, y.second}, refs_arg(xs), d)) r.emplace_back(v.node, v.index);
+            return r;
           })
       .def("cache_info", [](const PyGraph& g) {
             auto i = g.cache.info();

@@ -474,3 +474,27 @@ class Executable:
         return _pool().submit(self._exe.run, ins, outs)
 
     __call__ = run
+
+
+def _gradients(self, y, xs, dy=None):
+    """Appends the gradient graph: returns {x: d(y)/d(x)} for each x in xs (placeholders,
+    variables or intermediate tensors). dy seeds the backward pass (ones when None, so a
+    non-scalar y is differentiated as its sum). The gradients are ordinary tensors of this
+    graph: run, compile or differentiate them again."""
+    single = isinstance(xs, Tensor)
+    xs = [xs] if single else list(xs)
+    self._check_tensor(y, "gradients", "y")
+    for x in xs:
+        self._check_tensor(x, "gradients", "x")
+    d = None
+    if dy is not None:
+        if not isinstance(dy, Tensor):
+            dy = self.constant(dy, dtype=y.dtype)
+        self._check_tensor(dy, "gradients", "dy")
+        d = (dy.node, dy.index)
+    refs = self._g.gradients((y.node, y.index), [(x.node, x.index) for x in xs], d)
+    return {x: self._tensor(n, i) for x, (n, i) in zip(xs, refs)}
+
+
+Graph.gradients = _gradients
+Graph.gradient_for_primary_tensor = _gradients

@@ -105,6 +105,7 @@ void ensure_kernels() {
     register_matmul_kernels();
     register_shape_kernels();
     register_creation_kernels();
+    register_autodiff_kernels();
     return true;
   }();
   (void)done;

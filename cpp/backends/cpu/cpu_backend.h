@@ -31,6 +31,7 @@ void register_reduction_kernels();
 void register_matmul_kernels();
 void register_shape_kernels();
 void register_creation_kernels();
+void register_autodiff_kernels();
 
 std::unique_ptr<Backend> make_cpu_backend();
 
