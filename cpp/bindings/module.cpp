@@ -279,7 +279,7 @@ py::dict schema_dict(const OpDef& op) {
                                                                   : "unset";
   d["stateful"] = op.stateful;
   py::list ins;
-  for (auto& i : op.inputs) ins.append(py::make_tuple(i.name, i.variadic));
+  for (auto& i : op.inputs) ins.append(py::make_tuple(i.name, i.variadic, i.optional));
   d["inputs"] = ins;
   py::list attrs;
   for (auto& a : op.attrs) {

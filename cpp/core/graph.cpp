@@ -47,7 +47,16 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
   const OpDef& op = get_op(opname);
   std::string node_name = name;
   if (node_name.empty()) node_name = op.name + "_" + std::to_string(name_counts_[op.name]);
-  for (auto& v : inputs) check_ref(v, op.name);
+  std::vector<char> absent(inputs.size(), 0);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].valid() && i < op.inputs.size() && op.inputs[i].optional && op.expand) {
+      absent[i] = 1;
+      continue;
+    }
+    if (inputs[i].node == -1 && i < op.inputs.size())
+      raise(ErrorKind::Value, op.name, name, "missing input '" + op.inputs[i].name + "'");
+    check_ref(inputs[i], op.name);
+  }
   bool variadic = !op.inputs.empty() && op.inputs.back().variadic;
   size_t fixed = op.inputs.size() - (variadic ? 1 : 0);
   if (variadic ? inputs.size() < fixed : inputs.size() != fixed)
@@ -71,9 +80,26 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
   }
   std::vector<TensorType> in;
   in.reserve(inputs.size());
-  for (auto& v : inputs) in.push_back(type(v));
+  for (size_t i = 0; i < inputs.size(); ++i) in.push_back(absent[i] ? TensorType{} : type(inputs[i]));
   InferCtx ctx(op, node_name, in, attrs);
+  ctx.absent = absent;
   std::vector<TensorType> outs = op.infer(ctx);
+  if (op.expand) {
+    name_counts_[op.name]++;
+    const int32_t first_new = int32_t(nodes_.size());
+    std::vector<ValueRef> r = op.expand(*this, inputs, attrs);
+    if (r.size() != outs.size())
+      raise(ErrorKind::Runtime, op.name, node_name, "decomposition gave the wrong number of outputs");
+    for (size_t k = 0; k < r.size(); ++k) {
+      const TensorType& t = type(r[k]);
+      if (t.dtype != outs[k].dtype || t.shape.size() != outs[k].shape.size())
+        raise(ErrorKind::Runtime, op.name, node_name,
+              "decomposition gave " + type_str(t) + " where inference said " + type_str(outs[k]));
+      Node& made = nodes_[size_t(r[k].node)];
+      if (r[k].node >= first_new && made.outputs.size() == 1) made.name = r.size() == 1 ? node_name : node_name + ":" + std::to_string(k);
+    }
+    return r;
+  }
   Node n;
   n.op = &op;
   n.name = node_name;

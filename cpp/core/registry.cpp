@@ -25,7 +25,7 @@ static void ensure_registered() {
 
 void register_op(OpDef def) {
   if (!def.infer) throw std::logic_error("op '" + def.name + "' registered without inference");
-  if (def.grad && def.differentiable == Differentiable::Unset) def.differentiable = Differentiable::Yes;
+  if ((def.grad || def.expand) && def.differentiable == Differentiable::Unset) def.differentiable = Differentiable::Yes;
   if (table().count(def.name)) throw std::logic_error("op '" + def.name + "' registered twice");
   auto p = std::make_unique<OpDef>(std::move(def));
   std::string n = p->name;

@@ -14,6 +14,7 @@ namespace mg {
 struct InputSpec {
   std::string name;
   bool variadic = false;  // takes a list of tensors (concat, stack)
+  bool optional = false;  // may be absent (an invalid ValueRef); composite ops only
 };
 
 struct AttrSpec {
@@ -32,6 +33,8 @@ class InferCtx {
   const std::string& node;
   const std::vector<TensorType>& in;
   Attrs& attrs;  // inference may normalise attributes (e.g. negative axes)
+  std::vector<char> absent;  // per input: an optional input that was not given
+  bool present(size_t i) const { return i >= absent.size() || !absent[i]; }
 
   [[noreturn]] void fail(ErrorKind kind, const std::string& msg) const;
   bool has(const std::string& name) const;
@@ -63,6 +66,9 @@ class GradCtx {
 using InferFn = std::function<std::vector<TensorType>(InferCtx&)>;
 using GradFn = std::function<std::vector<ValueRef>(GradCtx&)>;  // one per input; invalid = none
 // Value of an op known from input types alone (shape_of); lets specialisation fold it.
+// A composite op builds itself from other ops at graph-building time: its node never
+// reaches backends, and its gradient is that of its decomposition.
+using ExpandFn = std::function<std::vector<ValueRef>(Graph&, const std::vector<ValueRef>& inputs, const Attrs& attrs)>;
 using FoldTypesFn = std::function<std::shared_ptr<Array>(const std::vector<TensorType>&, const Attrs&)>;
 
 enum class Differentiable { Unset, Yes, No };
@@ -80,6 +86,7 @@ struct OpDef {
   std::vector<std::string> aliases;  // extra Python names (numpy style)
   std::string family;        // "elementwise", "reduction", ... for docs and tables
   FoldTypesFn fold_types;
+  ExpandFn expand;
 };
 
 // Registers a definition. Refuses float-capable ops with neither a gradient rule nor an

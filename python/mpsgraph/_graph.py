@@ -273,7 +273,7 @@ class Graph:
         return t
 
     def _add(self, op, inputs, attrs, name=None):
-        refs = [(t.node, t.index) for t in inputs]
+        refs = [(-1, 0) if t is None else (t.node, t.index) for t in inputs]
         outs = self._g.add_op(op, refs, attrs, name or "")
         return [self._tensor(n, i) for n, i in outs]
 

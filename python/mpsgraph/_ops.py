@@ -87,14 +87,19 @@ def _make_method(schema):
     inputs = schema["inputs"]
     attrs = schema["attrs"]
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    for iname, variadic in inputs:
-        params.append(inspect.Parameter(iname, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    seen_optional = False
+    for iname, variadic, optional in inputs:
+        # inputs after an optional one (adam's gradient) get a None default, checked in C++
+        seen_optional = seen_optional or optional
+        params.append(inspect.Parameter(iname, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                        default=None if seen_optional else inspect.Parameter.empty))
+    after_optional = {n for i, (n, _, _) in enumerate(inputs) if any(o for _, _, o in inputs[:i])}
     for a in attrs:
-        default = inspect.Parameter.empty if a["required"] else a["default"]
+        default = inspect.Parameter.empty if a["required"] and not seen_optional else a["default"]
         params.append(inspect.Parameter(a["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
     params.append(inspect.Parameter("name", inspect.Parameter.KEYWORD_ONLY, default=None))
     sig = inspect.Signature(params)
-    ref_inputs = [n for n, _ in inputs if n not in ("predicate", "condition", "indices", "updates_indices")]
+    ref_inputs = [n for n, _, _ in inputs if n not in ("predicate", "condition", "indices", "updates_indices")]
 
     def method(self, *args, **kwargs):
         try:
@@ -104,15 +109,18 @@ def _make_method(schema):
         b = bound.arguments
         # reference dtype for scalars: the first tensor among the value inputs
         ref = None
-        for n, variadic in inputs:
+        for n, variadic, _ in inputs:
             vals = b.get(n, ())
             vals = list(vals) if variadic else [vals]
             for v in vals:
                 if isinstance(v, Tensor) and ref is None and n in ref_inputs:
                     ref = v.dtype
         tensors = []
-        for n, variadic in inputs:
-            vals = b[n]
+        for n, variadic, optional in inputs:
+            vals = b.get(n)
+            if (optional or n in after_optional) and vals is None:
+                tensors.append(None)
+                continue
             if variadic:
                 if isinstance(vals, Tensor) or not hasattr(vals, "__iter__"):
                     raise GraphTypeError(f"[{opname}] '{n}' must be a list of tensors")

@@ -39,6 +39,7 @@ void register_all_ops() {
   ops::register_matmul_ops();
   ops::register_shape_ops();
   ops::register_creation_ops();
+  ops::register_nn_ops();
 }
 
 }  // namespace mg

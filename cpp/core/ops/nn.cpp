@@ -1,0 +1,231 @@
+// Neural-network composites: softmax, losses and optimizer updates. Each decomposes into
+// primitive ops at build time, so every backend runs them and gradients come for free.
+#include <cmath>
+
+#include "core/ops/common.h"
+
+namespace mg::ops {
+
+namespace {
+
+ValueRef reduce(Graph& g, const char* op, ValueRef x, std::vector<int64_t> axes, bool keep) {
+  Attrs a{{"keep_dims", keep}};
+  if (!axes.empty()) a["axes"] = axes;
+  return call(g, op, {x}, a);
+}
+ValueRef k(Graph& g, double v, ValueRef like) { return scalar_like(g, v, like); }
+ValueRef bin(Graph& g, const char* op, ValueRef a, ValueRef b) { return call(g, op, {a, b}); }
+ValueRef un(Graph& g, const char* op, ValueRef a) { return call(g, op, {a}); }
+
+std::vector<TensorType> same_as_first_float(InferCtx& c) {
+  require_class(c, 0, kFloat);
+  return {c.in[0]};
+}
+
+// x - max(x) along axis, with the max held constant for differentiation (exact and stable)
+ValueRef shifted(Graph& g, ValueRef x, int64_t axis) {
+  ValueRef m = un(g, "stop_gradient", reduce(g, "reduction_maximum", x, {axis}, true));
+  return bin(g, "subtraction", x, m);
+}
+
+ValueRef log_softmax_of(Graph& g, ValueRef x, int64_t axis) {
+  ValueRef z = shifted(g, x, axis);
+  ValueRef lse = un(g, "logarithm", reduce(g, "reduction_sum", un(g, "exponent", z), {axis}, true));
+  return bin(g, "subtraction", z, lse);
+}
+
+const std::vector<std::string> kReductions = {"none", "sum", "mean"};
+
+void check_reduction(InferCtx& c) {
+  const std::string& r = c.s("reduction");
+  for (auto& k : kReductions)
+    if (r == k) return;
+  c.fail(ErrorKind::Value, "reduction must be 'none', 'sum' or 'mean', not '" + r + "'");
+}
+
+ValueRef apply_reduction(Graph& g, ValueRef loss, const std::string& r) {
+  if (r == "sum") return reduce(g, "reduction_sum", loss, {}, false);
+  if (r == "mean") return reduce(g, "mean", loss, {}, false);
+  return loss;
+}
+
+TensorType reduced_type(const TensorType& t, const std::string& r) { return r == "none" ? t : TensorType{t.dtype, {}}; }
+
+void same_float_inputs(InferCtx& c, size_t n) {
+  require_class(c, 0, kFloat);
+  for (size_t i = 1; i < n; ++i)
+    if (c.present(i)) c.same_dtype(0, i);
+}
+
+}  // namespace
+
+void register_nn_ops() {
+  register_op({.name = "softmax",
+               .doc = "exp(x) / sum(exp(x)) along axis, computed stably (x - max(x)).",
+               .inputs = {{"x"}},
+               .attrs = {attr("axis", AttrKind::Int, int64_t(-1))},
+               .infer = [](InferCtx& c) {
+                 c.axis(c.i("axis"), int64_t(c.in[0].shape.size()));
+                 return same_as_first_float(c);
+               },
+               .family = "nn",
+               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+                 ValueRef e = un(g, "exponent", shifted(g, in[0], std::get<int64_t>(a.at("axis"))));
+                 ValueRef s = reduce(g, "reduction_sum", e, {std::get<int64_t>(a.at("axis"))}, true);
+                 return std::vector<ValueRef>{bin(g, "division", e, s)};
+               }});
+  register_op({.name = "log_softmax",
+               .doc = "log(softmax(x)) along axis, computed stably.",
+               .inputs = {{"x"}},
+               .attrs = {attr("axis", AttrKind::Int, int64_t(-1))},
+               .infer = [](InferCtx& c) {
+                 c.axis(c.i("axis"), int64_t(c.in[0].shape.size()));
+                 return same_as_first_float(c);
+               },
+               .family = "nn",
+               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+                 return std::vector<ValueRef>{log_softmax_of(g, in[0], std::get<int64_t>(a.at("axis")))};
+               }});
+  register_op({.name = "softmax_cross_entropy",
+               .doc = "-sum(labels * log_softmax(source), axis) per sample, as MPSGraph's "
+                      "softMaxCrossEntropy: labels are probabilities of source's shape. reduction 'none' keeps the "
+                      "reduced axis (size 1), 'sum' and 'mean' give a scalar (mean over the per-sample losses).",
+               .inputs = {{"source"}, {"labels"}},
+               .attrs = {attr("axis", AttrKind::Int, int64_t(-1)), attr("reduction", AttrKind::String, std::string("mean"))},
+               .infer = [](InferCtx& c) {
+                 same_float_inputs(c, 2);
+                 check_reduction(c);
+                 Shape s = c.broadcast({0, 1});
+                 int64_t ax = c.axis(c.i("axis"), int64_t(s.size()));
+                 s[size_t(ax)] = 1;
+                 return std::vector<TensorType>{reduced_type({c.in[0].dtype, s}, c.s("reduction"))};
+               },
+               .family = "nn",
+               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+                 int64_t ax = std::get<int64_t>(a.at("axis"));
+                 ValueRef prod = bin(g, "multiplication", in[1], log_softmax_of(g, in[0], ax));
+                 ValueRef loss = un(g, "negative", reduce(g, "reduction_sum", prod, {ax}, true));
+                 return std::vector<ValueRef>{apply_reduction(g, loss, std::get<std::string>(a.at("reduction")))};
+               }});
+  register_op({.name = "sigmoid_cross_entropy",
+               .doc = "Binary cross entropy of sigmoid(source) against labels in [0, 1], computed stably as "
+                      "max(x, 0) - x*z + log(1 + exp(-|x|)); reduction none/sum/mean.",
+               .inputs = {{"source"}, {"labels"}},
+               .attrs = {attr("reduction", AttrKind::String, std::string("mean"))},
+               .infer = [](InferCtx& c) {
+                 same_float_inputs(c, 2);
+                 check_reduction(c);
+                 return std::vector<TensorType>{reduced_type({c.in[0].dtype, c.broadcast({0, 1})}, c.s("reduction"))};
+               },
+               .family = "nn",
+               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+                 ValueRef x = in[0], z = in[1];
+                 ValueRef soft = un(g, "logarithm", bin(g, "addition", k(g, 1, x),
+                                                        un(g, "exponent", un(g, "negative", un(g, "absolute", x)))));
+                 ValueRef loss = bin(g, "addition", bin(g, "subtraction", un(g, "relu", x), bin(g, "multiplication", x, z)), soft);
+                 return std::vector<ValueRef>{apply_reduction(g, loss, std::get<std::string>(a.at("reduction")))};
+               }});
+  register_op({.name = "mean_squared_error",
+               .doc = "(predictions - labels)**2 with reduction none/sum/mean.",
+               .inputs = {{"predictions"}, {"labels"}},
+               .attrs = {attr("reduction", AttrKind::String, std::string("mean"))},
+               .infer = [](InferCtx& c) {
+                 same_float_inputs(c, 2);
+                 check_reduction(c);
+                 return std::vector<TensorType>{reduced_type({c.in[0].dtype, c.broadcast({0, 1})}, c.s("reduction"))};
+               },
+               .family = "nn",
+               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+                 ValueRef loss = un(g, "square", bin(g, "subtraction", in[0], in[1]));
+                 return std::vector<ValueRef>{apply_reduction(g, loss, std::get<std::string>(a.at("reduction")))};
+               }});
+
+  // ---- optimizer updates (MPSGraph's optimizer ops): return the new values, assign them yourself ----
+  register_op({.name = "stochastic_gradient_descent",
+               .doc = "values - learning_rate * gradient (MPSGraph's stochasticGradientDescent).",
+               .inputs = {{"learning_rate"}, {"values"}, {"gradient"}},
+               .infer = [](InferCtx& c) {
+                 same_float_inputs(c, 3);
+                 c.broadcast({1, 2});
+                 return std::vector<TensorType>{c.in[1]};
+               },
+               .family = "optimizer",
+               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs&) {
+                 return std::vector<ValueRef>{bin(g, "subtraction", in[1], bin(g, "multiplication", in[0], in[2]))};
+               }});
+  register_op({.name = "momentum",
+               .doc = "SGD with momentum: velocity' = momentum * velocity + gradient; values' = values - "
+                      "learning_rate * velocity' (nesterov: values - learning_rate * (gradient + momentum * "
+                      "velocity')). Returns (values', velocity').",
+               .inputs = {{"learning_rate"}, {"values"}, {"velocity"}, {"gradient"}},
+               .attrs = {attr("momentum", AttrKind::Float, 0.9), attr("nesterov", AttrKind::Bool, false)},
+               .infer = [](InferCtx& c) {
+                 same_float_inputs(c, 4);
+                 return std::vector<TensorType>{c.in[1], c.in[2]};
+               },
+               .family = "optimizer",
+               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+                 ValueRef lr = in[0], w = in[1], v = in[2], grad = in[3];
+                 ValueRef mu = k(g, std::get<double>(a.at("momentum")), w);
+                 ValueRef v2 = bin(g, "addition", bin(g, "multiplication", mu, v), grad);
+                 ValueRef step = std::get<bool>(a.at("nesterov")) ? bin(g, "addition", grad, bin(g, "multiplication", mu, v2)) : v2;
+                 return std::vector<ValueRef>{bin(g, "subtraction", w, bin(g, "multiplication", lr, step)), v2};
+               }});
+  auto adam_infer = [](InferCtx& c) {
+    same_float_inputs(c, 11);
+    if (!c.present(10)) c.fail(ErrorKind::Value, "missing input 'gradient'");
+    std::vector<TensorType> r{c.in[6], c.in[7], c.in[8]};
+    if (c.present(9)) r.push_back(c.in[9]);
+    return r;
+  };
+  auto adam_expand = [](double weight_decay) {
+    return [weight_decay](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+      ValueRef lr = in[0], b1 = in[1], b2 = in[2], eps = in[3], b1p = in[4], b2p = in[5];
+      ValueRef w = in[6], m = in[7], v = in[8], vmax = in[9], grad = in[10];
+      double wd = a.count("weight_decay") ? std::get<double>(a.at("weight_decay")) : weight_decay;
+      ValueRef one = k(g, 1, w);
+      // lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t), as MPSGraph and TensorFlow
+      ValueRef lr_t = bin(g, "division", bin(g, "multiplication", lr, un(g, "square_root", bin(g, "subtraction", one, b2p))),
+                          bin(g, "subtraction", one, b1p));
+      ValueRef m2 = bin(g, "addition", bin(g, "multiplication", b1, m),
+                        bin(g, "multiplication", bin(g, "subtraction", one, b1), grad));
+      ValueRef v2 = bin(g, "addition", bin(g, "multiplication", b2, v),
+                        bin(g, "multiplication", bin(g, "subtraction", one, b2), un(g, "square", grad)));
+      ValueRef denom_v = v2, vmax2;
+      if (vmax.valid()) {
+        vmax2 = bin(g, "maximum", vmax, v2);
+        denom_v = vmax2;
+      }
+      ValueRef update = bin(g, "division", bin(g, "multiplication", lr_t, m2),
+                            bin(g, "addition", un(g, "square_root", denom_v), eps));
+      ValueRef w2 = w;
+      if (wd != 0.0)  // decoupled weight decay (AdamW)
+        w2 = bin(g, "subtraction", w, bin(g, "multiplication", bin(g, "multiplication", lr, k(g, wd, w)), w));
+      w2 = bin(g, "subtraction", w2, update);
+      std::vector<ValueRef> r{w2, m2, v2};
+      if (vmax.valid()) r.push_back(vmax2);
+      return r;
+    };
+  };
+  const std::vector<InputSpec> adam_inputs = {{"learning_rate"}, {"beta1"}, {"beta2"}, {"epsilon"}, {"beta1_power"},
+                                              {"beta2_power"}, {"values"}, {"momentum"}, {"velocity"},
+                                              {"maximum_velocity", false, true}, {"gradient"}};
+  register_op({.name = "adam",
+               .doc = "Adam update as MPSGraph's adam op: returns (values', momentum', velocity'[, maximum_velocity']). "
+                      "beta1_power/beta2_power are beta**t for the current step t (starting at 1); give "
+                      "maximum_velocity for AMSGrad.",
+               .inputs = adam_inputs,
+               .infer = adam_infer,
+               .family = "optimizer",
+               .expand = adam_expand(0.0)});
+  register_op({.name = "adamw",
+               .doc = "Adam with decoupled weight decay (AdamW): values are first scaled by (1 - learning_rate * "
+                      "weight_decay), then updated as adam.",
+               .inputs = adam_inputs,
+               .attrs = {attr("weight_decay", AttrKind::Float, 0.01)},
+               .infer = adam_infer,
+               .family = "optimizer",
+               .expand = adam_expand(0.01)});
+}
+
+}  // namespace mg::ops
