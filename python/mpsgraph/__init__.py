@@ -26,3 +26,4 @@ bool = bool_  # mg.bool as in MLX/JAX naming
 def op_schemas():
     """The registry: one dict per op (inputs, attributes, docs, differentiability)."""
     return list(_ops.SCHEMAS.values())
+from . import optimizers  # noqa: E402
