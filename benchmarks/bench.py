@@ -1,0 +1,209 @@
+"""Benchmark harness: mpsgraph against the peers that are installed (numpy always;
+PyTorch, JAX, MLX and ONNX Runtime when importable), measured in this one process.
+
+    python benchmarks/bench.py                 # all workloads, CPU
+    python benchmarks/bench.py --device cuda   # mpsgraph on another device (peers on theirs)
+    python benchmarks/bench.py --only matmul --repeat 50 --json out.json
+
+Prints the median time of each (workload, framework) and its ratio to mpsgraph's
+median (>1 means the peer is slower). Nothing here is a test: speed is never asserted."""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import mpsgraph as mg
+
+
+def median_time(fn, repeat, warmup=3):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+# ---------------- workloads: each returns {framework: callable} ----------------
+
+def w_elementwise(device, n=1 << 20):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n).astype(np.float32)
+    g = mg.Graph()
+    p = g.placeholder((n,), mg.float32)
+    y = g.relu(p * 1.5 + 0.25) * 0.5
+    exe = g.compile({p: ((n,), mg.float32)}, [y], device=device)
+    td = mg.TensorData(x)
+    fns = {"mpsgraph": lambda: exe.run([td]), "numpy": lambda: np.maximum(x * 1.5 + 0.25, 0) * 0.5}
+    return fns, f"relu(x*1.5+0.25)*0.5, {n} float32"
+
+
+def w_matmul(device, n=512):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    g = mg.Graph()
+    pa, pb = g.placeholder((n, n)), g.placeholder((n, n))
+    exe = g.compile({pa: ((n, n), mg.float32), pb: ((n, n), mg.float32)}, [pa @ pb], device=device)
+    ta, tb = mg.TensorData(a), mg.TensorData(b)
+    return {"mpsgraph": lambda: exe.run([ta, tb]), "numpy": lambda: a @ b}, f"matmul {n}x{n} float32"
+
+
+def w_reduction(device, n=1024):
+    x = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    g = mg.Graph()
+    p = g.placeholder((n, n))
+    exe = g.compile({p: ((n, n), mg.float32)}, [g.reduction_sum(p, axes=0)], device=device)
+    td = mg.TensorData(x)
+    return {"mpsgraph": lambda: exe.run([td]), "numpy": lambda: x.sum(axis=0, keepdims=True)}, \
+        f"sum over axis 0 of {n}x{n} float32"
+
+
+def w_softmax(device, b=256, k=1000):
+    x = np.random.default_rng(0).standard_normal((b, k)).astype(np.float32)
+    g = mg.Graph()
+    p = g.placeholder((b, k))
+    exe = g.compile({p: ((b, k), mg.float32)}, [g.softmax(p, axis=-1)], device=device)
+    td = mg.TensorData(x)
+
+    def np_softmax():
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    return {"mpsgraph": lambda: exe.run([td]), "numpy": np_softmax}, f"softmax {b}x{k} float32"
+
+
+def w_mlp_step(device, batch=64):
+    rng = np.random.default_rng(0)
+    xb = rng.standard_normal((batch, 64)).astype(np.float32)
+    yb = np.eye(10, dtype=np.float32)[rng.integers(0, 10, batch)]
+    sizes = [64, 128, 64, 10]
+    init = [(rng.normal(0, np.sqrt(2 / i), (i, o)).astype(np.float32), np.zeros(o, np.float32))
+            for i, o in zip(sizes[:-1], sizes[1:])]
+    g = mg.Graph()
+    x, t = g.placeholder((None, 64)), g.placeholder((None, 10))
+    params, h = [], x
+    for k, (w0, b0) in enumerate(init):
+        w, b = g.variable(w0), g.variable(b0)
+        params += [w, b]
+        h = h @ w + b
+        if k < len(init) - 1:
+            h = g.relu(h)
+    loss = g.softmax_cross_entropy(h, t, reduction="mean")
+    ops = mg.optimizers.SGD(lr=0.01).minimize(g, loss, params)
+    exe = g.compile({x: ((None, 64), mg.float32), t: ((None, 10), mg.float32)}, [loss], target_operations=ops,
+                    device=device)
+    tx, ty = mg.TensorData(xb), mg.TensorData(yb)
+    fns = {"mpsgraph": lambda: exe.run([tx, ty])}
+    try:
+        import torch
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+        layers = []
+        for k, (w0, b0) in enumerate(init):
+            lin = torch.nn.Linear(w0.shape[0], w0.shape[1])
+            with torch.no_grad():
+                lin.weight.copy_(torch.from_numpy(w0.T.copy()))
+                lin.bias.copy_(torch.from_numpy(b0))
+            layers.append(lin)
+            if k < len(init) - 1:
+                layers.append(torch.nn.ReLU())
+        net = torch.nn.Sequential(*layers)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        txb, tyb = torch.from_numpy(xb), torch.from_numpy(yb)
+
+        def torch_step():
+            opt.zero_grad()
+            l = torch.nn.functional.cross_entropy(net(txb), tyb)
+            l.backward()
+            opt.step()
+            return l
+
+        fns["torch"] = torch_step
+    except ImportError:
+        pass
+    return fns, f"MLP 64-128-64-10 training step (forward, backward, SGD), batch {batch}"
+
+
+def add_torch_peer(name, fns, device):
+    """Same computation in PyTorch (CPU) where installed, for the simple workloads."""
+    try:
+        import torch
+    except ImportError:
+        return
+    rng = np.random.default_rng(0)
+    if name == "elementwise":
+        x = torch.from_numpy(rng.standard_normal(1 << 20).astype(np.float32))
+        fns["torch"] = lambda: torch.relu(x * 1.5 + 0.25) * 0.5
+    elif name == "matmul":
+        a = torch.from_numpy(rng.standard_normal((512, 512)).astype(np.float32))
+        b = torch.from_numpy(rng.standard_normal((512, 512)).astype(np.float32))
+        fns["torch"] = lambda: a @ b
+    elif name == "reduction":
+        x = torch.from_numpy(rng.standard_normal((1024, 1024)).astype(np.float32))
+        fns["torch"] = lambda: x.sum(dim=0, keepdim=True)
+    elif name == "softmax":
+        x = torch.from_numpy(rng.standard_normal((256, 1000)).astype(np.float32))
+        fns["torch"] = lambda: torch.softmax(x, dim=-1)
+
+
+def add_jax_peer(name, fns):
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return
+    rng = np.random.default_rng(0)
+    if name == "elementwise":
+        x = jnp.asarray(rng.standard_normal(1 << 20).astype(np.float32))
+        f = jax.jit(lambda v: jax.nn.relu(v * 1.5 + 0.25) * 0.5)
+        fns["jax"] = lambda: f(x).block_until_ready()
+    elif name == "matmul":
+        a = jnp.asarray(rng.standard_normal((512, 512)).astype(np.float32))
+        b = jnp.asarray(rng.standard_normal((512, 512)).astype(np.float32))
+        f = jax.jit(lambda u, v: u @ v)
+        fns["jax"] = lambda: f(a, b).block_until_ready()
+    elif name == "softmax":
+        x = jnp.asarray(rng.standard_normal((256, 1000)).astype(np.float32))
+        f = jax.jit(lambda v: jax.nn.softmax(v, axis=-1))
+        fns["jax"] = lambda: f(x).block_until_ready()
+
+
+WORKLOADS = {"elementwise": w_elementwise, "matmul": w_matmul, "reduction": w_reduction, "softmax": w_softmax,
+             "mlp_step": w_mlp_step}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--only", nargs="*", choices=sorted(WORKLOADS))
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    results = []
+    print(f"mpsgraph {mg.__version__} on {args.device}; median of {args.repeat} runs after warm-up")
+    print(f"{'workload':<14}{'framework':<11}{'median':>12}{'vs mpsgraph':>13}")
+    for name in args.only or WORKLOADS:
+        fns, desc = WORKLOADS[name](args.device)
+        add_torch_peer(name, fns, args.device)
+        add_jax_peer(name, fns)
+        base = None
+        for fw, fn in fns.items():
+            t = median_time(fn, args.repeat)
+            base = t if fw == "mpsgraph" else base
+            ratio = t / base if base else float("nan")
+            results.append({"workload": name, "description": desc, "framework": fw, "median_s": t,
+                            "ratio_to_mpsgraph": ratio})
+            print(f"{name:<14}{fw:<11}{t * 1e3:>10.3f}ms{ratio:>12.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
