@@ -120,6 +120,12 @@ ROWS = [
     pytest.param("flatten", lambda g, x: g.flatten(x), [normal(2, 3)], False, id="flatten"),
     pytest.param("reshape_like", lambda g, x, like: g.reshape_like(x, like), [normal(2, 3), normal(3, 2)], False,
                  id="reshape_like"),
+    # ---- activations (composites) ----
+    unary("leaky_relu", away, alpha=0.2), unary("elu", away), unary("selu", away), unary("gelu"),
+    pytest.param("gelu", lambda g, x: g.gelu(x, approximate="tanh"), [normal(2, 3)], False, id="gelu_tanh"),
+    unary("silu"), unary("softplus", beta=2.0), unary("softsign", away), unary("mish"), unary("log_sigmoid"),
+    unary("hard_sigmoid", lambda *s: uniform(-2.5, 2.5, *s)), unary("hard_swish", lambda *s: uniform(-2.5, 2.5, *s)),
+    pytest.param("prelu", lambda g, x, a: g.prelu(x, a), [away(2, 3), uniform(0.1, 0.3, 3)], False, id="prelu"),
     # ---- nn composites ----
     pytest.param("softmax", lambda g, x: g.softmax(x, axis=-1), [normal(2, 5)], True, id="softmax"),
     pytest.param("log_softmax", lambda g, x: g.log_softmax(x, axis=0), [normal(3, 4)], True, id="log_softmax"),

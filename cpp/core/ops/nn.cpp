@@ -140,6 +140,106 @@ void register_nn_ops() {
                  return std::vector<ValueRef>{apply_reduction(g, loss, std::get<std::string>(a.at("reduction")))};
                }});
 
+  // ---- activations: compositions of elementwise ops ----
+  auto act = [](const char* name, const char* doc, std::vector<AttrSpec> attrs,
+                std::function<ValueRef(Graph&, ValueRef, const Attrs&)> body, std::vector<std::string> aliases = {}) {
+    register_op({.name = name,
+                 .doc = doc,
+                 .inputs = {{"x"}},
+                 .attrs = std::move(attrs),
+                 .infer = same_as_first_float,
+                 .aliases = std::move(aliases),
+                 .family = "activation",
+                 .expand = [body](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+                   return std::vector<ValueRef>{body(g, in[0], a)};
+                 }});
+  };
+  auto fattr = [](const Attrs& a, const char* n) { return std::get<double>(a.at(n)); };
+  // softplus(x) = relu(x) + log(1 + exp(-|x|)): no overflow for any x
+  auto softplus_of = [](Graph& g, ValueRef x) {
+    return bin(g, "addition", un(g, "relu", x),
+               un(g, "logarithm", bin(g, "addition", k(g, 1, x), un(g, "exponent", un(g, "negative", un(g, "absolute", x))))));
+  };
+  // exp(min(x, 0)) - 1: the negative branch of elu without inf (whose 0 * inf gradient is nan)
+  auto expm1_neg = [](Graph& g, ValueRef x) {
+    return bin(g, "subtraction", un(g, "exponent", bin(g, "minimum", x, k(g, 0, x))), k(g, 1, x));
+  };
+  act("leaky_relu", "x if x >= 0 else alpha * x.", {attr("alpha", AttrKind::Float, 0.01)},
+      [fattr](Graph& g, ValueRef x, const Attrs& a) {
+        return call(g, "select", {bin(g, "greater_than_or_equal_to", x, k(g, 0, x)), x,
+                                  bin(g, "multiplication", x, k(g, fattr(a, "alpha"), x))});
+      });
+  register_op({.name = "prelu",
+               .doc = "x if x >= 0 else alpha * x, with a learned alpha tensor broadcast against x.",
+               .inputs = {{"x"}, {"alpha"}},
+               .infer = [](InferCtx& c) {
+                 require_class(c, 0, kFloat);
+                 c.same_dtype(0, 1);
+                 return std::vector<TensorType>{{c.in[0].dtype, c.broadcast({0, 1})}};
+               },
+               .family = "activation",
+               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs&) {
+                 ValueRef x = in[0];
+                 return std::vector<ValueRef>{call(g, "select", {bin(g, "greater_than_or_equal_to", x, k(g, 0, x)),
+                                                                 x, bin(g, "multiplication", x, in[1])})};
+               }});
+  act("elu", "x if x > 0 else alpha * (exp(x) - 1).", {attr("alpha", AttrKind::Float, 1.0)},
+      [fattr, expm1_neg](Graph& g, ValueRef x, const Attrs& a) {
+        return call(g, "select", {bin(g, "greater_than", x, k(g, 0, x)), x,
+                                  bin(g, "multiplication", expm1_neg(g, x), k(g, fattr(a, "alpha"), x))});
+      });
+  act("selu", "scale * elu(x, alpha) with the self-normalising constants.", {},
+      [expm1_neg](Graph& g, ValueRef x, const Attrs&) {
+        const double alpha = 1.6732632423543772848170429916717, scale = 1.0507009873554804934193349852946;
+        ValueRef e = call(g, "select", {bin(g, "greater_than", x, k(g, 0, x)), x,
+                                        bin(g, "multiplication", expm1_neg(g, x), k(g, alpha, x))});
+        return bin(g, "multiplication", e, k(g, scale, x));
+      });
+  act("gelu", "x * Phi(x); approximate='tanh' uses 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).",
+      {attr("approximate", AttrKind::String, std::string("none"), "'none' (exact, erf) or 'tanh'")},
+      [](Graph& g, ValueRef x, const Attrs& a) {
+        const std::string& mode = std::get<std::string>(a.at("approximate"));
+        ValueRef inner;
+        if (mode == "tanh") {
+          ValueRef cube = bin(g, "multiplication", x, bin(g, "multiplication", x, x));
+          ValueRef u = bin(g, "multiplication", k(g, 0.7978845608028654, x),
+                           bin(g, "addition", x, bin(g, "multiplication", k(g, 0.044715, x), cube)));
+          inner = un(g, "tanh", u);
+        } else if (mode == "none") {
+          inner = un(g, "erf", bin(g, "multiplication", x, k(g, 0.7071067811865476, x)));
+        } else {
+          raise(ErrorKind::Value, "gelu", "", "approximate must be 'none' or 'tanh', not '" + mode + "'");
+        }
+        return bin(g, "multiplication", bin(g, "multiplication", k(g, 0.5, x), x), bin(g, "addition", k(g, 1, x), inner));
+      });
+  act("silu", "x * sigmoid(x).", {}, [](Graph& g, ValueRef x, const Attrs&) {
+        return bin(g, "multiplication", x, un(g, "sigmoid", x));
+      }, {"swish"});
+  act("softplus", "log(1 + exp(beta * x)) / beta, computed without overflow.", {attr("beta", AttrKind::Float, 1.0)},
+      [fattr, softplus_of](Graph& g, ValueRef x, const Attrs& a) {
+        double beta = fattr(a, "beta");
+        if (beta == 1.0) return softplus_of(g, x);
+        return bin(g, "division", softplus_of(g, bin(g, "multiplication", x, k(g, beta, x))), k(g, beta, x));
+      });
+  act("softsign", "x / (1 + |x|).", {}, [](Graph& g, ValueRef x, const Attrs&) {
+        return bin(g, "division", x, bin(g, "addition", k(g, 1, x), un(g, "absolute", x)));
+      });
+  act("hard_sigmoid", "clamp(alpha * x + beta, 0, 1); the defaults are PyTorch's (ONNX uses alpha=0.2).",
+      {attr("alpha", AttrKind::Float, 1.0 / 6.0), attr("beta", AttrKind::Float, 0.5)},
+      [fattr](Graph& g, ValueRef x, const Attrs& a) {
+        ValueRef lin = bin(g, "addition", bin(g, "multiplication", x, k(g, fattr(a, "alpha"), x)), k(g, fattr(a, "beta"), x));
+        return call(g, "clamp", {lin, k(g, 0, x), k(g, 1, x)});
+      });
+  act("hard_swish", "x * hard_sigmoid(x) = x * clamp(x / 6 + 0.5, 0, 1).", {}, [](Graph& g, ValueRef x, const Attrs&) {
+        ValueRef lin = bin(g, "addition", bin(g, "multiplication", x, k(g, 1.0 / 6.0, x)), k(g, 0.5, x));
+        return bin(g, "multiplication", x, call(g, "clamp", {lin, k(g, 0, x), k(g, 1, x)}));
+      });
+  act("mish", "x * tanh(softplus(x)).", {}, [softplus_of](Graph& g, ValueRef x, const Attrs&) {
+        return bin(g, "multiplication", x, un(g, "tanh", softplus_of(g, x)));
+      });
+  act("log_sigmoid", "log(sigmoid(x)) = -softplus(-x), stable for any x.", {},
+      [softplus_of](Graph& g, ValueRef x, const Attrs&) { return un(g, "negative", softplus_of(g, un(g, "negative", x))); });
+
   // ---- optimizer updates (MPSGraph's optimizer ops): return the new values, assign them yourself ----
   register_op({.name = "stochastic_gradient_descent",
                .doc = "values - learning_rate * gradient (MPSGraph's stochasticGradientDescent).",
