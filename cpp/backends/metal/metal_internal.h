@@ -1,0 +1,140 @@
+// Objective-C++ internals of the Metal backend, shared by the .mm files of this folder only.
+// C++ code includes metal_backend.h, which holds no Objective-C type.
+#pragma once
+#if !defined(__OBJC__) || !defined(__cplusplus)
+#error "metal_internal.h is Objective-C++ only; C++ code includes backends/metal/metal_backend.h"
+#endif
+
+#import <Foundation/Foundation.h>
+#import <Metal/Metal.h>
+#import <MetalPerformanceShaders/MetalPerformanceShaders.h>
+#import <MetalPerformanceShadersGraph/MetalPerformanceShadersGraph.h>
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/metal/metal_backend.h"
+#include "core/attrs.h"
+#include "core/error.h"
+#include "core/graph.h"
+#include "core/registry.h"
+
+namespace mg::metal {
+
+struct MetalDevice::Impl {
+  id<MTLDevice> device = nil;
+  id<MTLCommandQueue> queue = nil;
+  MPSGraphDevice* graph_device = nil;
+  std::mutex encode_mu;  // one encoder at a time on `queue`
+  size_t page_size = 16384;
+  std::string name;
+};
+
+// ---- limits checked before anything reaches MPSGraph (its failures are often aborts) ----
+constexpr size_t kMaxRank = 16;                       // MPSNDArray / MPSGraphTensorData rank limit
+constexpr int64_t kMaxDim = 2147483647;               // NDArray dimension length <= INT_MAX
+constexpr uint64_t kMaxTensorBytes = 4294967295ull;   // NDArray total bytes must stay below 2**32
+constexpr int64_t kMatmulMaxK = 32767;                // K >= 32767 is silently wrong on M1/M2: split K
+constexpr int64_t kMatmulSplitK = 16384;
+
+// ---- dtypes and shapes ----
+// MPSDataType for an IR dtype. float64 and (before macOS 14) bfloat16 raise, naming the op.
+MPSDataType mps_dtype(DType t, const std::string& op, const std::string& node);
+// MPSGraph shape of an IR shape: rank-0 values are carried as [1] (as PyTorch's MPS backend
+// does); every other shape is used as is. The bytes are the same.
+MPSShape* mps_shape(const Shape& s);
+bool is_float_dtype(DType t);
+int dtype_bits(DType t);
+
+// Runs f inside @autoreleasepool, turning Objective-C exceptions into GraphError(Runtime) and
+// letting C++ exceptions leave only after the pool has been drained.
+void guarded(const char* what, const std::function<void()>& f);
+
+// The MTLBuffer behind an Array made by MetalDevice::allocate (nil for any other Array).
+id<MTLBuffer> buffer_of(const Array& a);
+
+// ---- lowering: IR node -> MPSGraph tensors ----
+class LowerCtx {
+ public:
+  LowerCtx(MPSGraph* graph, const Node& node, std::vector<MPSGraphTensor*> in, std::vector<TensorType> in_types,
+           std::vector<std::shared_ptr<const Array>>* keep_alive);
+
+  MPSGraph* g;
+  const Node& node;
+  const std::string& op;
+  std::vector<MPSGraphTensor*> in;
+  std::vector<TensorType> in_types;
+  const std::vector<TensorType>& out_types;
+  std::vector<std::shared_ptr<const Array>>* keep_alive;  // constant payloads the program keeps
+
+  const TensorType& out(size_t k = 0) const { return out_types.at(k); }
+  DType in_dtype(size_t i = 0) const { return in_types.at(i).dtype; }
+
+  [[noreturn]] void fail(ErrorKind kind, const std::string& msg) const;
+  [[noreturn]] void needs_macos(const char* version, const std::string& what) const;
+
+  // -- attributes (several spellings accepted; AttrNone counts as absent) --
+  const AttrValue* attr(std::initializer_list<const char*> names) const;
+  bool has_attr(std::initializer_list<const char*> names) const { return attr(names) != nullptr; }
+  int64_t attr_int(std::initializer_list<const char*> names, int64_t def) const;
+  double attr_float(std::initializer_list<const char*> names, double def) const;
+  bool attr_bool(std::initializer_list<const char*> names, bool def) const;
+  std::vector<int64_t> attr_ints(std::initializer_list<const char*> names, bool* found = nullptr) const;
+  // Raises NotImplemented for an attribute this lowering does not understand, so a schema
+  // that changed never produces silently different results.
+  void only_attrs(std::initializer_list<const char*> known) const;
+
+  // -- constants --
+  MPSGraphTensor* constant_bytes(const void* data, size_t nbytes, const Shape& shape, DType t);
+  MPSGraphTensor* k(double v, DType t);                 // one element of shape [1]; broadcasts
+  MPSGraphTensor* k_int(int64_t v, DType t);            // exact integer constant
+  MPSGraphTensor* k_limit(DType t, bool max);           // exact min/max of an integer dtype
+  MPSGraphTensor* fill(double v, const TensorType& t);  // a full tensor (broadcast of k)
+
+  // -- building blocks (NaN and integer semantics of the CPU kernels are kept by callers) --
+  MPSGraphTensor* add(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* sub(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* mul(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* div(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* sel(MPSGraphTensor* p, MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* eq(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* ne(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* lt(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* le(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* gt(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* ge(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* land(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* lor(MPSGraphTensor* a, MPSGraphTensor* b);
+  MPSGraphTensor* lnot(MPSGraphTensor* a);
+  MPSGraphTensor* isnan(MPSGraphTensor* a);
+  MPSGraphTensor* max_nan(MPSGraphTensor* a, MPSGraphTensor* b, DType t);  // NaN-propagating for floats
+  MPSGraphTensor* min_nan(MPSGraphTensor* a, MPSGraphTensor* b, DType t);
+  MPSGraphTensor* raw_cast(MPSGraphTensor* x, DType to);                  // castTensor:toType:name:
+  // The `cast` op's semantics: float -> integer truncates and saturates, NaN -> 0; anything
+  // nonzero -> True; integer -> integer wraps (two's complement).
+  MPSGraphTensor* convert(MPSGraphTensor* x, DType from, DType to);
+  MPSGraphTensor* reshape(MPSGraphTensor* x, const Shape& shape);
+  MPSGraphTensor* broadcast(MPSGraphTensor* x, const Shape& shape);
+  // Brings a result to the node's declared output type k (shape [1] for rank 0).
+  MPSGraphTensor* conform(MPSGraphTensor* x, size_t k);
+};
+
+using LowerFn = std::function<std::vector<MPSGraphTensor*>(LowerCtx&)>;
+void register_lowering(const std::string& op, LowerFn fn);
+const LowerFn* find_lowering(const std::string& op);
+std::vector<std::string> lowered_op_names();
+
+// Family registration (one per .mm file).
+void register_elementwise_lowerings();
+void register_reduction_lowerings();
+void register_matmul_lowerings();
+void register_shape_lowerings();
+void register_creation_lowerings();
+
+}  // namespace mg::metal

@@ -1,0 +1,372 @@
+// Shared helpers of the Metal lowering: dtype/shape mapping, the op table, constants and the
+// small compositions that keep the CPU kernels' semantics (saturating casts, NaN rules).
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <unordered_map>
+
+#include "backends/metal/metal_internal.h"
+
+namespace mg::metal {
+
+// ---------------- dtypes, shapes, exceptions ----------------
+
+MPSDataType mps_dtype(DType t, const std::string& op, const std::string& node) {
+  switch (t) {
+    case DType::Bool: return MPSDataTypeBool;
+    case DType::Int8: return MPSDataTypeInt8;
+    case DType::Int16: return MPSDataTypeInt16;
+    case DType::Int32: return MPSDataTypeInt32;
+    case DType::Int64: return MPSDataTypeInt64;
+    case DType::UInt8: return MPSDataTypeUInt8;
+    case DType::UInt16: return MPSDataTypeUInt16;
+    case DType::UInt32: return MPSDataTypeUInt32;
+    case DType::UInt64: return MPSDataTypeUInt64;
+    case DType::Float16: return MPSDataTypeFloat16;
+    case DType::Float32: return MPSDataTypeFloat32;
+    case DType::BFloat16:
+      if (@available(macOS 14.0, *)) return MPSDataTypeBFloat16;
+      raise(ErrorKind::NotImplemented, op, node, "bfloat16 needs macOS 14 or newer on the metal backend");
+    case DType::Float64:
+      break;
+  }
+  raise(ErrorKind::Type, op, node, "float64 is not supported by MPSGraph; cast to float32");
+}
+
+MPSShape* mps_shape(const Shape& s) {
+  if (s.empty()) return @[ @1 ];
+  NSMutableArray<NSNumber*>* a = [NSMutableArray arrayWithCapacity:s.size()];
+  for (int64_t d : s) [a addObject:@(d)];
+  return a;
+}
+
+bool is_float_dtype(DType t) { return is_floating(t); }
+int dtype_bits(DType t) { return int(dtype_size(t) * 8); }
+
+void guarded(const char* what, const std::function<void()>& f) {
+  std::exception_ptr cpp_error;
+  std::string objc_error;
+  @autoreleasepool {
+    try {
+      @try {
+        f();
+      } @catch (NSException* e) {
+        objc_error = std::string(e.name ? e.name.UTF8String : "NSException") + ": " +
+                     (e.reason ? e.reason.UTF8String : "(no reason given)");
+      } @catch (id e) {
+        objc_error = "an Objective-C exception";
+      }
+    } catch (...) {
+      cpp_error = std::current_exception();
+    }
+  }  // the pool is drained before anything propagates
+  if (cpp_error) std::rethrow_exception(cpp_error);
+  if (!objc_error.empty()) raise(ErrorKind::Runtime, what, "", "MPSGraph raised " + objc_error);
+}
+
+// ---------------- op table ----------------
+
+namespace {
+std::unordered_map<std::string, LowerFn>& table() {
+  static std::unordered_map<std::string, LowerFn> t;
+  return t;
+}
+void ensure_registered() {
+  static bool done = [] {
+    register_elementwise_lowerings();
+    register_reduction_lowerings();
+    register_matmul_lowerings();
+    register_shape_lowerings();
+    register_creation_lowerings();
+    return true;
+  }();
+  (void)done;
+}
+}  // namespace
+
+void register_lowering(const std::string& op, LowerFn fn) { table()[op] = std::move(fn); }
+
+const LowerFn* find_lowering(const std::string& op) {
+  ensure_registered();
+  auto it = table().find(op);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> lowered_op_names() {
+  ensure_registered();
+  std::vector<std::string> r;
+  for (auto& kv : table()) r.push_back(kv.first);
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+// ---------------- LowerCtx ----------------
+
+LowerCtx::LowerCtx(MPSGraph* graph, const Node& n, std::vector<MPSGraphTensor*> inputs, std::vector<TensorType> types,
+                   std::vector<std::shared_ptr<const Array>>* keep)
+    : g(graph), node(n), op(n.op->name), in(std::move(inputs)), in_types(std::move(types)), out_types(n.outputs),
+      keep_alive(keep) {}
+
+void LowerCtx::fail(ErrorKind kind, const std::string& msg) const { raise(kind, op, node.name, msg); }
+
+void LowerCtx::needs_macos(const char* version, const std::string& what) const {
+  fail(ErrorKind::NotImplemented, what + " needs macOS " + version + " or newer on the metal backend");
+}
+
+const AttrValue* LowerCtx::attr(std::initializer_list<const char*> names) const {
+  for (const char* n : names) {
+    auto it = node.attrs.find(n);
+    if (it != node.attrs.end() && !std::holds_alternative<AttrNone>(it->second)) return &it->second;
+  }
+  return nullptr;
+}
+
+int64_t LowerCtx::attr_int(std::initializer_list<const char*> names, int64_t def) const {
+  const AttrValue* v = attr(names);
+  if (!v) return def;
+  if (auto p = std::get_if<int64_t>(v)) return *p;
+  if (auto p = std::get_if<bool>(v)) return *p ? 1 : 0;
+  if (auto p = std::get_if<double>(v)) return int64_t(*p);
+  if (auto p = std::get_if<std::vector<int64_t>>(v); p && p->size() == 1) return (*p)[0];
+  fail(ErrorKind::NotImplemented, "the metal lowering cannot read attribute '" + std::string(*names.begin()) +
+                                      "' as an integer (got " + attr_repr(*v) + ")");
+}
+
+double LowerCtx::attr_float(std::initializer_list<const char*> names, double def) const {
+  const AttrValue* v = attr(names);
+  if (!v) return def;
+  if (auto p = std::get_if<double>(v)) return *p;
+  if (auto p = std::get_if<int64_t>(v)) return double(*p);
+  if (auto p = std::get_if<bool>(v)) return *p ? 1.0 : 0.0;
+  fail(ErrorKind::NotImplemented, "the metal lowering cannot read attribute '" + std::string(*names.begin()) +
+                                      "' as a number (got " + attr_repr(*v) + ")");
+}
+
+bool LowerCtx::attr_bool(std::initializer_list<const char*> names, bool def) const {
+  const AttrValue* v = attr(names);
+  if (!v) return def;
+  if (auto p = std::get_if<bool>(v)) return *p;
+  if (auto p = std::get_if<int64_t>(v)) return *p != 0;
+  fail(ErrorKind::NotImplemented, "the metal lowering cannot read attribute '" + std::string(*names.begin()) +
+                                      "' as a bool (got " + attr_repr(*v) + ")");
+}
+
+std::vector<int64_t> LowerCtx::attr_ints(std::initializer_list<const char*> names, bool* found) const {
+  const AttrValue* v = attr(names);
+  if (found) *found = v != nullptr;
+  if (!v) return {};
+  if (auto p = std::get_if<std::vector<int64_t>>(v)) return *p;
+  if (auto p = std::get_if<int64_t>(v)) return {*p};
+  fail(ErrorKind::NotImplemented, "the metal lowering cannot read attribute '" + std::string(*names.begin()) +
+                                      "' as a list of integers (got " + attr_repr(*v) + ")");
+}
+
+void LowerCtx::only_attrs(std::initializer_list<const char*> known) const {
+  for (auto& kv : node.attrs) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || kv.first == k;
+    if (!ok)
+      fail(ErrorKind::NotImplemented, "attribute '" + kv.first + "' (" + attr_repr(kv.second) +
+                                          ") is not understood by the metal lowering of this op");
+  }
+}
+
+MPSGraphTensor* LowerCtx::constant_bytes(const void* data, size_t nbytes, const Shape& shape, DType t) {
+  NSData* d = [NSData dataWithBytes:data length:nbytes];
+  return [g constantWithData:d shape:mps_shape(shape) dataType:mps_dtype(t, op, node.name)];
+}
+
+MPSGraphTensor* LowerCtx::k(double v, DType t) {
+  uint64_t buf = 0;
+  store_from_double(&buf, t, 0, v);
+  return constant_bytes(&buf, dtype_size(t), Shape{}, t);
+}
+
+MPSGraphTensor* LowerCtx::k_int(int64_t v, DType t) {
+  unsigned char buf[8] = {0};
+  switch (t) {
+    case DType::Bool: { bool b = v != 0; std::memcpy(buf, &b, 1); break; }
+    case DType::Int8: { int8_t x = int8_t(v); std::memcpy(buf, &x, 1); break; }
+    case DType::Int16: { int16_t x = int16_t(v); std::memcpy(buf, &x, 2); break; }
+    case DType::Int32: { int32_t x = int32_t(v); std::memcpy(buf, &x, 4); break; }
+    case DType::Int64: { std::memcpy(buf, &v, 8); break; }
+    case DType::UInt8: { uint8_t x = uint8_t(v); std::memcpy(buf, &x, 1); break; }
+    case DType::UInt16: { uint16_t x = uint16_t(v); std::memcpy(buf, &x, 2); break; }
+    case DType::UInt32: { uint32_t x = uint32_t(v); std::memcpy(buf, &x, 4); break; }
+    case DType::UInt64: { uint64_t x = uint64_t(v); std::memcpy(buf, &x, 8); break; }
+    default: return k(double(v), t);
+  }
+  return constant_bytes(buf, dtype_size(t), Shape{}, t);
+}
+
+MPSGraphTensor* LowerCtx::k_limit(DType t, bool max) {
+  unsigned char buf[8] = {0};
+  auto put = [&](auto lo, auto hi) {
+    auto v = max ? hi : lo;
+    std::memcpy(buf, &v, sizeof(v));
+  };
+  switch (t) {
+    case DType::Int8: put(std::numeric_limits<int8_t>::min(), std::numeric_limits<int8_t>::max()); break;
+    case DType::Int16: put(std::numeric_limits<int16_t>::min(), std::numeric_limits<int16_t>::max()); break;
+    case DType::Int32: put(std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()); break;
+    case DType::Int64: put(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); break;
+    case DType::UInt8: put(std::numeric_limits<uint8_t>::min(), std::numeric_limits<uint8_t>::max()); break;
+    case DType::UInt16: put(std::numeric_limits<uint16_t>::min(), std::numeric_limits<uint16_t>::max()); break;
+    case DType::UInt32: put(std::numeric_limits<uint32_t>::min(), std::numeric_limits<uint32_t>::max()); break;
+    case DType::UInt64: put(std::numeric_limits<uint64_t>::min(), std::numeric_limits<uint64_t>::max()); break;
+    default: fail(ErrorKind::Type, "internal: k_limit of a non-integer dtype");
+  }
+  return constant_bytes(buf, dtype_size(t), Shape{}, t);
+}
+
+MPSGraphTensor* LowerCtx::fill(double v, const TensorType& t) { return broadcast(k(v, t.dtype), t.shape); }
+
+MPSGraphTensor* LowerCtx::add(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g additionWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::sub(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g subtractionWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::mul(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g multiplicationWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::div(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g divisionWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::sel(MPSGraphTensor* p, MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g selectWithPredicateTensor:p truePredicateTensor:a falsePredicateTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::eq(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g equalWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::ne(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g notEqualWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::lt(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g lessThanWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::le(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g lessThanOrEqualToWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::gt(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g greaterThanWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::ge(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g greaterThanOrEqualToWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::land(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g logicalANDWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::lor(MPSGraphTensor* a, MPSGraphTensor* b) {
+  return [g logicalORWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::lnot(MPSGraphTensor* a) { return [g notWithTensor:a name:nil]; }
+MPSGraphTensor* LowerCtx::isnan(MPSGraphTensor* a) { return [g isNaNWithTensor:a name:nil]; }
+
+MPSGraphTensor* LowerCtx::max_nan(MPSGraphTensor* a, MPSGraphTensor* b, DType t) {
+  // The NaN-propagating variants assert on integer dtypes (PyTorch saw it on macOS 15.1).
+  if (is_float_dtype(t)) return [g maximumWithNaNPropagationWithPrimaryTensor:a secondaryTensor:b name:nil];
+  return [g maximumWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+MPSGraphTensor* LowerCtx::min_nan(MPSGraphTensor* a, MPSGraphTensor* b, DType t) {
+  if (is_float_dtype(t)) return [g minimumWithNaNPropagationWithPrimaryTensor:a secondaryTensor:b name:nil];
+  return [g minimumWithPrimaryTensor:a secondaryTensor:b name:nil];
+}
+
+MPSGraphTensor* LowerCtx::raw_cast(MPSGraphTensor* x, DType to) {
+  MPSDataType t = mps_dtype(to, op, node.name);
+  if (x.dataType == t) return x;
+  return [g castTensor:x toType:t name:nil];
+}
+
+namespace {
+// float(min) / float(max) of an integer dtype, computed as the CPU kernel's `From(limit)`
+// (half and bfloat16 compute in float there, so float is right for all three).
+void float_limits(DType t, float& lo, float& hi) {
+  switch (t) {
+    case DType::Int8: lo = float(std::numeric_limits<int8_t>::min()); hi = float(std::numeric_limits<int8_t>::max()); break;
+    case DType::Int16: lo = float(std::numeric_limits<int16_t>::min()); hi = float(std::numeric_limits<int16_t>::max()); break;
+    case DType::Int32: lo = float(std::numeric_limits<int32_t>::min()); hi = float(std::numeric_limits<int32_t>::max()); break;
+    case DType::Int64: lo = float(std::numeric_limits<int64_t>::min()); hi = float(std::numeric_limits<int64_t>::max()); break;
+    case DType::UInt8: lo = 0.f; hi = float(std::numeric_limits<uint8_t>::max()); break;
+    case DType::UInt16: lo = 0.f; hi = float(std::numeric_limits<uint16_t>::max()); break;
+    case DType::UInt32: lo = 0.f; hi = float(std::numeric_limits<uint32_t>::max()); break;
+    default: lo = 0.f; hi = float(std::numeric_limits<uint64_t>::max()); break;
+  }
+}
+}  // namespace
+
+MPSGraphTensor* LowerCtx::convert(MPSGraphTensor* x, DType from, DType to) {
+  if (from == to) return x;
+  if (to == DType::Bool) return ne(x, k(0, from));  // NaN != 0 is True, as on the CPU
+  if (from == DType::Bool) return raw_cast(x, to);
+  if (is_float_dtype(from) && is_float_dtype(to)) return raw_cast(x, to);
+  if (!is_float_dtype(from) && is_float_dtype(to)) return raw_cast(x, to);
+  if (is_float_dtype(from)) {
+    // float -> integer: truncate toward zero, saturate at the range, NaN -> 0.
+    MPSGraphTensor* xf = from == DType::Float32 ? x : raw_cast(x, DType::Float32);
+    float lo, hi;
+    float_limits(to, lo, hi);
+    MPSGraphTensor* klo = k(lo, DType::Float32);
+    MPSGraphTensor* khi = k(hi, DType::Float32);
+    MPSGraphTensor* safe = sel(isnan(xf), k(0, DType::Float32), xf);
+    safe = [g maximumWithPrimaryTensor:safe secondaryTensor:klo name:nil];
+    safe = [g minimumWithPrimaryTensor:safe secondaryTensor:khi name:nil];
+    MPSGraphTensor* r;
+    if (dtype_size(to) < 4) r = raw_cast(raw_cast(safe, DType::Int32), to);  // float -> (u)int8/16 via int32
+    else r = raw_cast(safe, to);
+    r = sel(ge(xf, khi), k_limit(to, true), r);
+    r = sel(le(xf, klo), k_limit(to, false), r);
+    return sel(isnan(xf), k_int(0, to), r);
+  }
+  // integer -> integer, two's-complement wrap as numpy.
+  const bool from_signed = is_signed_integer(from), to_signed = is_signed_integer(to);
+  const int fb = dtype_bits(from), tb = dtype_bits(to);
+  if ((from_signed == to_signed && tb >= fb) || (!from_signed && to_signed && tb > fb)) return raw_cast(x, to);
+  MPSGraphTensor* w;  // the value's bits as int64
+  if (from == DType::UInt64 || to == DType::UInt64) {
+    if (@available(macOS 13.2, *)) {
+      w = from == DType::UInt64 ? [g reinterpretCastTensor:x toType:MPSDataTypeInt64 name:nil] : raw_cast(x, DType::Int64);
+      if (to == DType::UInt64) return [g reinterpretCastTensor:w toType:MPSDataTypeUInt64 name:nil];
+    } else {
+      needs_macos("13.2", "casting between uint64 and other integer dtypes");
+    }
+  } else {
+    w = raw_cast(x, DType::Int64);
+  }
+  if (tb == 64) return raw_cast(w, to);  // int64 (or uint64, handled above)
+  MPSGraphTensor* m = [g bitwiseANDWithPrimaryTensor:w secondaryTensor:k_int((int64_t(1) << tb) - 1, DType::Int64) name:nil];
+  if (to_signed)
+    m = sel(ge(m, k_int(int64_t(1) << (tb - 1), DType::Int64)), sub(m, k_int(int64_t(1) << tb, DType::Int64)), m);
+  return raw_cast(m, to);
+}
+
+MPSGraphTensor* LowerCtx::reshape(MPSGraphTensor* x, const Shape& shape) {
+  MPSShape* s = mps_shape(shape);
+  if (x.shape && [x.shape isEqualToArray:s]) return x;
+  return [g reshapeTensor:x withShape:s name:nil];
+}
+
+MPSGraphTensor* LowerCtx::broadcast(MPSGraphTensor* x, const Shape& shape) {
+  MPSShape* s = mps_shape(shape);
+  if (x.shape && [x.shape isEqualToArray:s]) return x;
+  return [g broadcastTensor:x toShape:s name:nil];
+}
+
+MPSGraphTensor* LowerCtx::conform(MPSGraphTensor* x, size_t kk) {
+  const TensorType& t = out(kk);
+  x = raw_cast(x, t.dtype);
+  MPSShape* want = mps_shape(t.shape);
+  MPSShape* have = x.shape;
+  if (have && [have isEqualToArray:want]) return x;
+  if (have) {
+    int64_t n = 1;
+    for (NSNumber* d : have) n *= d.longLongValue;
+    int64_t m = 1;
+    for (NSNumber* d : want) m *= d.longLongValue;
+    if (n != m) return [g broadcastTensor:x toShape:want name:nil];
+  }
+  return [g reshapeTensor:x withShape:want name:nil];
+}
+
+}  // namespace mg::metal

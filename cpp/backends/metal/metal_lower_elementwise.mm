@@ -1,0 +1,317 @@
+// Lowerings of the elementwise family (cpp/core/ops/elementwise.cpp). Semantics follow the CPU
+// kernels (cpp/backends/cpu/kernels_elementwise.cpp): where MPSGraph's own op differs or is
+// undocumented for an edge (integer division by zero, NaN, signed zeros, wrap-around), the op
+// is composed from simpler MPSGraph ops whose behaviour is not in doubt.
+#include <limits>
+
+#include "backends/metal/metal_internal.h"
+
+namespace mg::metal {
+
+namespace {
+
+using T = MPSGraphTensor*;
+using Unary = std::function<T(LowerCtx&, T x, DType t)>;
+using Binary = std::function<T(LowerCtx&, T x, T y, DType t)>;
+
+void unary(const char* name, Unary f) {
+  register_lowering(name, [f](LowerCtx& c) { return std::vector<T>{f(c, c.in[0], c.in_dtype(0))}; });
+}
+void binary(const char* name, Binary f) {
+  register_lowering(name, [f](LowerCtx& c) { return std::vector<T>{f(c, c.in[0], c.in[1], c.in_dtype(0))}; });
+}
+
+bool is_signed(DType t) { return is_signed_integer(t); }
+bool is_unsigned(DType t) { return is_unsigned_integer(t); }
+
+// Runs a float composition in float32 for float16/bfloat16, as the CPU kernels compute them
+// in float and round once.
+T in_f32(LowerCtx& c, T x, T y, DType t, const std::function<T(T, T)>& f) {
+  if (t == DType::Float32) return f(x, y);
+  T r = f(c.raw_cast(x, DType::Float32), c.raw_cast(y, DType::Float32));
+  return c.raw_cast(r, t);
+}
+
+// Any tensor to bool: MPSGraph's predicates are bool already; this covers ops whose result
+// dtype the header leaves open (signbit).
+T truthy(LowerCtx& c, T x) {
+  if (x.dataType == MPSDataTypeBool) return x;
+  return [c.g notEqualWithPrimaryTensor:x secondaryTensor:[c.g constantWithScalar:0 dataType:x.dataType] name:nil];
+}
+
+T lxor(LowerCtx& c, T a, T b) { return [c.g logicalXORWithPrimaryTensor:a secondaryTensor:b name:nil]; }
+
+// C fmod (sign of x) from MPSGraph's modulo, whatever its sign convention (truncated, floored
+// or IEEE remainder): shift by |y| toward x's sign when the signs disagree.
+T fmod_f32(LowerCtx& c, T x, T y) {
+  T m = [c.g moduloWithPrimaryTensor:x secondaryTensor:y name:nil];
+  T zero = c.k(0, DType::Float32);
+  T ay = [c.g absoluteWithTensor:y name:nil];
+  T wrong = c.land(c.ne(m, zero), lxor(c, c.lt(m, zero), c.lt(x, zero)));
+  T shift = c.sel(c.lt(x, zero), [c.g negativeWithTensor:ay name:nil], ay);
+  return c.sel(wrong, c.add(m, shift), m);
+}
+
+// ---- integer compositions (exact, wrap-around, division by zero gives 0) ----
+
+struct IntDiv {
+  T q;        // truncated quotient with safe divisor
+  T ys;       // the divisor actually used (1 where y is 0 or -1)
+  T y_zero;   // y == 0
+  T y_m1;     // y == -1 (signed only; nil otherwise)
+};
+
+IntDiv int_trunc_div(LowerCtx& c, T x, T y, DType t) {
+  IntDiv d;
+  d.y_zero = c.eq(y, c.k_int(0, t));
+  T bad = d.y_zero;
+  d.y_m1 = nil;
+  if (is_signed(t)) {
+    d.y_m1 = c.eq(y, c.k_int(-1, t));
+    bad = c.lor(bad, d.y_m1);  // INT_MIN / -1 must wrap, never trap
+  }
+  d.ys = c.sel(bad, c.k_int(1, t), y);
+  d.q = c.div(x, d.ys);
+  return d;
+}
+
+T int_division(LowerCtx& c, T x, T y, DType t) {
+  IntDiv d = int_trunc_div(c, x, y, t);
+  T q = d.q;
+  if (d.y_m1) q = c.sel(d.y_m1, c.sub(c.k_int(0, t), x), q);
+  return c.sel(d.y_zero, c.k_int(0, t), q);
+}
+
+T int_floor_division(LowerCtx& c, T x, T y, DType t) {
+  IntDiv d = int_trunc_div(c, x, y, t);
+  T q = d.q;
+  if (is_signed(t)) {
+    T zero = c.k_int(0, t);
+    T r = c.sub(x, c.mul(q, d.ys));
+    T adj = c.land(c.ne(r, zero), lxor(c, c.lt(x, zero), c.lt(d.ys, zero)));
+    q = c.sel(adj, c.sub(q, c.k_int(1, t)), q);
+    q = c.sel(d.y_m1, c.sub(zero, x), q);
+  }
+  return c.sel(d.y_zero, c.k_int(0, t), q);
+}
+
+T int_modulo(LowerCtx& c, T x, T y, DType t) {
+  IntDiv d = int_trunc_div(c, x, y, t);
+  T zero = c.k_int(0, t);
+  T r = c.sub(x, c.mul(d.q, d.ys));
+  if (is_signed(t)) {
+    T adj = c.land(c.ne(r, zero), lxor(c, c.lt(r, zero), c.lt(y, zero)));
+    r = c.sel(adj, c.add(r, y), r);
+    r = c.sel(d.y_m1, zero, r);
+  }
+  return c.sel(d.y_zero, zero, r);
+}
+
+// x ** y by square-and-multiply over the exponent's bits: exact with wrap-around, as the CPU.
+T int_power(LowerCtx& c, T x, T y, DType t) {
+  T zero = c.k_int(0, t), one = c.k_int(1, t);
+  T e = is_signed(t) ? c.sel(c.lt(y, zero), zero, y) : y;
+  T r = one, b = x;
+  const int bits = dtype_bits(t) - (is_signed(t) ? 1 : 0);
+  for (int i = 0; i < bits; ++i) {
+    T shifted = i == 0 ? e : [c.g bitwiseRightShiftWithPrimaryTensor:e secondaryTensor:c.k_int(i, t) name:nil];
+    T bit = c.ne([c.g bitwiseANDWithPrimaryTensor:shifted secondaryTensor:one name:nil], zero);
+    r = c.sel(bit, c.mul(r, b), r);
+    if (i + 1 < bits) b = c.mul(b, b);
+  }
+  if (is_signed(t)) {  // negative exponents: 1/x**-y truncated
+    T odd = c.ne([c.g bitwiseANDWithPrimaryTensor:y secondaryTensor:one name:nil], zero);
+    T m1 = c.k_int(-1, t);
+    T neg = c.sel(c.eq(x, one), one, c.sel(c.eq(x, m1), c.sel(odd, m1, one), zero));
+    r = c.sel(c.lt(y, zero), neg, r);
+  }
+  return r;
+}
+
+// numpy / C pow for floats. MPSGraph's power may follow Metal's pow (undefined for x < 0), so
+// the sign, the NaN of a negative base with a fractional exponent, and pow(x, 0) = pow(1, y) = 1
+// are made explicit around pow(|x|, y).
+T float_power(LowerCtx& c, T x, T y) {
+  const DType F = DType::Float32;
+  T zero = c.k(0, F), one = c.k(1, F);
+  T ax = [c.g absoluteWithTensor:x name:nil];
+  T r = [c.g powerWithPrimaryTensor:ax secondaryTensor:y name:nil];
+  T y_int = c.eq([c.g floorWithTensor:y name:nil], y);
+  T half = c.mul(y, c.k(0.5, F));
+  T y_odd = c.land(y_int, c.ne([c.g floorWithTensor:half name:nil], half));
+  T x_neg_sign = truthy(c, [c.g signbitWithTensor:x name:nil]);
+  r = c.sel(c.land(x_neg_sign, y_odd), [c.g negativeWithTensor:r name:nil], r);
+  T nan = c.k(std::numeric_limits<double>::quiet_NaN(), F);
+  r = c.sel(c.land(c.lt(x, zero), c.lnot(y_int)), nan, r);
+  r = c.sel(c.land(c.eq(ax, one), [c.g isInfiniteWithTensor:y name:nil]), one, r);
+  return c.sel(c.lor(c.eq(x, one), c.eq(y, zero)), one, r);
+}
+
+// numpy's npy_divmod rule, as the CPU kernel.
+T float_floor_division(LowerCtx& c, T x, T y) {
+  const DType F = DType::Float32;
+  T zero = c.k(0, F), one = c.k(1, F);
+  T fm = fmod_f32(c, x, y);
+  T div = c.div(c.sub(x, fm), y);
+  T adj = c.land(c.ne(fm, zero), lxor(c, c.lt(y, zero), c.lt(fm, zero)));
+  div = c.sel(adj, c.sub(div, one), div);
+  T q = c.div(x, y);
+  T signed_zero = c.sel(truthy(c, [c.g signbitWithTensor:q name:nil]), c.k(-0.0, F), zero);
+  T fl = [c.g floorWithTensor:div name:nil];
+  fl = c.sel(c.gt(c.sub(div, fl), c.k(0.5, F)), c.add(fl, one), fl);
+  T r = c.sel(c.eq(div, zero), signed_zero, fl);
+  return c.sel(c.eq(y, zero), q, r);
+}
+
+// x mod y with the sign of y (numpy's mod), from fmod, as the CPU kernel.
+T float_modulo(LowerCtx& c, T x, T y) {
+  const DType F = DType::Float32;
+  T zero = c.k(0, F);
+  T fm = fmod_f32(c, x, y);
+  T adj = c.land(c.ne(fm, zero), lxor(c, c.lt(y, zero), c.lt(fm, zero)));
+  T r = c.sel(adj, c.add(fm, y), fm);
+  return c.sel(c.eq(fm, zero), c.sel(c.lt(y, zero), c.k(-0.0, F), zero), r);
+}
+
+// Shifts by a negative amount or by at least the bit width are defined as on the CPU.
+T shift(LowerCtx& c, T x, T y, DType t, bool left) {
+  T zero = c.k_int(0, t);
+  T width = c.k_int(dtype_bits(t), t);
+  T too_big = c.ge(y, width);
+  T bad = is_signed(t) ? c.lor(too_big, c.lt(y, zero)) : too_big;
+  T ys = c.sel(bad, zero, y);
+  T r = left ? [c.g bitwiseLeftShiftWithPrimaryTensor:x secondaryTensor:ys name:nil]
+             : [c.g bitwiseRightShiftWithPrimaryTensor:x secondaryTensor:ys name:nil];
+  T big_value = zero;
+  if (!left && is_signed(t)) big_value = c.sel(c.lt(x, zero), c.k_int(-1, t), zero);  // sign fill
+  r = c.sel(too_big, big_value, r);
+  if (is_signed(t)) r = c.sel(c.lt(y, zero), zero, r);
+  return r;
+}
+
+}  // namespace
+
+void register_elementwise_lowerings() {
+  // ---------------- unary ----------------
+  unary("identity", [](LowerCtx& c, T x, DType) { return [c.g identityWithTensor:x name:nil]; });
+  unary("stop_gradient", [](LowerCtx& c, T x, DType) { return [c.g identityWithTensor:x name:nil]; });
+  unary("negative", [](LowerCtx& c, T x, DType t) {
+    if (is_unsigned(t)) return c.sub(c.k_int(0, t), x);  // wraps
+    if (is_signed(t)) return c.sub(c.k_int(0, t), x);
+    return [c.g negativeWithTensor:x name:nil];
+  });
+  unary("absolute", [](LowerCtx& c, T x, DType t) -> T {
+    if (is_unsigned(t)) return x;
+    if (is_signed(t)) return c.sel(c.lt(x, c.k_int(0, t)), c.sub(c.k_int(0, t), x), x);  // abs(INT_MIN) wraps
+    return [c.g absoluteWithTensor:x name:nil];
+  });
+  unary("sign", [](LowerCtx& c, T x, DType t) -> T {  // -1, 0, 1; keeps +-0 and NaN
+    T zero = c.k(0, t);
+    if (is_unsigned(t)) return c.sel(c.gt(x, zero), c.k(1, t), zero);
+    return c.sel(c.gt(x, zero), c.k(1, t), c.sel(c.lt(x, zero), c.k(-1, t), x));
+  });
+  unary("floor", [](LowerCtx& c, T x, DType t) { return is_float_dtype(t) ? [c.g floorWithTensor:x name:nil] : x; });
+  unary("ceil", [](LowerCtx& c, T x, DType t) { return is_float_dtype(t) ? [c.g ceilWithTensor:x name:nil] : x; });
+  // roundWithTensor rounds halves away from zero; rint is half-to-even as numpy.
+  unary("round", [](LowerCtx& c, T x, DType t) { return is_float_dtype(t) ? [c.g rintWithTensor:x name:nil] : x; });
+  unary("truncate", [](LowerCtx& c, T x, DType t) { return is_float_dtype(t) ? [c.g truncateWithTensor:x name:nil] : x; });
+  unary("exponent", [](LowerCtx& c, T x, DType) { return [c.g exponentWithTensor:x name:nil]; });
+  unary("exponent_base2", [](LowerCtx& c, T x, DType) { return [c.g exponentBase2WithTensor:x name:nil]; });
+  unary("exponent_base10", [](LowerCtx& c, T x, DType) { return [c.g exponentBase10WithTensor:x name:nil]; });
+  unary("logarithm", [](LowerCtx& c, T x, DType) { return [c.g logarithmWithTensor:x name:nil]; });
+  unary("logarithm_base2", [](LowerCtx& c, T x, DType) { return [c.g logarithmBase2WithTensor:x name:nil]; });
+  unary("logarithm_base10", [](LowerCtx& c, T x, DType) { return [c.g logarithmBase10WithTensor:x name:nil]; });
+  unary("square", [](LowerCtx& c, T x, DType t) { return is_float_dtype(t) ? [c.g squareWithTensor:x name:nil] : c.mul(x, x); });
+  unary("square_root", [](LowerCtx& c, T x, DType) { return [c.g squareRootWithTensor:x name:nil]; });
+  unary("reverse_square_root", [](LowerCtx& c, T x, DType) -> T {
+    if (@available(macOS 15.0, *)) return [c.g reciprocalSquareRootWithTensor:x name:nil];
+    return [c.g reverseSquareRootWithTensor:x name:nil];  // deprecated in 15.0, same op
+  });
+  unary("reciprocal", [](LowerCtx& c, T x, DType) { return [c.g reciprocalWithTensor:x name:nil]; });
+  unary("sin", [](LowerCtx& c, T x, DType) { return [c.g sinWithTensor:x name:nil]; });
+  unary("cos", [](LowerCtx& c, T x, DType) { return [c.g cosWithTensor:x name:nil]; });
+  unary("tan", [](LowerCtx& c, T x, DType) { return [c.g tanWithTensor:x name:nil]; });
+  unary("sinh", [](LowerCtx& c, T x, DType) { return [c.g sinhWithTensor:x name:nil]; });
+  unary("cosh", [](LowerCtx& c, T x, DType) { return [c.g coshWithTensor:x name:nil]; });
+  unary("tanh", [](LowerCtx& c, T x, DType) { return [c.g tanhWithTensor:x name:nil]; });
+  unary("asin", [](LowerCtx& c, T x, DType) { return [c.g asinWithTensor:x name:nil]; });
+  unary("acos", [](LowerCtx& c, T x, DType) { return [c.g acosWithTensor:x name:nil]; });
+  unary("atan", [](LowerCtx& c, T x, DType) { return [c.g atanWithTensor:x name:nil]; });
+  unary("asinh", [](LowerCtx& c, T x, DType) { return [c.g asinhWithTensor:x name:nil]; });
+  unary("acosh", [](LowerCtx& c, T x, DType) { return [c.g acoshWithTensor:x name:nil]; });
+  unary("atanh", [](LowerCtx& c, T x, DType) { return [c.g atanhWithTensor:x name:nil]; });
+  unary("erf", [](LowerCtx& c, T x, DType) { return [c.g erfWithTensor:x name:nil]; });
+  unary("sigmoid", [](LowerCtx& c, T x, DType) { return [c.g sigmoidWithTensor:x name:nil]; });
+  unary("relu", [](LowerCtx& c, T x, DType t) {  // max(x, 0); NaN stays NaN; -0 gives +0
+    return c.sel(c.le(x, c.k(0, t)), c.k(0, t), x);
+  });
+  unary("logical_not", [](LowerCtx& c, T x, DType) { return c.lnot(x); });
+  unary("isnan", [](LowerCtx& c, T x, DType t) {
+    return is_float_dtype(t) ? c.isnan(x) : c.fill(0, c.out());
+  });
+  unary("isinf", [](LowerCtx& c, T x, DType t) {
+    return is_float_dtype(t) ? [c.g isInfiniteWithTensor:x name:nil] : c.fill(0, c.out());
+  });
+  unary("isfinite", [](LowerCtx& c, T x, DType t) {
+    return is_float_dtype(t) ? [c.g isFiniteWithTensor:x name:nil] : c.fill(1, c.out());
+  });
+  unary("bitwise_not", [](LowerCtx& c, T x, DType t) {
+    return t == DType::Bool ? c.lnot(x) : [c.g bitwiseNOTWithTensor:x name:nil];
+  });
+
+  // ---------------- binary (broadcasting is MPSGraph's) ----------------
+  binary("addition", [](LowerCtx& c, T x, T y, DType) { return c.add(x, y); });
+  binary("subtraction", [](LowerCtx& c, T x, T y, DType) { return c.sub(x, y); });
+  binary("multiplication", [](LowerCtx& c, T x, T y, DType) { return c.mul(x, y); });
+  binary("division", [](LowerCtx& c, T x, T y, DType t) { return is_float_dtype(t) ? c.div(x, y) : int_division(c, x, y, t); });
+  binary("floor_division", [](LowerCtx& c, T x, T y, DType t) {
+    if (!is_float_dtype(t)) return int_floor_division(c, x, y, t);
+    return in_f32(c, x, y, t, [&](T a, T b) { return float_floor_division(c, a, b); });
+  });
+  binary("modulo", [](LowerCtx& c, T x, T y, DType t) {
+    if (!is_float_dtype(t)) return int_modulo(c, x, y, t);
+    return in_f32(c, x, y, t, [&](T a, T b) { return float_modulo(c, a, b); });
+  });
+  binary("power", [](LowerCtx& c, T x, T y, DType t) {
+    if (!is_float_dtype(t)) return int_power(c, x, y, t);
+    return in_f32(c, x, y, t, [&](T a, T b) { return float_power(c, a, b); });
+  });
+  binary("maximum", [](LowerCtx& c, T x, T y, DType t) { return c.max_nan(x, y, t); });
+  binary("minimum", [](LowerCtx& c, T x, T y, DType t) { return c.min_nan(x, y, t); });
+  binary("atan2", [](LowerCtx& c, T x, T y, DType) { return [c.g atan2WithPrimaryTensor:x secondaryTensor:y name:nil]; });
+  binary("equal", [](LowerCtx& c, T x, T y, DType) { return c.eq(x, y); });
+  binary("not_equal", [](LowerCtx& c, T x, T y, DType) { return c.ne(x, y); });
+  binary("less_than", [](LowerCtx& c, T x, T y, DType) { return c.lt(x, y); });
+  binary("less_than_or_equal_to", [](LowerCtx& c, T x, T y, DType) { return c.le(x, y); });
+  binary("greater_than", [](LowerCtx& c, T x, T y, DType) { return c.gt(x, y); });
+  binary("greater_than_or_equal_to", [](LowerCtx& c, T x, T y, DType) { return c.ge(x, y); });
+  binary("logical_and", [](LowerCtx& c, T x, T y, DType) { return c.land(x, y); });
+  binary("logical_or", [](LowerCtx& c, T x, T y, DType) { return c.lor(x, y); });
+  binary("logical_xor", [](LowerCtx& c, T x, T y, DType) { return lxor(c, x, y); });
+  binary("bitwise_and", [](LowerCtx& c, T x, T y, DType t) {
+    return t == DType::Bool ? c.land(x, y) : [c.g bitwiseANDWithPrimaryTensor:x secondaryTensor:y name:nil];
+  });
+  binary("bitwise_or", [](LowerCtx& c, T x, T y, DType t) {
+    return t == DType::Bool ? c.lor(x, y) : [c.g bitwiseORWithPrimaryTensor:x secondaryTensor:y name:nil];
+  });
+  binary("bitwise_xor", [](LowerCtx& c, T x, T y, DType t) {
+    return t == DType::Bool ? lxor(c, x, y) : [c.g bitwiseXORWithPrimaryTensor:x secondaryTensor:y name:nil];
+  });
+  binary("bitwise_left_shift", [](LowerCtx& c, T x, T y, DType t) { return shift(c, x, y, t, true); });
+  binary("bitwise_right_shift", [](LowerCtx& c, T x, T y, DType t) { return shift(c, x, y, t, false); });
+
+  // ---------------- ternary and cast ----------------
+  register_lowering("select", [](LowerCtx& c) {
+    T p = c.in_dtype(0) == DType::Bool ? c.in[0] : c.ne(c.in[0], c.k(0, c.in_dtype(0)));  // nonzero is true
+    return std::vector<T>{c.sel(p, c.in[1], c.in[2])};
+  });
+  register_lowering("clamp", [](LowerCtx& c) {  // min(max(x, lo), hi), NaN-propagating as the CPU
+    DType t = c.in_dtype(0);
+    return std::vector<T>{c.min_nan(c.max_nan(c.in[0], c.in[1], t), c.in[2], t)};
+  });
+  register_lowering("cast", [](LowerCtx& c) {
+    return std::vector<T>{c.convert(c.in[0], c.in_dtype(0), c.out().dtype)};
+  });
+}
+
+}  // namespace mg::metal

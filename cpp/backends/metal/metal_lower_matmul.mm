@@ -1,0 +1,71 @@
+// matrix_multiplication: numpy matmul semantics (1-D operands promoted, batch dims broadcast).
+// Floats use matrixMultiplicationWithPrimaryTensor:secondaryTensor:name:, split along K when
+// K >= 32767 (silently wrong on M1/M2 GPUs, pytorch/pytorch#195163). Integers are composed
+// exactly (multiply + reduce-sum, wrapping like the CPU kernel) instead of going through float.
+#include "backends/metal/metal_internal.h"
+#include "core/shape.h"
+
+namespace mg::metal {
+
+namespace {
+
+using T = MPSGraphTensor*;
+
+T transpose_last2(LowerCtx& c, T x, Shape& s) {
+  const NSUInteger r = s.size();
+  std::swap(s[r - 2], s[r - 1]);
+  return [c.g transposeTensor:x dimension:r - 2 withDimension:r - 1 name:nil];
+}
+
+}  // namespace
+
+void register_matmul_lowerings() {
+  register_lowering("matrix_multiplication", [](LowerCtx& c) {
+    c.only_attrs({"transpose_a", "transpose_b", "transpose_x", "transpose_y", "transpose_lhs", "transpose_rhs"});
+    const DType t = c.in_dtype(0);
+    if (t == DType::Bool) c.fail(ErrorKind::NotImplemented, "bool matrix_multiplication is not implemented on the metal backend");
+    T a = c.in[0], b = c.in[1];
+    Shape as = c.in_types[0].shape, bs = c.in_types[1].shape;
+    if (as.empty() || bs.empty()) c.fail(ErrorKind::Value, "matrix_multiplication needs operands of rank >= 1");
+    if (c.attr_bool({"transpose_a", "transpose_x", "transpose_lhs"}, false) && as.size() >= 2) a = transpose_last2(c, a, as);
+    if (c.attr_bool({"transpose_b", "transpose_y", "transpose_rhs"}, false) && bs.size() >= 2) b = transpose_last2(c, b, bs);
+    if (as.size() == 1) {
+      as = {1, as[0]};
+      a = c.reshape(a, as);
+    }
+    if (bs.size() == 1) {
+      bs = {bs[0], 1};
+      b = c.reshape(b, bs);
+    }
+    const int64_t K = as.back();
+    if (bs[bs.size() - 2] != K)
+      c.fail(ErrorKind::Value, "inner dimensions differ: " + shape_str(as) + " @ " + shape_str(bs));
+
+    if (!is_float_dtype(t)) {
+      Shape ae = as, be = bs;
+      ae.push_back(1);                    // (..., M, K, 1)
+      be.insert(be.end() - 2, 1);         // (..., 1, K, N)
+      auto prod = broadcast_shapes(ae, be);
+      if (!prod) c.fail(ErrorKind::Value, "batch dimensions do not broadcast: " + shape_str(as) + " @ " + shape_str(bs));
+      const uint64_t bytes = uint64_t(num_elements(*prod)) * dtype_size(t);
+      if (bytes > kMaxTensorBytes || prod->size() > kMaxRank)
+        c.fail(ErrorKind::NotImplemented, "integer matrix_multiplication of " + shape_str(as) + " @ " + shape_str(bs) +
+                                              " is too large for the metal backend's exact integer path; cast to float32");
+      T p = c.mul(c.reshape(a, ae), c.reshape(b, be));
+      return std::vector<T>{[c.g reductionSumWithTensor:p axis:NSInteger(prod->size() - 2) name:nil]};
+    }
+
+    if (K < kMatmulMaxK) return std::vector<T>{[c.g matrixMultiplicationWithPrimaryTensor:a secondaryTensor:b name:nil]};
+    T acc = nil;
+    for (int64_t k0 = 0; k0 < K; k0 += kMatmulSplitK) {
+      const int64_t len = std::min<int64_t>(kMatmulSplitK, K - k0);
+      T ak = [c.g sliceTensor:a dimension:NSUInteger(as.size() - 1) start:k0 length:len name:nil];
+      T bk = [c.g sliceTensor:b dimension:NSUInteger(bs.size() - 2) start:k0 length:len name:nil];
+      T part = [c.g matrixMultiplicationWithPrimaryTensor:ak secondaryTensor:bk name:nil];
+      acc = acc ? c.add(acc, part) : part;
+    }
+    return std::vector<T>{acc};
+  });
+}
+
+}  // namespace mg::metal
