@@ -64,7 +64,7 @@ def as_tensor_data(value, dtype=None):
         return TensorData(value)
     if isinstance(value, (list, tuple, numbers.Number, np.generic)):
         nd = to_numpy_dtype(dtype) if dtype is not None else None
-        return TensorData(np.ascontiguousarray(np.asarray(value, dtype=nd)))
+        return TensorData(np.asarray(value, dtype=nd, order="C"))
     return TensorData(value)
 
 
@@ -309,7 +309,7 @@ class Graph:
                 elif arr.dtype == np.int64:
                     arr = arr.astype(np.int32)
             arr = np.array(arr, copy=True)
-        data = as_tensor_data(np.ascontiguousarray(arr))
+        data = as_tensor_data(np.asarray(arr, order="C"))
         return self._add("constant", [], {"value": data}, name)[0]
 
     def variable(self, initial_value, dtype=None, name=None):
@@ -321,7 +321,7 @@ class Graph:
                 arr = arr.astype(np.float32)
             elif arr.dtype == np.int64:
                 arr = arr.astype(np.int32)
-        data = as_tensor_data(np.ascontiguousarray(arr))
+        data = as_tensor_data(np.asarray(arr, order="C"))
         vid = self._g.add_variable(data, name or "")
         dt = data.dtype
         n, i = self._g.add_op("read_variable", [], {"variable": vid, "dtype": dt, "shape": tuple(data.shape)},
