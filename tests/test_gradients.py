@@ -56,7 +56,7 @@ ROWS = [
     unary("tanh", second=True), unary("asin", lambda *s: uniform(-0.8, 0.8, *s)),
     unary("acos", lambda *s: uniform(-0.8, 0.8, *s)), unary("atan"), unary("asinh"),
     unary("acosh", lambda *s: uniform(1.3, 3, *s)), unary("atanh", lambda *s: uniform(-0.8, 0.8, *s)),
-    unary("erf"), unary("sigmoid"), unary("relu", away), unary("stop_gradient"),
+    unary("erf"), unary("sigmoid"), unary("relu", away),
     pytest.param("cast", lambda g, x: g.cast(x, mg.float64), [normal(2, 3)], False, id="cast"),
     # ---- elementwise binary, with broadcasting ----
     binary("addition", sx=(2, 3), sy=(3,), second=True), binary("subtraction", sx=(2, 1), sy=(1, 3)),
@@ -75,6 +75,7 @@ ROWS = [
     # ---- autodiff helpers ----
     pytest.param("sum_to_like", lambda g, x, like: g.sum_to_like(x, like), [normal(2, 3), normal(1, 3)], False,
                  id="sum_to_like"),
+    pytest.param("full_like", lambda g, x: g.full_like(x, 2.5) * x, [normal(2, 3)], False, id="full_like"),
     pytest.param("broadcast_like", lambda g, x, like: g.broadcast_like(x, like), [normal(3), normal(2, 3)], False,
                  id="broadcast_like"),
     # ---- reductions ----
@@ -126,6 +127,25 @@ ROWS = [
     unary("silu"), unary("softplus", beta=2.0), unary("softsign", away), unary("mish"), unary("log_sigmoid"),
     unary("hard_sigmoid", lambda *s: uniform(-2.5, 2.5, *s)), unary("hard_swish", lambda *s: uniform(-2.5, 2.5, *s)),
     pytest.param("prelu", lambda g, x, a: g.prelu(x, a), [away(2, 3), uniform(0.1, 0.3, 3)], False, id="prelu"),
+    # ---- normalisation (composites) ----
+    pytest.param("normalization", lambda g, x, m, v, ga, be: g.normalization(x, m, v, ga, be, epsilon=1e-3),
+                 [normal(2, 3), normal(3), uniform(0.5, 2, 3), normal(3), normal(3)], False, id="normalization"),
+    pytest.param("moments", lambda g, x: (lambda mv: mv[0] * 2.0 + mv[1])(g.moments(x, axes=(0,))), [normal(4, 3)],
+                 False, id="moments"),
+    pytest.param("batch_normalization", lambda g, x, ga, be: g.batch_normalization(x, ga, be, channel_axis=1),
+                 [normal(3, 2, 4), normal(2), normal(2)], True, id="batch_normalization"),
+    pytest.param("batch_normalization", lambda g, x, m, v: g.batch_normalization(
+        x, None, None, m, v, training=False, channel_axis=-1), [normal(3, 2), normal(2), uniform(0.5, 2, 2)], False,
+        id="batch_normalization_inference"),
+    pytest.param("layer_normalization", lambda g, x, ga, be: g.layer_normalization(x, ga, be),
+                 [normal(3, 4), normal(4), normal(4)], True, id="layer_normalization"),
+    pytest.param("instance_normalization", lambda g, x, ga: g.instance_normalization(x, ga, data_layout="NCHW"),
+                 [normal(2, 2, 3, 2), normal(2)], False, id="instance_normalization"),
+    pytest.param("group_normalization", lambda g, x, ga, be: g.group_normalization(x, ga, be, num_groups=2),
+                 [normal(2, 2, 2, 4), normal(4), normal(4)], False, id="group_normalization"),
+    pytest.param("local_response_normalization", lambda g, x: g.local_response_normalization(x, size=3, alpha=0.5, data_layout="NCL"),
+                 [normal(2, 4, 3)], False, id="local_response_normalization"),
+    pytest.param("erfinv", lambda g, x: g.erfinv(x), [uniform(-0.9, 0.9, 2, 3)], False, id="erfinv"),
     # ---- nn composites ----
     pytest.param("softmax", lambda g, x: g.softmax(x, axis=-1), [normal(2, 5)], True, id="softmax"),
     pytest.param("log_softmax", lambda g, x: g.log_softmax(x, axis=0), [normal(3, 4)], True, id="log_softmax"),
@@ -140,6 +160,11 @@ ROWS = [
 
 # ops whose rule reaches only through other ops (their rows exist under the name tested)
 COVERED_ELSEWHERE = {"broadcast", "permute"}
+# static-shape random draws have no inputs to differentiate
+COVERED_ELSEWHERE |= {"random_uniform", "random_normal", "random_truncated_normal"}
+# random draws change every run, so finite differences cannot see them; and stop_gradient
+# is zero by design: each has its own test below
+COVERED_ELSEWHERE |= {"random_uniform_like", "random_normal_like", "dropout", "stop_gradient"}
 
 
 @pytest.mark.parametrize("op,build,arrays,second", ROWS)
@@ -222,3 +247,24 @@ def test_stop_gradient_on_non_differentiable_path_message():
     x = g.placeholder((3,), mg.float32, name="x")
     with pytest.raises(mg.GraphError, match=r"\[gradients\].*non-float"):
         g.gradients(g.argmax(x), [x]) if hasattr(g, "argmax") else g.gradients(g.less_than(x, 1.0), [x])
+
+
+def test_dropout_gradient_is_its_mask():
+    g = mg.Graph()
+    x = g.placeholder((None, 50), mg.float64)
+    y = g.dropout(x, rate=0.4, seed=3)
+    gx = g.gradients(y, [x])[x]
+    xv = uniform(0.5, 1.5, 4, 50)
+    out = g.run({x: xv}, [y, gx])  # one run: the same mask for both
+    kept = out[y].numpy() != 0
+    assert 0 < kept.mean() < 1
+    np.testing.assert_allclose(out[gx].numpy(), kept / 0.6, rtol=1e-12)
+
+
+def test_random_draws_carry_no_gradient():
+    g = mg.Graph()
+    x = g.placeholder((3, 4), mg.float64)
+    y = g.random_normal_like(x, seed=2) + g.random_uniform_like(x, seed=5) + x * 3.0
+    gx = g.gradients(y, [x])[x]
+    out = g.run({x: normal(3, 4)}, [gx])
+    np.testing.assert_allclose(out[gx].numpy(), np.full((3, 4), 3.0))

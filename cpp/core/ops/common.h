@@ -40,6 +40,8 @@ ValueRef scalar_like(Graph& g, double v, ValueRef like);            // rank-0 co
 void register_memory_ops();
 void register_autodiff_ops();
 void register_nn_ops();
+void register_random_ops();
+void register_normalization_ops();
 void register_elementwise_ops();
 void register_reduction_ops();
 void register_matmul_ops();

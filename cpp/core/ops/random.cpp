@@ -1,0 +1,195 @@
+// Random numbers: one stateful primitive (uniform bits shaped like a tensor) and
+// composites for the distributions and dropout. Each run of an executable draws fresh
+// numbers; the same seed gives the same sequence of runs in every new executable.
+#include <cmath>
+
+#include "core/ops/common.h"
+
+namespace mg::ops {
+
+namespace {
+
+ValueRef k(Graph& g, double v, ValueRef like) { return scalar_like(g, v, like); }
+ValueRef bin(Graph& g, const char* op, ValueRef a, ValueRef b) { return call(g, op, {a, b}); }
+ValueRef un(Graph& g, const char* op, ValueRef a) { return call(g, op, {a}); }
+
+int64_t seed_of(const Attrs& a, int64_t salt) {
+  int64_t s = a.count("seed") ? std::get<int64_t>(a.at("seed")) : 0;
+  return s * 2654435761LL + salt;  // decorrelates the draws inside one composite
+}
+
+ValueRef uniform_like(Graph& g, ValueRef like, DType dtype, int64_t seed) {
+  return call(g, "random_uniform_like", {like}, {{"seed", seed}, {"dtype", dtype}});
+}
+
+// Shape source for the static-shape forms: a constant folded away at specialisation.
+ValueRef shape_source(Graph& g, const Attrs& a) {
+  const Shape& s = std::get<std::vector<int64_t>>(a.at("shape"));
+  return call(g, "zeros", {}, {{"shape", s}, {"dtype", DType::Bool}});
+}
+
+DType dtype_of(const Attrs& a) { return std::get<DType>(a.at("dtype")); }
+
+// Inverse error function from elementwise ops (M. Giles, "Approximating the erfinv
+// function", GPU Computing Gems, 2010; single-precision branch pair).
+ValueRef erfinv_of(Graph& g, ValueRef x) {
+  ValueRef w = un(g, "negative", un(g, "logarithm", bin(g, "multiplication", bin(g, "subtraction", k(g, 1, x), x),
+                                                         bin(g, "addition", k(g, 1, x), x))));
+  auto poly = [&](ValueRef t, const std::vector<double>& c) {
+    ValueRef p = k(g, c[0], x);
+    for (size_t i = 1; i < c.size(); ++i) p = bin(g, "addition", k(g, c[i], x), bin(g, "multiplication", p, t));
+    return p;
+  };
+  ValueRef small = poly(bin(g, "subtraction", w, k(g, 2.5, x)),
+                        {2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+                         -0.00417768164, 0.246640727, 1.50140941});
+  ValueRef large = poly(bin(g, "subtraction", un(g, "square_root", w), k(g, 3, x)),
+                        {-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+                         0.00943887047, 1.00167406, 2.83297682});
+  ValueRef p = call(g, "select", {bin(g, "less_than", w, k(g, 5, x)), small, large});
+  return bin(g, "multiplication", p, x);
+}
+
+std::vector<TensorType> static_shape_type(InferCtx& c) {
+  for (auto d : c.ints("shape"))
+    if (d < 0) c.fail(ErrorKind::Value, "shape " + shape_str(c.ints("shape")) + " must be fully known; use the _like form");
+  if (!is_floating(c.dtype("dtype"))) c.fail(ErrorKind::Type, std::string("dtype must be floating, not ") + dtype_name(c.dtype("dtype")));
+  return {{c.dtype("dtype"), c.ints("shape")}};
+}
+
+std::vector<TensorType> like_type(InferCtx& c) {
+  DType d = c.has("dtype") ? c.dtype("dtype") : c.in[0].dtype;
+  if (!is_floating(d)) c.fail(ErrorKind::Type, std::string("dtype must be floating, not ") + dtype_name(d));
+  return {{d, c.in[0].shape}};
+}
+
+GradFn no_grad_through_randomness() {
+  // the numbers do not depend on the values of `like`
+  return [](GradCtx& c) { return std::vector<ValueRef>(c.node.inputs.size(), ValueRef{}); };
+}
+
+}  // namespace
+
+void register_random_ops() {
+  register_op({.name = "random_uniform_like",
+               .doc = "Uniform numbers in [0, 1) shaped like `like` (Philox-4x32-10 keyed by seed; each run of an "
+                      "executable advances the counter, so runs draw fresh numbers).",
+               .inputs = {{"like"}},
+               .attrs = {attr("seed", AttrKind::Int, int64_t(0)), optional_attr("dtype", AttrKind::DType)},
+               .infer = like_type,
+               .grad = no_grad_through_randomness(),
+               .stateful = true,
+               .family = "random"});
+
+  auto seed_attr = attr("seed", AttrKind::Int, int64_t(0), "the same seed gives the same sequence of runs");
+  register_op({.name = "random_uniform",
+               .doc = "Uniform numbers in [minimum, maximum).",
+               .attrs = {attr("shape", AttrKind::Shape), seed_attr, attr("minimum", AttrKind::Float, 0.0),
+                         attr("maximum", AttrKind::Float, 1.0), attr("dtype", AttrKind::DType, DType::Float32)},
+               .infer = static_shape_type,
+               .family = "random",
+               .expand = [](Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
+                 ValueRef u = uniform_like(g, shape_source(g, a), dtype_of(a), seed_of(a, 0));
+                 double lo = std::get<double>(a.at("minimum")), hi = std::get<double>(a.at("maximum"));
+                 return std::vector<ValueRef>{bin(g, "addition", bin(g, "multiplication", u, k(g, hi - lo, u)), k(g, lo, u))};
+               }});
+  auto normal_of = [](Graph& g, ValueRef like, DType dtype, const Attrs& a) {
+    // Box-Muller: u1 in (0, 1] so the log is finite
+    ValueRef u0 = uniform_like(g, like, dtype, seed_of(a, 0));
+    ValueRef u1 = bin(g, "subtraction", k(g, 1, u0), u0);
+    ValueRef u2 = uniform_like(g, like, dtype, seed_of(a, 1));
+    ValueRef r = un(g, "square_root", bin(g, "multiplication", k(g, -2, u1), un(g, "logarithm", u1)));
+    ValueRef z = bin(g, "multiplication", r, un(g, "cos", bin(g, "multiplication", k(g, 6.283185307179586, u2), u2)));
+    double mean = std::get<double>(a.at("mean")), sd = std::get<double>(a.at("standard_deviation"));
+    return bin(g, "addition", bin(g, "multiplication", z, k(g, sd, z)), k(g, mean, z));
+  };
+  register_op({.name = "random_normal",
+               .doc = "Normal numbers with the given mean and standard deviation (Box-Muller on Philox uniforms).",
+               .attrs = {attr("shape", AttrKind::Shape), seed_attr, attr("mean", AttrKind::Float, 0.0),
+                         attr("standard_deviation", AttrKind::Float, 1.0), attr("dtype", AttrKind::DType, DType::Float32)},
+               .infer = static_shape_type,
+               .family = "random",
+               .expand = [normal_of](Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
+                 return std::vector<ValueRef>{normal_of(g, shape_source(g, a), dtype_of(a), a)};
+               }});
+  register_op({.name = "random_normal_like",
+               .doc = "random_normal shaped like `like` (unknown dims allowed).",
+               .inputs = {{"like"}},
+               .attrs = {seed_attr, attr("mean", AttrKind::Float, 0.0), attr("standard_deviation", AttrKind::Float, 1.0),
+                         optional_attr("dtype", AttrKind::DType)},
+               .infer = like_type,
+               .family = "random",
+               .expand = [normal_of](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+                 DType d = a.count("dtype") ? std::get<DType>(a.at("dtype")) : g.type(in[0]).dtype;
+                 return std::vector<ValueRef>{normal_of(g, in[0], d, a)};
+               }});
+  register_op({.name = "random_truncated_normal",
+               .doc = "Normal numbers truncated to mean +- 2 standard deviations (as MPSGraph and TensorFlow), by "
+                      "inverting the normal CDF of a uniform draw restricted to that range.",
+               .attrs = {attr("shape", AttrKind::Shape), seed_attr, attr("mean", AttrKind::Float, 0.0),
+                         attr("standard_deviation", AttrKind::Float, 1.0), attr("dtype", AttrKind::DType, DType::Float32)},
+               .infer = static_shape_type,
+               .family = "random",
+               .expand = [](Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
+                 ValueRef u = uniform_like(g, shape_source(g, a), dtype_of(a), seed_of(a, 0));
+                 // u in [0,1) -> v in (-erf(sqrt 2), erf(sqrt 2)) -> z = sqrt2 * erfinv(v) in (-2, 2)
+                 const double e = 0.9544997361036416;  // erf(2 / sqrt 2)
+                 ValueRef v = bin(g, "multiplication", bin(g, "subtraction", bin(g, "multiplication", u, k(g, 2, u)), k(g, 1, u)),
+                                  k(g, e, u));
+                 ValueRef z = bin(g, "multiplication", erfinv_of(g, v), k(g, 1.4142135623730951, u));
+                 double mean = std::get<double>(a.at("mean")), sd = std::get<double>(a.at("standard_deviation"));
+                 return std::vector<ValueRef>{bin(g, "addition", bin(g, "multiplication", z, k(g, sd, z)), k(g, mean, z))};
+               }});
+  register_op({.name = "random_bernoulli",
+               .doc = "1 with probability p, else 0, in the given dtype.",
+               .attrs = {attr("shape", AttrKind::Shape), attr("probability", AttrKind::Float, 0.5), seed_attr,
+                         attr("dtype", AttrKind::DType, DType::Float32)},
+               .infer = [](InferCtx& c) {
+                 double p = c.f("probability");
+                 if (!(p >= 0 && p <= 1)) c.fail(ErrorKind::Value, "probability must be in [0, 1], got " + std::to_string(p));
+                 for (auto d : c.ints("shape"))
+                   if (d < 0) c.fail(ErrorKind::Value, "shape " + shape_str(c.ints("shape")) + " must be fully known");
+                 return std::vector<TensorType>{{c.dtype("dtype"), c.ints("shape")}};
+               },
+               .differentiable = Differentiable::No,
+               .family = "random",
+               .expand = [](Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
+                 ValueRef u = uniform_like(g, shape_source(g, a), DType::Float32, seed_of(a, 0));
+                 ValueRef hit = bin(g, "less_than", u, k(g, std::get<double>(a.at("probability")), u));
+                 return std::vector<ValueRef>{call(g, "cast", {hit}, {{"dtype", dtype_of(a)}})};
+               }});
+  register_op({.name = "dropout",
+               .doc = "Zeroes each element with probability rate and scales the rest by 1 / (1 - rate) (inverted "
+                      "dropout); fresh masks on every run.",
+               .inputs = {{"x"}},
+               .attrs = {attr("rate", AttrKind::Float, 0.5), seed_attr},
+               .infer = [](InferCtx& c) {
+                 require_class(c, 0, kFloat);
+                 double r = c.f("rate");
+                 if (!(r >= 0 && r < 1)) c.fail(ErrorKind::Value, "rate must be in [0, 1), got " + std::to_string(r));
+                 return std::vector<TensorType>{c.in[0]};
+               },
+               .family = "random",
+               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+                 ValueRef x = in[0];
+                 double rate = std::get<double>(a.at("rate"));
+                 if (rate == 0) return std::vector<ValueRef>{x};
+                 ValueRef keep = bin(g, "greater_than_or_equal_to", uniform_like(g, x, g.type(x).dtype, seed_of(a, 0)), k(g, rate, x));
+                 ValueRef scaled = bin(g, "multiplication", x, k(g, 1.0 / (1.0 - rate), x));
+                 return std::vector<ValueRef>{call(g, "select", {keep, scaled, k(g, 0, x)})};
+               }});
+  register_op({.name = "erfinv",
+               .doc = "Inverse error function (Giles' single-precision approximation, about 1e-7 relative; "
+                      "+-1 give +-inf).",
+               .inputs = {{"x"}},
+               .infer = [](InferCtx& c) {
+                 require_class(c, 0, kFloat);
+                 return std::vector<TensorType>{c.in[0]};
+               },
+               .family = "elementwise",
+               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs&) {
+                 return std::vector<ValueRef>{erfinv_of(g, in[0])};
+               }});
+}
+
+}  // namespace mg::ops
