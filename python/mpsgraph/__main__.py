@@ -75,7 +75,9 @@ def train_mlp(device, epochs, batch, lr, quiet=False):
         tqdm = None
     steps_per_epoch = (len(xtr) + batch - 1) // batch
     total = epochs * steps_per_epoch
-    bar = tqdm(total=total, unit="step", disable=quiet) if tqdm else None
+    # disable=None: tqdm draws only on a terminal; elsewhere a line per few epochs
+    bar = tqdm(total=total, unit="step", disable=True if quiet else None, mininterval=0.2) if tqdm else None
+    drawn = bar is not None and not bar.disable
     step_times = []
     for epoch in range(epochs):
         order = rng.permutation(len(xtr))
@@ -85,10 +87,12 @@ def train_mlp(device, epochs, batch, lr, quiet=False):
             t0 = time.perf_counter()
             (lv,) = train.run([xb, yb])
             step_times.append(time.perf_counter() - t0)
-            if bar:
+            if drawn:
                 bar.update(1)
-                bar.set_postfix(epoch=epoch + 1, loss=f"{float(lv.numpy()):.4f}")
-    if bar:
+                bar.set_postfix(epoch=epoch + 1, loss=f"{float(lv.numpy()):.4f}", refresh=False)
+        if not drawn and not quiet and ((epoch + 1) % 5 == 0 or epoch == 0):
+            print(f"  epoch {epoch + 1:3d}/{epochs}  loss {float(lv.numpy()):.4f}")
+    if bar is not None:
         bar.close()
     (pred,) = predict.run([xte])
     acc = float((pred.numpy().ravel() == yte).mean())
