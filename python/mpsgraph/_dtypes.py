@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - ml_dtypes is a dependency
 _NAMES = {d.name: d for d in DType.__members__.values()}
 
 
-def as_dtype(x):
+def as_dtype(x, op="dtype"):
     """mg.DType from an mg.DType, a numpy dtype/type or a name ('float32', 'bool')."""
     if isinstance(x, DType):
         return x
@@ -30,12 +30,12 @@ def as_dtype(x):
     try:
         nd = np.dtype(x)
     except TypeError:
-        raise TypeError(f"not a dtype: {x!r}") from None
+        raise _core.GraphTypeError(f"[{op}] not a dtype: {x!r}") from None
     if _BF16_NP is not None and nd == _BF16_NP:
         return bfloat16
     name = "bool" if nd == np.bool_ else nd.name
     if name not in _NAMES:
-        raise TypeError(f"dtype {nd} is not supported by mpsgraph")
+        raise _core.GraphTypeError(f"[{op}] dtype {nd} is not supported by mpsgraph")
     return _NAMES[name]
 
 

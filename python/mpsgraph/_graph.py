@@ -290,7 +290,7 @@ class Graph:
         if shape is None:
             raise GraphValueError("[placeholder] unranked placeholders are not supported; give a shape (None for unknown dims)")
         shape = tuple(None if d is None or d == -1 else int(d) for d in shape)
-        return self._add("placeholder", [], {"shape": shape, "dtype": as_dtype(dtype)}, name)[0]
+        return self._add("placeholder", [], {"shape": shape, "dtype": as_dtype(dtype, "placeholder")}, name)[0]
 
     def constant(self, value, dtype=None, name=None):
         """A constant. Python floats become float32, ints int32 and bools bool unless dtype
