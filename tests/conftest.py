@@ -1,0 +1,17 @@
+"""Shared pytest setup: the tests import the installed mpsgraph package (build it with
+pip install first); the header says which one and which devices it sees."""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:  # conformance.py and gradcheck.py are imported by name
+    sys.path.insert(0, HERE)
+
+
+def pytest_report_header(config):
+    try:
+        import mpsgraph as mg
+        return [f"mpsgraph {mg.__version__} from {os.path.dirname(mg.__file__)}; "
+                f"devices: {', '.join(str(d) for d in mg.devices())}"]
+    except Exception as e:  # pragma: no cover - shows why every test will fail
+        return [f"mpsgraph cannot be imported: {e!r}"]

@@ -1,0 +1,79 @@
+"""Runs the conformance table (tests/conformance.py): every row x dtype x available device,
+with static placeholder shapes and again with every placeholder dim None."""
+import numpy as np
+import pytest
+
+import mpsgraph as mg
+import conformance as cf
+
+DEVICES = [str(d) for d in mg.devices()]
+
+
+def _params():
+    for r in cf.ROWS:
+        variants = ["static"] + (["none"] if r.none_variant and r.nin > 0 else [])
+        for dt in r.dtypes:
+            for dev in DEVICES:
+                for v in variants:
+                    yield pytest.param(r, dt, dev, v, id=f"{r.name}-{dt}-{dev}-{v}")
+
+
+@pytest.mark.parametrize("row,dtype,device,variant", list(_params()))
+def test_op(row, dtype, device, variant):
+    if dtype == "float64" and not device.startswith("cpu"):
+        # float64 is CPU-only: other backends must refuse it, never fall back silently
+        with pytest.raises(mg.GraphError):
+            cf.check_row(row, dtype, device, none_dims=variant == "none")
+        return
+    cf.check_row(row, dtype, device, none_dims=variant == "none")
+
+
+def test_table_covers_required_ops():
+    missing = sorted(set(cf.REQUIRED_OPS) - cf.covered_ops())
+    assert not missing, f"ops of issue 2 without a conformance row: {missing}"
+
+
+def test_required_ops_exist():
+    """Every op the table requires is a Graph method (fails until the helpers land them)."""
+    absent = [n for n in cf.REQUIRED_OPS if not callable(getattr(mg.Graph, n, None))]
+    assert not absent, f"ops required by issue 2 that mpsgraph does not have yet: {absent}"
+
+
+def test_every_registered_elementwise_op_has_a_row():
+    """A new elementwise op must come with its row."""
+    covered = cf.covered_ops()
+    names = {s["name"] for s in mg.op_schemas() if s.get("family") == "elementwise" and s["python_method"]}
+    missing = sorted(n for n in names if n not in covered)
+    assert not missing, f"elementwise ops without a conformance row: {missing}"
+
+
+def test_rows_are_well_formed():
+    names = [r.name for r in cf.ROWS]
+    assert len(names) == len(set(names)), "row names must be unique (they are test ids)"
+    for r in cf.ROWS:
+        assert r.dtypes, r.name
+        assert r.cases, r.name
+        for d in r.dtypes:
+            assert d in cf.ALL, (r.name, d)
+            assert cf.cases_for(r, d), f"{r.name}: no case for {d}"
+
+
+def test_reference_helpers_are_independent_of_mpsgraph():
+    """Spot checks of the Python-int references against hand-computed values."""
+    i8 = np.int8
+    div = cf.int_ref(cf._tdiv)
+    np.testing.assert_array_equal(div(np.array([-7, 7, -128, 5], i8), np.array([2, -2, -1, 0], i8)),
+                                  np.array([-3, -3, -128, 0], i8))
+    fdiv = cf.int_ref(cf._fdiv)
+    np.testing.assert_array_equal(fdiv(np.array([-7, 7, 5], i8), np.array([2, -2, 0], i8)), np.array([-4, -4, 0], i8))
+    mod = cf.int_ref(cf._imod)
+    np.testing.assert_array_equal(mod(np.array([-7, 7, 5], i8), np.array([2, -2, 0], i8)), np.array([1, -1, 0], i8))
+    shl = cf.int_ref(cf._shl)
+    np.testing.assert_array_equal(shl(np.array([1, 1, 1, 3], i8), np.array([7, 8, -1, 6], i8)),
+                                  np.array([-128, 0, 0, -64], i8))
+    shr = cf.int_ref(cf._shr)
+    np.testing.assert_array_equal(shr(np.array([-128, -128, 64, 64], i8), np.array([7, 9, 9, -1], i8)),
+                                  np.array([-1, -1, 0, 0], i8))
+    pw = cf.int_ref(cf._ipow)
+    np.testing.assert_array_equal(pw(np.array([2, 3, -1, 2, 1], i8), np.array([7, 5, -3, -1, -9], i8)),
+                                  np.array([-128, -13, -1, 0, 1], i8))
