@@ -1243,6 +1243,104 @@ _create_row("eye", lambda n, m=None, k=0, dtype="float32": np.eye(n, m, k, dtype
 
 
 # ----------------------------------------------------------------------------------------
+# erfinv, activations and losses (composites; halves round at every step: looser tolerances)
+
+try:
+    from scipy.special import erfinv as _erfinv
+except ImportError:  # pragma: no cover
+    def _erfinv(y):
+        y = np.asarray(y, np.float64)
+        x = np.zeros_like(y)
+        for _ in range(60):  # Newton on math.erf
+            x = x - (np.vectorize(math.erf)(x) - y) / (2 / math.sqrt(math.pi) * np.exp(-x * x))
+        return np.where(np.abs(y) == 1, np.sign(y) * np.inf, np.where(np.abs(y) > 1, np.nan, x))
+
+_COMPOSITE_TOL = {"float16": (8e-3, 1e-3), "bfloat16": (5e-2, 1e-2), "float32": (2e-5, 1e-6), "float64": (1e-12, 1e-14)}
+# erfinv is documented as "about 1e-7 relative" (a single-precision approximation), float64 included
+unary("erfinv", _erfinv, domain=dom(lo=-0.99, hi=0.99),
+      tol=dict(_COMPOSITE_TOL, float32=(2e-6, 1e-7), float64=(2e-7, 1e-8)), special=False,
+      extra=[Case(values=([-1.0, 1.0, 0.0, -0.0, 1.5, -2.0, _NAN, 0.5, -0.999],), dtypes=FLOATS, label="special")])
+
+_SELU_A, _SELU_S = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def _log_softmax(x, axis=-1):
+    m = np.max(x, axis=axis, keepdims=True)
+    return x - m - np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
+
+
+def _reduce(v, reduction):
+    return {"none": v, "sum": np.sum(v), "mean": np.mean(v)}[reduction]
+
+
+_ACT_CASES = [Case(((2, 3),)), Case(((),)), Case(((0, 4),)), Case(((40, 50),))]
+_ACT_SPECIAL = [Case(values=([_NAN, _INF, -_INF, 0.0, -0.0, 30.0, -30.0, 1e-3],), dtypes=FLOATS, label="special")]
+
+
+def activation(name, ref, cases=None, **kw):
+    cases = list(cases if cases is not None else _ACT_CASES)
+    return row(name, name, ref, FLOATS, cases, tol=kw.pop("tol", _COMPOSITE_TOL), doms=kw.pop("doms", dom(lo=-5, hi=5)),
+               **kw)
+
+
+activation("elu", lambda x, alpha=1.0: np.where(x > 0, x, alpha * np.expm1(x)),
+           _ACT_CASES + [Case(((3, 4),), {"alpha": 0.3})] + _ACT_SPECIAL)
+activation("selu", lambda x: _SELU_S * np.where(x > 0, x, _SELU_A * np.expm1(x)), _ACT_CASES + _ACT_SPECIAL)
+activation("gelu", lambda x, approximate="none": x * 0.5 * (1 + _erf(x / np.sqrt(2.0))) if approximate == "none" else
+           0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))),
+           _ACT_CASES + [Case(((3, 4),), {"approximate": "tanh"})] + _ACT_SPECIAL[:0])
+activation("hard_sigmoid", lambda x, alpha=1 / 6, beta=0.5: np.clip(alpha * x + beta, 0, 1),
+           _ACT_CASES + [Case(((3, 4),), {"alpha": 0.2, "beta": 0.4})] + _ACT_SPECIAL)
+activation("hard_swish", lambda x: x * np.clip(x / 6 + 0.5, 0, 1), doms=dom(lo=-8, hi=8))
+activation("leaky_relu", lambda x, alpha=0.01: np.where(x >= 0, x, alpha * x),
+           _ACT_CASES + [Case(((3, 4),), {"alpha": 0.2})] + _ACT_SPECIAL)
+activation("log_sigmoid", lambda x: -np.logaddexp(0, -x), _ACT_CASES + _ACT_SPECIAL, doms=dom(lo=-20, hi=20))
+activation("mish", lambda x: x * np.tanh(np.logaddexp(0, x)))
+activation("silu", lambda x: x / (1 + np.exp(-x)))
+activation("swish", lambda x: x / (1 + np.exp(-x)), [Case(((2, 3),))])
+activation("softplus", lambda x, beta=1.0: np.logaddexp(0, beta * x) / beta,
+           _ACT_CASES + [Case(((3, 4),), {"beta": 2.0})] + _ACT_SPECIAL, doms=dom(lo=-20, hi=20))
+activation("softsign", lambda x: x / (1 + np.abs(x)), _ACT_CASES + _ACT_SPECIAL)
+# Tails: numpy/torch keep full relative precision here (log1p/expm1); the relative error
+# must stay within a few ulps of float32/float64 even where the result is tiny.
+_TAIL_TOL = {"float32": (1e-5, 0.0), "float64": (1e-10, 0.0)}
+row("softplus_tail", "softplus", lambda x: np.logaddexp(0, x), ("float32", "float64"), [Case(((50,),))],
+    doms=dom(lo=-30, hi=-10), tol=_TAIL_TOL)
+row("log_sigmoid_tail", "log_sigmoid", lambda x: -np.logaddexp(0, -x), ("float32", "float64"), [Case(((50,),))],
+    doms=dom(lo=10, hi=30), tol=_TAIL_TOL)
+row("mish_tail", "mish", lambda x: x * np.tanh(np.logaddexp(0, x)), ("float32", "float64"), [Case(((50,),))],
+    doms=dom(lo=-30, hi=-10), tol=_TAIL_TOL)
+row("elu_near_zero", "elu", lambda x: np.expm1(x), ("float32", "float64"), [Case(((50,),))],
+    doms=dom(lo=-1e-3, hi=-1e-7), tol=_TAIL_TOL)
+row("selu_near_zero", "selu", lambda x: _SELU_S * _SELU_A * np.expm1(x), ("float32", "float64"), [Case(((50,),))],
+    doms=dom(lo=-1e-3, hi=-1e-7), tol=_TAIL_TOL)
+row("prelu", "prelu", lambda x, a: np.where(x >= 0, x, a * x), FLOATS,
+    [Case(((2, 3), (3,))), Case(((2, 3), ())), Case(((4, 3, 2), (3, 1)))], tol=_COMPOSITE_TOL)
+for _sm, _ref in [("softmax", lambda x, axis=-1: np.exp(_log_softmax(x, axis))), ("log_softmax", _log_softmax)]:
+    row(_sm, _sm, _ref, FLOATS, [Case(((2, 5),)), Case(((3, 4),), {"axis": 0}), Case(((2, 3, 4),), {"axis": 1}),
+                                 Case(((0, 3),)), Case(((5,),)), Case(values=([[1000.0, 1000.0, -1000.0]],), label="stable")],
+        tol=_COMPOSITE_TOL, doms=dom(lo=-5, hi=5))
+row("mean_squared_error", "mean_squared_error", lambda p, l, reduction="mean": _reduce((p - l) ** 2, reduction), FLOATS,
+    [Case(((4, 5), (4, 5))), Case(((4, 5), (4, 5)), {"reduction": "sum"}), Case(((4, 5), (4, 5)), {"reduction": "none"})],
+    tol=dict(_COMPOSITE_TOL, float16=(1e-2, 1e-2), bfloat16=(5e-2, 5e-2)))
+row("sigmoid_cross_entropy", "sigmoid_cross_entropy",
+    lambda x, z, reduction="mean": _reduce(np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x))), reduction), FLOATS,
+    [Case(((4, 5), (4, 5))), Case(((4, 5), (4, 5)), {"reduction": "sum"}), Case(((4, 5), (4, 5)), {"reduction": "none"})],
+    doms=(dom(lo=-6, hi=6), dom(lo=0, hi=1)), tol=dict(_COMPOSITE_TOL, float16=(1e-2, 1e-2), bfloat16=(5e-2, 5e-2)))
+
+
+def _sce_ref(x, labels, axis=-1, reduction="mean"):
+    per = -np.sum(labels * _log_softmax(x, axis), axis=axis, keepdims=True)
+    return per if reduction == "none" else _reduce(per, reduction)
+
+
+row("softmax_cross_entropy", "softmax_cross_entropy", _sce_ref, FLOATS,
+    [Case(((4, 5), (4, 5))), Case(((4, 5), (4, 5)), {"reduction": "sum"}), Case(((4, 5), (4, 5)), {"reduction": "none"}),
+     Case(((3, 4), (3, 4)), {"axis": 0, "reduction": "none"})],
+    doms=(dom(lo=-4, hi=4), dom(lo=0, hi=1)), tol=dict(_COMPOSITE_TOL, float16=(1e-2, 1e-2), bfloat16=(5e-2, 5e-2)))
+
+
+# ----------------------------------------------------------------------------------------
 # correctly rounded ops: IEEE +, -, *, /, sqrt, rounding, comparisons, data movement and
 # conversions give exactly the float64 reference rounded to the output dtype (halves computed
 # in float32 round innocuously: 24 >= 2*11+2 bits). Their float results are compared exactly.

@@ -456,3 +456,70 @@ def test_python_m_mpsgraph_runs():
                        text=True, timeout=900)
     assert p.returncode == 0, f"python -m mpsgraph failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     assert "matches numpy: True" in p.stdout
+
+
+# ---------------- random graphs (memory plan, fusion, CSE, folding together) ----------------
+
+def _random_graph(seed):
+    """A random DAG of elementwise, broadcasting, reduction and shape ops over three inputs,
+    built twice: with mpsgraph and as the equivalent numpy (float64) computation."""
+    rng = np.random.default_rng(seed)
+    g = mg.Graph()
+    shapes = [(4, 6), (6,), (4, 1)]
+    vals = [rng.uniform(0.5, 1.5, s).astype(np.float32) for s in shapes]
+    phs = [g.placeholder((None,) * len(s), F32) for s in shapes]
+    pool = [(p, v.astype(np.float64)) for p, v in zip(phs, vals)]
+    pool.append((g.constant(np.float32(0.75)), np.float64(np.float32(0.75))))
+    unary = [(g.tanh, np.tanh), (g.sigmoid, lambda a: 1 / (1 + np.exp(-a))), (g.negative, np.negative),
+             (g.absolute, np.abs), (lambda t: g.exponent(g.minimum(t, 2.0)), lambda a: np.exp(np.minimum(a, 2.0))),
+             (g.square, np.square), (lambda t: g.square_root(g.absolute(t)), lambda a: np.sqrt(np.abs(a)))]
+    binary = [(g.addition, np.add), (g.subtraction, np.subtract), (g.multiplication, np.multiply),
+              (g.maximum, np.maximum), (g.minimum, np.minimum),
+              (lambda a, b: a / (g.absolute(b) + 1.0), lambda a, b: a / (np.abs(b) + 1.0))]
+    for _ in range(rng.integers(8, 60)):
+        kind = rng.random()
+        if kind < 0.4:
+            (t, v) = pool[rng.integers(len(pool))]
+            f, nf = unary[rng.integers(len(unary))]
+            pool.append((f(t), nf(v)))
+        elif kind < 0.85:
+            (a, va), (b, vb) = pool[rng.integers(len(pool))], pool[rng.integers(len(pool))]
+            try:
+                np.broadcast_shapes(np.shape(va), np.shape(vb))
+            except ValueError:
+                continue
+            f, nf = binary[rng.integers(len(binary))]
+            pool.append((f(a, b), nf(va, vb)))
+        else:
+            (t, v) = pool[rng.integers(len(pool))]
+            if np.ndim(v) == 2:
+                ax = int(rng.integers(2))
+                if rng.random() < 0.5:
+                    pool.append((g.reduction_sum(t, axes=ax), np.sum(v, axis=ax, keepdims=True)))
+                else:
+                    pool.append((g.transpose(t), v.T))
+            elif np.ndim(v) == 1:
+                pool.append((g.reverse(t, axes=0), v[::-1]))
+    k = int(rng.integers(1, 5))
+    picks = list(rng.choice(np.arange(4, len(pool)), size=min(k, len(pool) - 4), replace=False)) or [len(pool) - 1]
+    targets = [pool[i] for i in picks]
+    return g, phs, vals, targets
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_graphs_match_numpy(seed):
+    g, phs, vals, targets = _random_graph(seed)
+    ts = [t for t, _ in targets]
+    res = g.run(dict(zip(phs, vals)), ts)
+    for t, want in targets:
+        np.testing.assert_allclose(_np(res[t]), want, rtol=2e-5, atol=2e-5, err_msg=f"seed {seed}")
+    # the same through one executable, twice (the arena is reused), and with out= buffers
+    exe = g.compile({p: (p.shape, F32) for p in phs}, ts)
+    for _ in range(2):
+        outs = exe.run(vals)
+        for o, (_, want) in zip(outs, targets):
+            np.testing.assert_allclose(_np(o), want, rtol=2e-5, atol=2e-5, err_msg=f"seed {seed}")
+    bufs = [np.full(np.shape(w), np.nan, np.float32) for _, w in targets]
+    exe.run(vals, out=bufs)
+    for b, (_, want) in zip(bufs, targets):
+        np.testing.assert_allclose(b, want, rtol=2e-5, atol=2e-5, err_msg=f"seed {seed} out=")

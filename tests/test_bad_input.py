@@ -392,7 +392,7 @@ def test_creation_bad_arguments(h):
 
 
 def test_creation_negative_dim_is_named_in_the_message(h):
-    # the message must show the dim the caller gave (-3), not "None"
+    # BUG (shape_str prints every negative dim as None): the message must show the -3 the caller gave
     expect(h, mg.GraphValueError, lambda: h.g.zeros((2, -3), F32), "-3", op="zeros")
 
 
@@ -424,6 +424,8 @@ def test_feed_wrong_rank_for_none_dims(h):
            "(2, 2, 2)", "(None, None)", op="placeholder", node="pdyn")
 
 
+# BUG (cpp/bindings/module.cpp to_tensor_data/from_buffer): data that cannot become a
+# TensorData raises a plain TypeError (py::type_error), not an mg.GraphTypeError.
 def test_feed_unsupported_object(h):
     expect(h, mg.GraphTypeError, lambda: h.g.run({h.x: object()}, [h.y]), "object")
 
@@ -626,3 +628,60 @@ def test_many_errors_do_not_break_a_graph(h):
         with pytest.raises(mg.GraphError):
             h.g.run({h.x: np.zeros((1,), np.float32)}, [h.y])
     h.check()
+
+
+# ---------------- values that must not be converted silently ----------------
+
+def test_placeholder_non_integer_dim(h):
+    # BUG (python/mpsgraph/_graph.py placeholder): int(2.5) silently makes the dim 2
+    expect(h, mg.GraphTypeError, lambda: h.g.placeholder((2.5, 3), F32), "2.5", op="placeholder")
+
+
+def test_shape_attribute_non_integer_dim(h):
+    # BUG (python/mpsgraph/_ops.py _attr_value, kinds shape/ints/axes): int() truncates 1.5 to 1
+    p = h.g.placeholder((4,), F32)
+    expect(h, mg.GraphTypeError, lambda: h.g.reshape(p, shape=(1.5, 4)), "1.5", op="reshape")
+
+
+def test_ints_attribute_non_integer_entry(h):
+    expect(h, mg.GraphTypeError, lambda: h.g.transpose(h.x, permutation=[1, 0.5]), "0.5", op="transpose")
+
+
+def test_axes_attribute_non_integer_entry(h):
+    expect(h, mg.GraphTypeError, lambda: h.g.reduction_sum(h.x, axes=[0.7]), "0.7", op="reduction_sum")
+
+
+def test_constant_out_of_range_for_dtype(h):
+    # BUG: numpy's OverflowError escapes instead of an mg.GraphValueError naming [constant]
+    expect(h, mg.GraphValueError, lambda: h.g.constant(300, dtype=mg.int8), "300", "int8", op="constant")
+
+
+def test_constant_of_unsupported_value(h):
+    expect(h, mg.GraphTypeError, lambda: h.g.constant("abc"), op="constant")
+
+
+def test_variable_of_unsupported_value(h):
+    expect(h, mg.GraphTypeError, lambda: h.g.variable(np.zeros(3, np.complex64)), "complex64")
+
+
+def test_list_feed_out_of_range_for_int8(h):
+    p = h.g.placeholder((1,), mg.int8, name="i8")
+    y = p + 1
+    expect(h, mg.GraphValueError, lambda: h.g.run({p: [300]}, [y]), "300", "int8", same_nodes=True)
+
+
+def test_non_native_byte_order_feed(h):
+    """A big-endian array is either converted correctly or refused with a GraphTypeError; never misread."""
+    be = h.fx.astype(">f4")
+    try:
+        out = h.g.run({h.x: be}, [h.y])[h.y]
+    except mg.GraphTypeError as e:
+        assert ">f" in str(e) or "byte order" in str(e)
+    else:
+        np.testing.assert_allclose(np.asarray(out), np.exp(h.fx.astype(np.float64)) * 2 + 1, rtol=1e-6)
+    h.check()
+
+
+def test_advanced_indexing_is_refused(h):
+    expect(h, mg.GraphNotImplementedError, lambda: h.x[np.array([0, 1])], "gather")
+    expect(h, mg.GraphTypeError, lambda: h.x[1.5], "float")
