@@ -993,6 +993,7 @@ _MM_CASES = [
     Case(((3, 4), (2, 4, 5)), label="batch rhs"), Case(((2, 1, 3, 4), (5, 4, 2)), label="broadcast batch"),
     Case(((2, 0), (0, 3)), label="zero inner dim"), Case(((0, 3), (3, 2)), label="zero rows"),
     Case(((1, 1), (1, 1))), Case(((17, 33), (33, 9))), Case(((4, 2, 3), (3,)), label="batch x 1-D"),
+    Case(((3, 65, 130), (130, 67)), label="large"), Case(((2, 1, 40, 96), (3, 96, 50)), label="large broadcast batch"),
 ]
 _MM_TOL = {"float16": (1e-2, 1e-2), "bfloat16": (2e-2, 6e-2), "float32": (1e-5, 1e-5), "float64": (1e-12, 1e-12)}
 
@@ -1338,6 +1339,91 @@ row("softmax_cross_entropy", "softmax_cross_entropy", _sce_ref, FLOATS,
     [Case(((4, 5), (4, 5))), Case(((4, 5), (4, 5)), {"reduction": "sum"}), Case(((4, 5), (4, 5)), {"reduction": "none"}),
      Case(((3, 4), (3, 4)), {"axis": 0, "reduction": "none"})],
     doms=(dom(lo=-4, hi=4), dom(lo=0, hi=1)), tol=dict(_COMPOSITE_TOL, float16=(1e-2, 1e-2), bfloat16=(5e-2, 5e-2)))
+
+
+# ----------------------------------------------------------------------------------------
+# normalisation (composites; population variance)
+
+_NORM_TOL = {"float16": (2e-2, 2e-2), "bfloat16": (8e-2, 8e-2), "float32": (1e-4, 1e-5), "float64": (1e-10, 1e-12)}
+_POSV = dom(lo=0.2, hi=2.0)
+
+
+def _moments(x, axes):
+    return np.mean(x, axis=axes, keepdims=True), np.var(x, axis=axes, keepdims=True)
+
+
+def _layer_norm(x, gamma, beta, axes=(-1,), epsilon=1e-5):
+    m, v = _moments(x, _axes(axes))
+    return (x - m) / np.sqrt(v + epsilon) * gamma + beta
+
+
+def _batch_norm(x, gamma, beta, rm, rv, training=True, epsilon=1e-5, channel_axis=-1):
+    ca = channel_axis % x.ndim
+    bshape = [1] * x.ndim
+    bshape[ca] = x.shape[ca]
+    gamma, beta, rm, rv = (a.reshape(bshape) for a in (gamma, beta, rm, rv))
+    if training:
+        rm, rv = _moments(x, tuple(i for i in range(x.ndim) if i != ca))
+    return (x - rm) / np.sqrt(rv + epsilon) * gamma + beta
+
+
+def _group_norm(x, gamma, beta, num_groups, epsilon=1e-5, data_layout="NHWC"):
+    if data_layout == "NCHW":
+        return np.moveaxis(_group_norm(np.moveaxis(x, 1, -1), gamma, beta, num_groups, epsilon), -1, 1)
+    n, c = x.shape[0], x.shape[-1]
+    xs = x.reshape(x.shape[:-1] + (num_groups, c // num_groups))
+    axes = tuple(range(1, xs.ndim - 2)) + (xs.ndim - 1,)
+    m, v = _moments(xs, axes)
+    return ((xs - m) / np.sqrt(v + epsilon)).reshape(x.shape) * gamma + beta
+
+
+def _instance_norm(x, gamma, beta, epsilon=1e-5, data_layout="NHWC"):
+    if data_layout == "NCHW":
+        return np.moveaxis(_instance_norm(np.moveaxis(x, 1, -1), gamma, beta, epsilon), -1, 1)
+    m, v = _moments(x, tuple(range(1, x.ndim - 1)))
+    return (x - m) / np.sqrt(v + epsilon) * gamma + beta
+
+
+def _lrn(x, size=5, alpha=1e-4, beta=0.75, bias=1.0, data_layout="NCHW"):
+    ca = 1 if data_layout == "NCHW" else x.ndim - 1
+    sq = np.moveaxis(x * x, ca, 0)
+    c = sq.shape[0]
+    pad = np.concatenate([np.zeros((size // 2,) + sq.shape[1:]), sq, np.zeros(((size - 1) // 2,) + sq.shape[1:])])
+    acc = np.stack([pad[i:i + size].sum(axis=0) for i in range(c)])
+    return x / np.moveaxis((bias + alpha / size * acc) ** beta, 0, ca)
+
+
+def _normalization(x, mean, variance, gamma, beta, epsilon=1e-5):
+    return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
+
+
+row("layer_normalization", "layer_normalization", _layer_norm, FLOATS,
+    [Case(((4, 6), (6,), (6,))), Case(((2, 3, 4), (3, 4), (3, 4)), {"axes": (1, 2)}),
+     Case(((2, 3, 4), (4,), ()), {"epsilon": 1e-3}), Case(((0, 5), (5,), (5,)))], tol=_NORM_TOL)
+row("batch_normalization", "batch_normalization", _batch_norm, FLOATS,
+    [Case(((4, 5, 3), (3,), (3,), (3,), (3,))), Case(((4, 3, 5), (3,), (3,), (3,), (3,)), {"channel_axis": 1}),
+     Case(((6, 3), (3,), (3,), (3,), (3,)), {"training": False}),
+     Case(((2, 3, 2, 2), (3,), (3,), (3,), (3,)), {"training": False, "channel_axis": 1, "epsilon": 1e-3})],
+    doms=(D, D, D, D, _POSV), tol=_NORM_TOL)
+row("group_normalization", "group_normalization", _group_norm, FLOATS,
+    [Case(((2, 3, 3, 4), (4,), (4,)), {"num_groups": 2}), Case(((2, 5, 1, 6), (6,), (6,)), {"num_groups": 3}),
+     Case(((2, 4, 3, 3), (4,), (4,)), {"num_groups": 4, "data_layout": "NCHW"}),
+     Case(((1, 2, 2, 4), (4,), (4,)), {"num_groups": 1})], tol=_NORM_TOL, none_variant=False)
+# documented: group norm needs static channel and spatial dims; the batch may be None
+row("group_normalization_none_batch", lambda g, x, gm, bt, **a: g.group_normalization(
+    g.reshape(x, (-1, 3, 3, 4)), gm, bt, **a), _group_norm, ("float32",),
+    [Case(((2, 3, 3, 4), (4,), (4,)), {"num_groups": 2})], tol=_NORM_TOL)
+row("instance_normalization", "instance_normalization", _instance_norm, FLOATS,
+    [Case(((2, 3, 3, 4), (4,), (4,))), Case(((2, 4, 3, 3), (4,), (4,)), {"data_layout": "NCHW"})], tol=_NORM_TOL)
+row("local_response_normalization", "local_response_normalization", _lrn, FLOATS,
+    [Case(((2, 7, 3, 3),)), Case(((2, 4, 3, 1),), {"size": 3, "alpha": 0.5, "beta": 0.5, "bias": 2.0}),
+     Case(((1, 3, 3, 6),), {"size": 4, "alpha": 0.3, "data_layout": "NHWC"})], tol=_NORM_TOL,
+    none_variant=False)  # documented: the channel dim must be known
+row("moments", "moments", lambda x, axes=None: _moments(x, _axes(axes)), FLOATS,
+    [Case(((4, 6),), {"axes": 0}), Case(((2, 3, 4),), {"axes": (0, 2)}), Case(((5,),), {"axes": -1})], tol=_NORM_TOL)
+row("normalization", "normalization", _normalization, FLOATS,
+    [Case(((4, 3), (3,), (3,), (3,), (3,))), Case(((2, 3), (), (), (), ()), {"epsilon": 0.1})],
+    doms=(D, D, _POSV, D, D), tol=_NORM_TOL)
 
 
 # ----------------------------------------------------------------------------------------

@@ -463,7 +463,7 @@ def test_unknown_device_string(h):
     expect(h, mg.GraphValueError, lambda: mg.Device("cpu:x"), "cpu:x", op="device")
 
 
-@pytest.mark.parametrize("dev", ["metal", "cuda", "cuda:3", "cpu:1"])
+@pytest.mark.parametrize("dev", ["metal", "cuda", "cuda:3", "metal:2"])
 def test_device_not_available(h, dev):
     if dev in [str(d) for d in mg.devices()] or mg.Device(dev).available:
         # present on this machine: it must then work
@@ -685,3 +685,8 @@ def test_non_native_byte_order_feed(h):
 def test_advanced_indexing_is_refused(h):
     expect(h, mg.GraphNotImplementedError, lambda: h.x[np.array([0, 1])], "gather")
     expect(h, mg.GraphTypeError, lambda: h.x[1.5], "float")
+
+
+def test_cpu_index_that_does_not_exist(h):
+    # BUG (python/mpsgraph/_devices.py Device.__str__ drops the cpu index): "cpu:1" silently runs on the cpu
+    expect(h, mg.GraphError, lambda: h.g.run({h.x: h.fx}, [h.y], device="cpu:1"), "cpu:1")
