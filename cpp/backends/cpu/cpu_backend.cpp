@@ -106,6 +106,7 @@ void ensure_kernels() {
     register_shape_kernels();
     register_creation_kernels();
     register_autodiff_kernels();
+    register_convolution_kernels();
     register_random_kernels();
     return true;
   }();

@@ -32,6 +32,7 @@ void register_matmul_kernels();
 void register_shape_kernels();
 void register_creation_kernels();
 void register_autodiff_kernels();
+void register_convolution_kernels();
 void register_random_kernels();
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -47,5 +47,6 @@ void register_reduction_ops();
 void register_matmul_ops();
 void register_shape_ops();
 void register_creation_ops();
+void register_convolution_ops();
 
 }  // namespace mg::ops
