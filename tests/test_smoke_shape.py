@@ -318,3 +318,17 @@ def test_gradient_unknown_dims(name, build, arrays, second):
 
 def test_gradient_of_getitem_with_unknown_dims_second_order():
     check_op_gradient(lambda g, x: g.square(x[1:, ::-2]), [normal(3, 5)], unknown_dims=True, second_order=True)
+
+
+@pytest.mark.parametrize("dtype,npdtype", [(mg.int8, np.int8), (mg.float16, np.float16), (mg.float32, np.float32),
+                                           (mg.float64, np.float64)])
+def test_tiled_transposes(dtype, npdtype):
+    import itertools
+    a = (RNG.standard_normal((9, 33, 70)) * 50).astype(npdtype)
+    for p in itertools.permutations(range(3)):
+        (got,), _ = run(lambda g, x: g.transpose(x, p), [a], dtype=dtype)
+        np.testing.assert_array_equal(got, a.transpose(p))
+    (got,), _ = run(lambda g, x: g.transpose(x, (2, 1, 0))[::-3, 1:, 5:60:2], [a], dtype=dtype)
+    np.testing.assert_array_equal(got, a.transpose(2, 1, 0)[::-3, 1:, 5:60:2])
+    (got,), _ = run(lambda g, x: g.reverse(g.transpose(x[1:, ::2], (0, 2, 1)), (1,)), [a], dtype=dtype)
+    np.testing.assert_array_equal(got, np.flip(a[1:, ::2].transpose(0, 2, 1), 1))

@@ -22,6 +22,7 @@ struct CopyPlan {
   Ints shape, ss, ds;             // collapsed; rank >= 1 unless total == 0
   int64_t soff = 0, doff = 0;     // element offsets of the first element
   int64_t total = 0;
+  int tile_dim = -1;              // a dim read contiguously while the last is written so: copy in tiles
 };
 
 CopyPlan make_copy_plan(size_t es, const Ints& shape, const Ints& ss, const Ints& ds, int64_t soff, int64_t doff) {
@@ -50,6 +51,12 @@ CopyPlan make_copy_plan(size_t es, const Ints& shape, const Ints& ss, const Ints
     p.ss = {1};
     p.ds = {1};
   }
+  // A transpose-like copy (reads strided along the last dim, which writes contiguously, while
+  // another dim reads contiguously) goes through cache-sized tiles of those two dims.
+  const size_t last = p.shape.size() - 1;
+  if (p.ss[last] != 1 && p.ds[last] == 1 && p.shape[last] >= 8)
+    for (size_t i = 0; i < last; ++i)
+      if (p.ss[i] == 1 && p.shape[i] >= 8) p.tile_dim = int(i);
   return p;
 }
 
@@ -82,11 +89,67 @@ inline void copy_run(const CopyPlan& p, const char* src, char* dst, int64_t n) {
   }
 }
 
+// dst[i * dt + j] = src[i + j * sl] for i < ni, j < nj (element type T).
+template <class T>
+void tile_block(const char* src, char* dst, int64_t ni, int64_t nj, int64_t dt, int64_t sl) {
+  const T* s = reinterpret_cast<const T*>(src);
+  T* d = reinterpret_cast<T*>(dst);
+  for (int64_t i = 0; i < ni; ++i)
+    for (int64_t j = 0; j < nj; ++j) d[i * dt + j] = s[i + j * sl];
+}
+
+void run_tiled(const CopyPlan& p, const char* src, char* dst) {
+  constexpr int64_t B = 32;
+  const int64_t es = int64_t(p.es);
+  const size_t t = size_t(p.tile_dim), last = p.shape.size() - 1;
+  const int64_t nt = p.shape[t], nl = p.shape[last];
+  const int64_t bt = (nt + B - 1) / B, bl = (nl + B - 1) / B;
+  const int64_t outer = p.total / (nt * nl);
+  const int64_t tasks = outer * bt * bl;
+  parallel_for(tasks, std::max<int64_t>(1, kGrain / (B * B)), [&](int64_t tb, int64_t te) {
+    for (int64_t task = tb; task < te; ++task) {
+      int64_t rem = task;
+      const int64_t jl = rem % bl;
+      rem /= bl;
+      const int64_t it = rem % bt;
+      rem /= bt;
+      int64_t so = 0, dof = 0;
+      for (size_t d = last; d-- > 0;) {
+        if (d == t) continue;
+        const int64_t idx = rem % p.shape[d];
+        rem /= p.shape[d];
+        so += idx * p.ss[d];
+        dof += idx * p.ds[d];
+      }
+      const int64_t i0 = it * B, j0 = jl * B;
+      so += i0 * p.ss[t] + j0 * p.ss[last];
+      dof += i0 * p.ds[t] + j0 * p.ds[last];
+      const int64_t ni = std::min(B, nt - i0), nj = std::min(B, nl - j0);
+      const char* s = src + so * es;
+      char* d = dst + dof * es;
+      switch (p.es) {
+        case 1: tile_block<uint8_t>(s, d, ni, nj, p.ds[t], p.ss[last]); break;
+        case 2: tile_block<uint16_t>(s, d, ni, nj, p.ds[t], p.ss[last]); break;
+        case 4: tile_block<uint32_t>(s, d, ni, nj, p.ds[t], p.ss[last]); break;
+        case 8: tile_block<uint64_t>(s, d, ni, nj, p.ds[t], p.ss[last]); break;
+        default:
+          for (int64_t i = 0; i < ni; ++i)
+            for (int64_t j = 0; j < nj; ++j)
+              std::memcpy(d + (i * p.ds[t] + j) * es, s + (i + j * p.ss[last]) * es, p.es);
+      }
+    }
+  });
+}
+
 void run_copy(const CopyPlan& p, const void* src_v, void* dst_v) {
   if (p.total == 0) return;
   const int64_t es = int64_t(p.es);
   const char* src = static_cast<const char*>(src_v) + p.soff * es;
   char* dst = static_cast<char*>(dst_v) + p.doff * es;
+  if (p.tile_dim >= 0) {
+    run_tiled(p, src, dst);
+    return;
+  }
   const int64_t inner = p.shape.back();
   if (p.shape.size() == 1) {
     parallel_for(inner, kGrain, [&](int64_t b, int64_t e) {
