@@ -106,6 +106,8 @@ void ensure_kernels() {
     register_shape_kernels();
     register_creation_kernels();
     register_autodiff_kernels();
+    register_pooling_kernels();
+    register_resize_kernels();
     register_convolution_kernels();
     register_random_kernels();
     return true;

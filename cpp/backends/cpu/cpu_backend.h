@@ -32,6 +32,8 @@ void register_matmul_kernels();
 void register_shape_kernels();
 void register_creation_kernels();
 void register_autodiff_kernels();
+void register_pooling_kernels();
+void register_resize_kernels();
 void register_convolution_kernels();
 void register_random_kernels();
 

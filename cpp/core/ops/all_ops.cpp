@@ -40,6 +40,8 @@ void register_all_ops() {
   ops::register_shape_ops();
   ops::register_creation_ops();
   ops::register_nn_ops();
+  ops::register_pooling_ops();
+  ops::register_resize_ops();
   ops::register_convolution_ops();
   ops::register_random_ops();
   ops::register_normalization_ops();

@@ -47,6 +47,8 @@ void register_reduction_ops();
 void register_matmul_ops();
 void register_shape_ops();
 void register_creation_ops();
+void register_pooling_ops();
+void register_resize_ops();
 void register_convolution_ops();
 
 }  // namespace mg::ops

@@ -1,0 +1,212 @@
+// CPU kernels for resize and resize_gradient (conventions in core/ops/resize.cpp).
+//
+// The tensor is viewed as (outer, H, W, inner) for every layout. The factory precomputes, per
+// output row and column, the source indices and the bilinear weight (nearest: one index,
+// rounded in exact integer arithmetic). resize runs in parallel over output rows;
+// resize_gradient scatters in parallel over the outer planes, which never overlap.
+#include <cmath>
+#include <memory>
+
+#include "backends/cpu/elementwise_util.h"
+#include "core/ops/resize_geom.h"
+
+namespace mg::cpu {
+
+namespace {
+
+struct Axis {
+  std::vector<int64_t> i0, i1;
+  std::vector<double> w1;  // weight of i1 (bilinear); i0 gets 1 - w1
+};
+
+struct ResizePlan {
+  int64_t outer = 1, H = 0, W = 0, inner = 1, OH = 0, OW = 0;
+  bool bilinear = true;
+  Axis y, x;
+};
+
+int64_t floor_div(int64_t p, int64_t q) {  // q > 0
+  int64_t d = p / q;
+  return (p % q != 0 && p < 0) ? d - 1 : d;
+}
+
+// Source index for output index d: the coordinate p / q rounded by `mode`.
+int64_t nearest_index(int64_t d, int64_t n, int64_t m, bool align, bool center, const std::string& mode) {
+  int64_t p, q;
+  if (align) {
+    p = m > 1 ? d * (n - 1) : 0;
+    q = m > 1 ? m - 1 : 1;
+  } else if (center) {
+    p = (2 * d + 1) * n - m;
+    q = 2 * m;
+  } else {
+    p = d * n;
+    q = m;
+  }
+  const int64_t fl = floor_div(p, q), r2 = 2 * (p - fl * q);
+  int64_t i = fl;
+  if (mode == "floor") i = fl;
+  else if (mode == "ceil") i = r2 ? fl + 1 : fl;
+  else if (mode == "round_prefer_ceil") i = r2 >= q ? fl + 1 : fl;
+  else if (mode == "round_prefer_floor") i = r2 > q ? fl + 1 : fl;
+  else if (mode == "round_to_even") i = r2 > q ? fl + 1 : r2 < q ? fl : (fl % 2 == 0 ? fl : fl + 1);
+  else if (mode == "round_to_odd") i = r2 > q ? fl + 1 : r2 < q ? fl : (fl % 2 != 0 ? fl : fl + 1);
+  return std::min(std::max<int64_t>(i, 0), n - 1);
+}
+
+Axis make_axis(int64_t n, int64_t m, bool bilinear, bool align, bool center, const std::string& rounding) {
+  Axis a;
+  for (int64_t d = 0; d < m; ++d) {
+    if (!bilinear) {
+      a.i0.push_back(nearest_index(d, n, m, align, center, rounding));
+      continue;
+    }
+    double src;
+    if (align) src = m > 1 ? double(d) * double(n - 1) / double(m - 1) : 0.0;
+    else if (center) src = std::max((double(d) + 0.5) * double(n) / double(m) - 0.5, 0.0);
+    else src = double(d) * double(n) / double(m);
+    int64_t i0 = std::min(int64_t(src), n - 1);
+    double w = std::min(std::max(src - double(i0), 0.0), 1.0);
+    a.i0.push_back(i0);
+    a.i1.push_back(i0 < n - 1 ? i0 + 1 : i0);
+    a.w1.push_back(w);
+  }
+  return a;
+}
+
+ResizePlan make_plan(const KernelCtx& c, const Shape& src, const Shape& dst) {
+  ResizePlan p;
+  ops::ResizeLayout lay = ops::resize_layout(node_attr<std::string>(c.node, "data_layout"));
+  if (!lay.rank || int(src.size()) != lay.rank || dst.size() != src.size())
+    raise(ErrorKind::Runtime, "resize", c.node.name, "bad resize plan");
+  const size_t h = size_t(lay.h);
+  for (size_t i = 0; i < h; ++i) p.outer *= src[i];
+  for (size_t i = h + 2; i < src.size(); ++i) p.inner *= src[i];
+  p.H = src[h];
+  p.W = src[h + 1];
+  p.OH = dst[h];
+  p.OW = dst[h + 1];
+  const int64_t lim = int64_t(1) << 60;
+  if (p.H > 0 && p.W > 0 && ((2 * p.OH + 1) > lim / p.H || (2 * p.OW + 1) > lim / p.W))
+    raise(ErrorKind::NotImplemented, "resize", c.node.name, "sizes too large for exact index arithmetic");
+  p.bilinear = node_attr<std::string>(c.node, "mode") == "bilinear";
+  bool align = node_attr<bool>(c.node, "align_corners"), center = node_attr<bool>(c.node, "center_result");
+  const std::string& rounding = node_attr<std::string>(c.node, "nearest_rounding_mode");
+  if (p.H > 0 && p.W > 0) {
+    p.y = make_axis(p.H, p.OH, p.bilinear, align, center, rounding);
+    p.x = make_axis(p.W, p.OW, p.bilinear, align, center, rounding);
+  }
+  return p;
+}
+
+template <class S>
+KernelFn resize_forward(std::shared_ptr<const ResizePlan> pp) {
+  return [pp](const void* const* in, void* const* out) {
+    using C = typename Num<S>::C;
+    const ResizePlan& p = *pp;
+    const S* x = static_cast<const S*>(in[0]);
+    S* y = static_cast<S*>(out[0]);
+    const int64_t rows = p.outer * p.OH, ci = p.inner;
+    if (rows == 0 || p.OW == 0 || ci == 0 || p.H == 0 || p.W == 0) return;
+    parallel_for(rows, std::max<int64_t>(1, 16384 / (p.OW * ci)), [&](int64_t rb, int64_t re) {
+      for (int64_t r = rb; r < re; ++r) {
+        const int64_t o = r / p.OH, oh = r % p.OH;
+        const S* xo = x + o * p.H * p.W * ci;
+        S* yr = y + r * p.OW * ci;
+        if (!p.bilinear) {
+          const S* xrow = xo + p.y.i0[size_t(oh)] * p.W * ci;
+          for (int64_t ow = 0; ow < p.OW; ++ow) {
+            const S* xs = xrow + p.x.i0[size_t(ow)] * ci;
+            for (int64_t k = 0; k < ci; ++k) yr[ow * ci + k] = xs[k];
+          }
+          continue;
+        }
+        const S* r0 = xo + p.y.i0[size_t(oh)] * p.W * ci;
+        const S* r1 = xo + p.y.i1[size_t(oh)] * p.W * ci;
+        const C h1 = C(p.y.w1[size_t(oh)]), h0 = C(1) - h1;
+        for (int64_t ow = 0; ow < p.OW; ++ow) {
+          const int64_t c0 = p.x.i0[size_t(ow)] * ci, c1 = p.x.i1[size_t(ow)] * ci;
+          const C w1 = C(p.x.w1[size_t(ow)]), w0 = C(1) - w1;
+          for (int64_t k = 0; k < ci; ++k) {
+            C v = h0 * (w0 * Num<S>::ld(r0[c0 + k]) + w1 * Num<S>::ld(r0[c1 + k])) +
+                  h1 * (w0 * Num<S>::ld(r1[c0 + k]) + w1 * Num<S>::ld(r1[c1 + k]));
+            yr[ow * ci + k] = Num<S>::st(v);
+          }
+        }
+      }
+    });
+  };
+}
+
+template <class S>
+KernelFn resize_backward(std::shared_ptr<const ResizePlan> pp) {
+  return [pp](const void* const* in, void* const* out) {
+    using C = typename Num<S>::C;
+    const ResizePlan& p = *pp;
+    const S* dy = static_cast<const S*>(in[0]);
+    S* dx = static_cast<S*>(out[0]);
+    const int64_t ci = p.inner, plane = p.H * p.W * ci, oplane = p.OH * p.OW * ci;
+    const int64_t total = p.outer * plane;
+    for (int64_t i = 0; i < total; ++i) dx[i] = Num<S>::st(C(0));
+    if (total == 0 || oplane == 0) return;
+    auto add = [](S& t, C v) { t = Num<S>::st(Num<S>::ld(t) + v); };
+    parallel_for(p.outer, std::max<int64_t>(1, 16384 / oplane), [&](int64_t ob, int64_t oe) {
+      for (int64_t o = ob; o < oe; ++o) {
+        S* xo = dx + o * plane;
+        const S* g = dy + o * oplane;
+        for (int64_t oh = 0; oh < p.OH; ++oh) {
+          if (!p.bilinear) {
+            S* xrow = xo + p.y.i0[size_t(oh)] * p.W * ci;
+            for (int64_t ow = 0; ow < p.OW; ++ow) {
+              S* xs = xrow + p.x.i0[size_t(ow)] * ci;
+              const S* gs = g + (oh * p.OW + ow) * ci;
+              for (int64_t k = 0; k < ci; ++k) add(xs[k], Num<S>::ld(gs[k]));
+            }
+            continue;
+          }
+          S* r0 = xo + p.y.i0[size_t(oh)] * p.W * ci;
+          S* r1 = xo + p.y.i1[size_t(oh)] * p.W * ci;
+          const C h1 = C(p.y.w1[size_t(oh)]), h0 = C(1) - h1;
+          for (int64_t ow = 0; ow < p.OW; ++ow) {
+            const int64_t c0 = p.x.i0[size_t(ow)] * ci, c1 = p.x.i1[size_t(ow)] * ci;
+            const C w1 = C(p.x.w1[size_t(ow)]), w0 = C(1) - w1;
+            const S* gs = g + (oh * p.OW + ow) * ci;
+            for (int64_t k = 0; k < ci; ++k) {
+              const C v = Num<S>::ld(gs[k]);
+              add(r0[c0 + k], h0 * w0 * v);
+              add(r0[c1 + k], h0 * w1 * v);
+              add(r1[c0 + k], h1 * w0 * v);
+              add(r1[c1 + k], h1 * w1 * v);
+            }
+          }
+        }
+      }
+    });
+  };
+}
+
+template <class F>
+KernelFn dispatch_float(const KernelCtx& c, DType t, F&& f) {
+  switch (t) {
+    case DType::Float32: return f(float{});
+    case DType::Float64: return f(double{});
+    case DType::Float16: return f(half_t{});
+    case DType::BFloat16: return f(bfloat16_t{});
+    default: raise(ErrorKind::Type, "resize", c.node.name, std::string("no CPU kernel for dtype ") + dtype_name(t));
+  }
+}
+
+}  // namespace
+
+void register_resize_kernels() {
+  register_kernel("resize", [](const KernelCtx& c) -> KernelFn {
+    auto plan = std::make_shared<const ResizePlan>(make_plan(c, c.in[0].shape, c.out[0].shape));
+    return dispatch_float(c, c.in[0].dtype, [&](auto tag) { return resize_forward<decltype(tag)>(plan); });
+  });
+  register_kernel("resize_gradient", [](const KernelCtx& c) -> KernelFn {
+    auto plan = std::make_shared<const ResizePlan>(make_plan(c, c.in[1].shape, c.in[0].shape));
+    return dispatch_float(c, c.in[0].dtype, [&](auto tag) { return resize_backward<decltype(tag)>(plan); });
+  });
+}
+
+}  // namespace mg::cpu
