@@ -49,7 +49,10 @@ T fmod_f32(LowerCtx& c, T x, T y) {
   T ay = [c.g absoluteWithTensor:y name:nil];
   T wrong = c.land(c.ne(m, zero), lxor(c, c.lt(m, zero), c.lt(x, zero)));
   T shift = c.sel(c.lt(x, zero), [c.g negativeWithTensor:ay name:nil], ay);
-  return c.sel(wrong, c.add(m, shift), m);
+  m = c.sel(wrong, c.add(m, shift), m);
+  // fmod(x, +-inf) = x for finite x (a floored modulo gives +-inf, and the shift above NaN)
+  T finite_x = [c.g isFiniteWithTensor:x name:nil];
+  return c.sel(c.land([c.g isInfiniteWithTensor:y name:nil], finite_x), x, m);
 }
 
 // ---- integer compositions (exact, wrap-around, division by zero gives 0) ----
@@ -72,6 +75,15 @@ IntDiv int_trunc_div(LowerCtx& c, T x, T y, DType t) {
   }
   d.ys = c.sel(bad, c.k_int(1, t), y);
   d.q = c.div(x, d.ys);
+  if (is_signed(t)) {
+    // C truncation whatever rounding MPSGraph's integer division uses (a flooring one would
+    // leave a remainder whose sign differs from x's): step the quotient back toward zero.
+    T zero = c.k_int(0, t);
+    T r = c.sub(x, c.mul(d.q, d.ys));
+    T off = c.land(c.ne(r, zero), lxor(c, c.lt(r, zero), c.lt(x, zero)));
+    T toward_zero = c.sel(lxor(c, c.lt(x, zero), c.lt(d.ys, zero)), c.k_int(1, t), c.k_int(-1, t));
+    d.q = c.sel(off, c.add(d.q, toward_zero), d.q);
+  }
   return d;
 }
 
@@ -142,7 +154,7 @@ T float_power(LowerCtx& c, T x, T y) {
   T x_neg_sign = truthy(c, [c.g signbitWithTensor:x name:nil]);
   r = c.sel(c.land(x_neg_sign, y_odd), [c.g negativeWithTensor:r name:nil], r);
   T nan = c.k(std::numeric_limits<double>::quiet_NaN(), F);
-  r = c.sel(c.land(c.lt(x, zero), c.lnot(y_int)), nan, r);
+  r = c.sel(c.land(c.land(c.lt(x, zero), c.lnot(y_int)), [c.g isFiniteWithTensor:x name:nil]), nan, r);  // pow(-inf, 0.5) = inf
   r = c.sel(c.land(c.eq(ax, one), [c.g isInfiniteWithTensor:y name:nil]), one, r);
   return c.sel(c.lor(c.eq(x, one), c.eq(y, zero)), one, r);
 }

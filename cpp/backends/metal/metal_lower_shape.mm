@@ -226,7 +226,8 @@ void register_shape_lowerings() {
       Shape want = xs;
       want[size_t(axis)] = os.size() == xs.size() ? os[size_t(axis)] : -1;
       if (os != want) c.fail(ErrorKind::NotImplemented, "the metal lowering cannot reconcile the axis with the output shapes");
-      outs.push_back([c.g sliceTensor:c.in[0] dimension:NSUInteger(axis) start:start length:os[size_t(axis)] name:nil]);
+      if (os[size_t(axis)] == 0) outs.push_back(nil);  // an empty piece never reaches MPSGraph
+      else outs.push_back([c.g sliceTensor:c.in[0] dimension:NSUInteger(axis) start:start length:os[size_t(axis)] name:nil]);
       start += os[size_t(axis)];
     }
     if (start != xs[size_t(axis)]) c.fail(ErrorKind::NotImplemented, "the split's pieces do not cover the input");
