@@ -264,7 +264,14 @@ void MetalProgram::build(const Specialised& sg) {
         raise(ErrorKind::Runtime, op, n.name, "internal error: the metal lowering produced " + std::to_string(outs.size()) +
                                                   " results for " + std::to_string(n.outputs.size()) + " outputs");
     }
-    for (size_t k = 0; k < outs.size(); ++k) outs[k] = is_empty(n.outputs[k]) ? nil : c.conform(outs[k], k);
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (is_empty(n.outputs[k])) {
+        outs[k] = nil;
+        continue;
+      }
+      if (outs[k] == nil) raise(ErrorKind::Runtime, op, n.name, "internal error: the metal lowering produced no tensor");
+      outs[k] = c.conform(outs[k], k);
+    }
     vals[id] = std::move(outs);
   }
 
