@@ -17,11 +17,17 @@ MPSDataType mps_dtype(DType t, const std::string& op, const std::string& node) {
     case DType::Int8: return MPSDataTypeInt8;
     case DType::Int16: return MPSDataTypeInt16;
     case DType::Int32: return MPSDataTypeInt32;
-    case DType::Int64: return MPSDataTypeInt64;
+    case DType::Int64:
+      // many MPSGraph ops lacked 64-bit integer kernels before 13.3 (pytorch/pytorch#95817): refuse
+      // rather than risk an assertion abort
+      if (@available(macOS 13.3, *)) return MPSDataTypeInt64;
+      raise(ErrorKind::NotImplemented, op, node, "int64 needs macOS 13.3 or newer on the metal backend");
     case DType::UInt8: return MPSDataTypeUInt8;
     case DType::UInt16: return MPSDataTypeUInt16;
     case DType::UInt32: return MPSDataTypeUInt32;
-    case DType::UInt64: return MPSDataTypeUInt64;
+    case DType::UInt64:
+      if (@available(macOS 13.3, *)) return MPSDataTypeUInt64;
+      raise(ErrorKind::NotImplemented, op, node, "uint64 needs macOS 13.3 or newer on the metal backend");
     case DType::Float16: return MPSDataTypeFloat16;
     case DType::Float32: return MPSDataTypeFloat32;
     case DType::BFloat16:
