@@ -260,7 +260,9 @@ def check_row(row, dtype, device, none_dims=False):
     and compares every output with the reference. Collects all failures, then fails."""
     rng = np.random.default_rng(seed_for(row.name, dtype))
     out_dt = row.out_dtype_for(dtype)
-    tol = row.tol.get(dtype, (0.0, 0.0) if row.exact else TOL.get(out_dt, (0, 0)))
+    # exactness is the CPU backend's IEEE guarantee; GPU math libraries may be an ulp or two off
+    exact = row.exact and str(device).startswith("cpu")
+    tol = row.tol.get(dtype, (0.0, 0.0) if exact else TOL.get(out_dt, (0, 0)))
     g = mg.Graph()
     feeds, pending, failures = {}, [], []
     for ci, case in enumerate(cases_for(row, dtype)):

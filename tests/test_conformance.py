@@ -14,18 +14,29 @@ def _params():
         variants = ["static"] + (["none"] if r.none_variant and r.nin > 0 else [])
         for dt in r.dtypes:
             for dev in DEVICES:
+                if dt == "float64" and not dev.startswith("cpu"):
+                    continue  # float64 is CPU-only: test_float64_is_refused_off_cpu checks the refusal
                 for v in variants:
                     yield pytest.param(r, dt, dev, v, id=f"{r.name}-{dt}-{dev}-{v}")
 
 
 @pytest.mark.parametrize("row,dtype,device,variant", list(_params()))
 def test_op(row, dtype, device, variant):
-    if dtype == "float64" and not device.startswith("cpu"):
-        # float64 is CPU-only: other backends must refuse it, never fall back silently
-        with pytest.raises(mg.GraphError):
-            cf.check_row(row, dtype, device, none_dims=variant == "none")
-        return
     cf.check_row(row, dtype, device, none_dims=variant == "none")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float64_is_refused_off_cpu(device):
+    """float64 is CPU-only: other backends must refuse it, never fall back silently."""
+    g = mg.Graph()
+    x = g.placeholder((3,), mg.float64)
+    y = x * 2.0
+    xv = np.array([1.0, 2.0, 1e300])
+    if device.startswith("cpu"):
+        np.testing.assert_array_equal(np.asarray(g.run({x: xv}, [y], device=device)[y]), xv * 2)
+    else:
+        with pytest.raises(mg.GraphError):
+            g.run({x: xv}, [y], device=device)
 
 
 def test_table_covers_required_ops():
