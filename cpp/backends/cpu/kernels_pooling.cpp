@@ -54,7 +54,7 @@ PoolPlan make_plan(const KernelCtx& c, const Shape& src) {
     p.step[d] = dl * stride[d];
     p.in_plane *= n;
     p.out_plane *= dims[d].out;
-    p.window *= K;
+    p.window = p.window > (int64_t(1) << 40) / K ? (int64_t(1) << 40) : p.window * K;  // saturating: a grain hint
     for (int64_t o = 0; o < dims[d].out; ++o) {
       const int64_t start = o * st - dims[d].before;
       int64_t t0 = start < 0 ? std::min(K, ceil_div(-start, dl)) : 0;
@@ -94,9 +94,10 @@ inline void for_window(const PoolPlan& p, const int64_t* oi, F&& f) {
   }
 }
 
-int64_t divisor(const PoolPlan& p, const int64_t* oi, bool include_pad) {
-  int64_t r = 1;
-  for (int d = 0; d < p.k; ++d) r *= (include_pad ? p.npad : p.ntaps)[size_t(d)][size_t(oi[d])];
+// Tap count of a window (in double: padding-inclusive counts of huge windows overflow int64).
+double divisor(const PoolPlan& p, const int64_t* oi, bool include_pad) {
+  double r = 1;
+  for (int d = 0; d < p.k; ++d) r *= double((include_pad ? p.npad : p.ntaps)[size_t(d)][size_t(oi[d])]);
   return r;
 }
 
@@ -105,14 +106,16 @@ template <class S>
 inline int64_t argmax(const PoolPlan& p, const S* x, const int64_t* oi, typename Num<S>::C& best) {
   using C = typename Num<S>::C;
   int64_t arg = -1;
-  best = -std::numeric_limits<C>::infinity();
-  for_window(p, oi, [&](int64_t off) {
-    C v = Num<S>::ld(x[off]);
-    if (arg < 0 || v > best || std::isnan(v)) {
-      best = v;
-      arg = off;
-    }
+  C b = -std::numeric_limits<C>::infinity();
+  bool first = true;
+  for_window(p, oi, [&](int64_t off) {  // branch-free select: random data mispredicts
+    const C v = Num<S>::ld(x[off]);
+    const bool take = first | (v > b) | (v != v);
+    first = false;
+    b = take ? v : b;
+    arg = take ? off : arg;
   });
+  best = b;
   return arg;
 }
 
@@ -122,7 +125,7 @@ void for_outputs(const PoolPlan& p, Body&& body) {
   if (p.batch == 0 || p.out_plane == 0) return;
   const int64_t rows_per_batch = p.out_plane / p.out_last;
   const int64_t rows = p.batch * rows_per_batch;
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.out_last * p.window));
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.out_last) / p.window);
   parallel_for(rows, grain, [&](int64_t rb, int64_t re) {
     int64_t oi[kMaxK];
     for (int64_t r = rb; r < re; ++r) {
@@ -144,7 +147,7 @@ void for_outputs(const PoolPlan& p, Body&& body) {
 template <class Body>
 void for_planes(const PoolPlan& p, Body&& body) {
   if (p.batch == 0 || p.out_plane == 0) return;
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.out_plane * p.window));
+  const int64_t grain = std::max<int64_t>(1, 16384 / p.out_plane / p.window);
   parallel_for(p.batch, grain, [&](int64_t bb, int64_t be) {
     int64_t oi[kMaxK];
     for (int64_t b = bb; b < be; ++b) {
@@ -241,7 +244,7 @@ KernelFn linear_forward(std::shared_ptr<const PoolPlan> pp, int mode) {
       C acc = C(0);
       for_window(p, oi, [&](int64_t off) { acc += Num<S>::ld(xb[off]); });
       if (mode) {
-        int64_t dv = divisor(p, oi, mode == 2);
+        double dv = divisor(p, oi, mode == 2);
         acc = dv > 0 ? acc / C(dv) : C(0);
       }
       y[o] = Num<S>::st(acc);
@@ -261,7 +264,7 @@ KernelFn linear_scatter(std::shared_ptr<const PoolPlan> pp, int mode) {
     for_planes(p, [&](int64_t b, const int64_t* oi, int64_t o) {
       C g = Num<S>::ld(dy[o]);
       if (mode) {
-        int64_t dv = divisor(p, oi, mode == 2);
+        double dv = divisor(p, oi, mode == 2);
         if (dv <= 0) return;
         g = g / C(dv);
       }
