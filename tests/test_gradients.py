@@ -119,6 +119,13 @@ ROWS = [
     pytest.param("reverse", lambda g, x: g.reverse(x, axes=(1,)), [normal(2, 3)], False, id="reverse"),
     pytest.param("flatten_2d", lambda g, x: g.flatten_2d(x, 2), [normal(2, 3, 2)], False, id="flatten_2d"),
     pytest.param("flatten", lambda g, x: g.flatten(x), [normal(2, 3)], False, id="flatten"),
+    pytest.param("swap_axes", lambda g, x: g.swap_axes(x, 0, 2), [normal(2, 3, 4)], False, id="swap_axes"),
+    pytest.param("slice_gradient", lambda g, d, like: g.slice_gradient(d, like, starts=(0, 1), ends=(2, 4), strides=(1, 2)),
+                 [normal(2, 2), normal(3, 5)], True, id="slice_gradient"),
+    pytest.param("split_like", lambda g, x, a, b: (lambda s: s[0] * 3.0 + g.reduction_sum(s[1], axes=1))(
+        g.split_like(x, [a, b], axis=1)), [normal(2, 5), normal(2, 2), normal(2, 3)], False, id="split_like"),
+    pytest.param("tile_gradient", lambda g, d, like: g.tile_gradient(d, like, multiples=(2, 3)),
+                 [normal(4, 6), normal(2, 2)], True, id="tile_gradient"),
     pytest.param("reshape_like", lambda g, x, like: g.reshape_like(x, like), [normal(2, 3), normal(3, 2)], False,
                  id="reshape_like"),
     # ---- activations (composites) ----

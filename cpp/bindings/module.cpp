@@ -59,7 +59,7 @@ std::optional<DType> from_dl_dtype(DLDataType d) {
 DType dtype_arg(const py::handle& h) {
   if (py::isinstance<py::str>(h)) {
     auto d = dtype_from_name(h.cast<std::string>());
-    if (!d) throw py::value_error("unknown dtype '" + h.cast<std::string>() + "'");
+    if (!d) throw GraphError(ErrorKind::Type, "[dtype] unknown dtype '" + h.cast<std::string>() + "'");
     return *d;
   }
   return h.cast<DType>();
@@ -79,7 +79,7 @@ TensorData from_buffer(py::buffer obj) {
   if (fmt == "l") dt = info.itemsize == 8 ? DType::Int64 : DType::Int32;
   if (fmt == "L") dt = info.itemsize == 8 ? DType::UInt64 : DType::UInt32;
   if (fmt == "c") dt = DType::Int8;
-  if (!dt) throw py::type_error("[TensorData] unsupported buffer format '" + info.format + "'");
+  if (!dt) throw GraphError(ErrorKind::Type, "[TensorData] unsupported buffer format '" + info.format + "'");
   Shape shape(info.shape.begin(), info.shape.end());
   int64_t n = num_elements(shape);
   bool contiguous = true;
@@ -124,21 +124,21 @@ TensorData from_buffer(py::buffer obj) {
 }
 
 TensorData from_dlpack_capsule(py::capsule cap, py::object producer) {
-  if (std::strcmp(cap.name(), "dltensor") != 0) throw py::value_error("[TensorData] expected a 'dltensor' capsule");
+  if (std::strcmp(cap.name(), "dltensor") != 0) throw GraphError(ErrorKind::Value, "[TensorData] expected a 'dltensor' capsule");
   auto* m = static_cast<DLManagedTensor*>(cap.get_pointer());
   DLTensor& t = m->dl_tensor;
   if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
-    throw py::value_error("[TensorData] DLPack tensor on device type " + std::to_string(t.device.device_type) +
+    throw GraphError(ErrorKind::Value, "[TensorData] DLPack tensor on device type " + std::to_string(t.device.device_type) +
                           " cannot be used by the cpu backend");
   auto dt = from_dl_dtype(t.dtype);
-  if (!dt) throw py::type_error("[TensorData] unsupported DLPack dtype code " + std::to_string(t.dtype.code) + " bits " +
+  if (!dt) throw GraphError(ErrorKind::Type, "[TensorData] unsupported DLPack dtype code " + std::to_string(t.dtype.code) + " bits " +
                                 std::to_string(t.dtype.bits));
   Shape shape(t.shape, t.shape + t.ndim);
   if (t.strides) {
     int64_t expect = 1;
     for (int i = t.ndim; i-- > 0;) {
       if (shape[size_t(i)] != 1 && t.strides[i] != expect)
-        throw py::value_error("[TensorData] non-contiguous DLPack tensors are not supported; make it contiguous first");
+        throw GraphError(ErrorKind::Value, "[TensorData] non-contiguous DLPack tensors are not supported; make it contiguous first");
       expect *= shape[size_t(i)];
     }
   }
@@ -195,7 +195,7 @@ TensorData to_tensor_data(py::handle h) {
     return from_dlpack_capsule(cap.cast<py::capsule>(), py::reinterpret_borrow<py::object>(h));
   }
   if (PyObject_CheckBuffer(h.ptr())) return from_buffer(py::reinterpret_borrow<py::buffer>(h));
-  throw py::type_error("[TensorData] cannot use an object of type '" + std::string(Py_TYPE(h.ptr())->tp_name) +
+  throw GraphError(ErrorKind::Type, "[TensorData] cannot use an object of type '" + std::string(Py_TYPE(h.ptr())->tp_name) +
                        "' as tensor data: pass a numpy array, a buffer, a DLPack tensor or TensorData");
 }
 
@@ -278,6 +278,7 @@ py::dict schema_dict(const OpDef& op) {
                         : op.differentiable == Differentiable::No ? "no"
                                                                   : "unset";
   d["stateful"] = op.stateful;
+  d["multi_output"] = op.multi_output;
   py::list ins;
   for (auto& i : op.inputs) ins.append(py::make_tuple(i.name, i.variadic, i.optional));
   d["inputs"] = ins;
@@ -350,7 +351,7 @@ PYBIND11_MODULE(_core, m) {
                              "True when making this TensorData needed a copy (a non-contiguous source).")
       .def_property_readonly("data_ptr", [](const TensorData& t) { return reinterpret_cast<uintptr_t>(t.array->data()); })
       .def("_reinterpret", [](const TensorData& t, DType d) {
-            if (dtype_size(d) != dtype_size(t.array->dtype)) throw py::value_error("[TensorData] reinterpret needs equal sizes");
+            if (dtype_size(d) != dtype_size(t.array->dtype)) throw GraphError(ErrorKind::Value, "[TensorData] reinterpret needs equal sizes");
             auto a = std::make_shared<Array>(*t.array);
             a->dtype = d;
             return TensorData{a, t.device, t.copied};

@@ -83,6 +83,7 @@ struct OpDef {
   Differentiable differentiable = Differentiable::Unset;
   bool stateful = false;     // never folded or merged (variables, random)
   bool python_method = true; // generated as a Graph method
+  bool multi_output = false; // Python returns a tuple even when there is one output (split)
   std::vector<std::string> aliases;  // extra Python names (numpy style)
   std::string family;        // "elementwise", "reduction", ... for docs and tables
   FoldTypesFn fold_types;

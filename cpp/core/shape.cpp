@@ -6,7 +6,7 @@ std::string shape_str(const Shape& s) {
   std::string r = "(";
   for (size_t i = 0; i < s.size(); ++i) {
     if (i) r += ", ";
-    r += s[i] < 0 ? "None" : std::to_string(s[i]);
+    r += s[i] == kUnknownDim ? "None" : std::to_string(s[i]);  // other negatives are bad input: show them
   }
   if (s.size() == 1) r += ",";
   return r + ")";

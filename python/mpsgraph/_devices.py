@@ -27,6 +27,8 @@ class Device:
             raise _core.GraphValueError(f"[device] unknown device '{kind}'; known kinds are cpu, metal and cuda")
         self.kind = kind
         self.index = 0 if index is None else int(index)
+        if kind == "cpu" and self.index != 0:
+            raise _core.GraphValueError(f"[device] there is only one cpu device, not 'cpu:{self.index}'")
 
     def __str__(self):
         return "cpu" if self.kind == "cpu" else f"{self.kind}:{self.index}"

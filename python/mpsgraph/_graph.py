@@ -21,6 +21,27 @@ ShapedType.__doc__ = "A feed's type for compile(): shape (None for a dim known o
 CacheInfo = namedtuple("CacheInfo", ["hits", "misses", "size", "capacity"])
 
 
+def as_int(value, op, what):
+    """An integer argument: ints and numpy integers only (2.5 must not quietly become 2)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise GraphTypeError(f"[{op}] {what} must be an integer, got {value!r}")
+    return int(value)
+
+
+def host_array(value, dtype, op):
+    """numpy array for a constant, variable or list feed; errors name the op and the value."""
+    nd = to_numpy_dtype(dtype) if dtype is not None else None
+    try:
+        arr = np.array(value, dtype=nd, copy=True)
+    except OverflowError:
+        raise GraphValueError(f"[{op}] value {value!r} is out of range for {as_dtype(dtype).name}") from None
+    except (TypeError, ValueError) as e:
+        raise GraphTypeError(f"[{op}] cannot make a tensor of {as_dtype(dtype).name if dtype is not None else 'any dtype'}"
+                             f" from {value!r}: {e}") from None
+    as_dtype(arr.dtype, op)  # unsupported dtypes (strings, complex, objects) raise naming the op
+    return arr
+
+
 # ---------------- TensorData helpers (the class lives in C++) ----------------
 
 def _td_numpy(self):
@@ -53,7 +74,7 @@ TensorData.__repr__ = _td_repr
 TensorData.__len__ = lambda self: self.shape[0] if self.shape else (_ for _ in ()).throw(TypeError("len() of a 0-d TensorData"))
 
 
-def as_tensor_data(value, dtype=None):
+def as_tensor_data(value, dtype=None, op="run"):
     """TensorData for a feed: TensorData, numpy/buffer/DLPack objects in place; Python lists
     and scalars through numpy (with the placeholder's dtype when given)."""
     if isinstance(value, TensorData):
@@ -63,8 +84,7 @@ def as_tensor_data(value, dtype=None):
             return TensorData(value.view(np.uint16))._reinterpret(bfloat16_)  # same memory
         return TensorData(value)
     if isinstance(value, (list, tuple, numbers.Number, np.generic)):
-        nd = to_numpy_dtype(dtype) if dtype is not None else None
-        return TensorData(np.asarray(value, dtype=nd, order="C"))
+        return TensorData(np.asarray(host_array(value, dtype, op), order="C"))
     return TensorData(value)
 
 
@@ -289,7 +309,7 @@ class Graph:
         """A tensor fed at run time; None in shape marks a dim known only then."""
         if shape is None:
             raise GraphValueError("[placeholder] unranked placeholders are not supported; give a shape (None for unknown dims)")
-        shape = tuple(None if d is None or d == -1 else int(d) for d in shape)
+        shape = tuple(None if d is None or d == -1 else as_int(d, "placeholder", "a dim") for d in shape)
         return self._add("placeholder", [], {"shape": shape, "dtype": as_dtype(dtype, "placeholder")}, name)[0]
 
     def constant(self, value, dtype=None, name=None):
@@ -298,25 +318,22 @@ class Graph:
         if isinstance(value, Tensor):
             raise GraphTypeError("[constant] value is already a Tensor")
         if isinstance(value, TensorData):
-            arr = np.array(value.numpy(), copy=True)
-        elif dtype is not None:
-            arr = np.array(value, dtype=to_numpy_dtype(dtype), copy=True)
-        else:
-            arr = np.asarray(value)
-            if not isinstance(value, (np.ndarray, np.generic)):
-                if arr.dtype == np.float64:
-                    arr = arr.astype(np.float32)
-                elif arr.dtype == np.int64:
-                    arr = arr.astype(np.int32)
-            arr = np.array(arr, copy=True)
+            value = value.numpy()
+        arr = host_array(value, dtype, "constant")
+        if dtype is None and not isinstance(value, (np.ndarray, np.generic)):
+            if arr.dtype == np.float64:  # Python floats and ints: MPSGraph's 32-bit defaults
+                arr = arr.astype(np.float32)
+            elif arr.dtype == np.int64:
+                arr = arr.astype(np.int32)
         data = as_tensor_data(np.asarray(arr, order="C"))
         return self._add("constant", [], {"value": data}, name)[0]
 
     def variable(self, initial_value, dtype=None, name=None):
         """A variable holding initial_value (copied). Returns a Tensor that reads it."""
-        arr = np.array(initial_value.numpy() if isinstance(initial_value, TensorData) else initial_value,
-                       dtype=None if dtype is None else to_numpy_dtype(dtype), copy=True)
-        if dtype is None and not isinstance(initial_value, (np.ndarray, np.generic, TensorData)):
+        if isinstance(initial_value, TensorData):
+            initial_value = initial_value.numpy()
+        arr = host_array(initial_value, dtype, "variable")
+        if dtype is None and not isinstance(initial_value, (np.ndarray, np.generic)):
             if arr.dtype == np.float64:
                 arr = arr.astype(np.float32)
             elif arr.dtype == np.int64:

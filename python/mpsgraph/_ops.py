@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _core
 from ._dtypes import as_dtype, is_floating, is_integer, bool_
-from ._graph import Graph, Tensor, GraphTypeError, GraphValueError, as_tensor_data
+from ._graph import Graph, Tensor, GraphTypeError, GraphValueError, as_tensor_data, as_int
 
 SCHEMAS = {s["name"]: s for s in _core.op_schemas()}
 OP_METHODS = set()
@@ -18,24 +18,20 @@ def _attr_value(op, attr, value):
     kind = attr["kind"]
     name = attr["name"]
     try:
-        if kind == "axes":
+        if kind in ("axes", "ints"):
             if isinstance(value, numbers.Integral):
-                return [int(value)]
-            return [int(a) for a in value]
-        if kind == "ints":
-            if isinstance(value, numbers.Integral):
-                return [int(value)]
-            return [int(a) for a in value]
+                return [as_int(value, op, name)]
+            return [as_int(a, op, f"each entry of '{name}'") for a in value]
         if kind == "floats":
             if isinstance(value, numbers.Real):
                 return [float(value)]
             return [float(a) for a in value]
         if kind == "shape":
             if isinstance(value, numbers.Integral):
-                return [int(value)]
-            return [None if d is None else int(d) for d in value]
+                return [as_int(value, op, name)]
+            return [None if d is None else as_int(d, op, f"each dim of '{name}'") for d in value]
         if kind == "dtype":
-            return as_dtype(value)
+            return as_dtype(value, op)
         if kind == "tensor":
             return as_tensor_data(value)
         if kind == "int":
@@ -54,6 +50,8 @@ def _attr_value(op, attr, value):
             if not isinstance(value, str):
                 raise TypeError
             return value
+    except GraphTypeError:
+        raise
     except (TypeError, ValueError):
         raise GraphTypeError(f"[{op}] attribute '{name}' must be {kind}, got {value!r}") from None
     return value
@@ -84,6 +82,7 @@ def _scalar_constant(g, op, value, ref):
 
 def _make_method(schema):
     opname = schema["name"]
+    multi_output = schema["multi_output"]
     inputs = schema["inputs"]
     attrs = schema["attrs"]
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
@@ -142,7 +141,7 @@ def _make_method(schema):
                 continue
             attr_values[a["name"]] = _attr_value(opname, a, v)
         outs = self._add(opname, tensors, attr_values, b.get("name"))
-        if len(outs) == 1:
+        if len(outs) == 1 and not multi_output:
             return outs[0]
         if not outs:
             from ._graph import Operation

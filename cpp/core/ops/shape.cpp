@@ -491,7 +491,8 @@ void register_shape_ops() {
          std::vector<ValueRef> r(c.node.inputs.size());
          r[0] = call(c.g, "concat", c.dy, {{"axis", node_attr<int64_t>(c.node, "axis")}});
          return r;
-       }});
+       },
+       .multi_output = true});
 
   reg({.name = "split",
        .doc = "Splits x along `axis` into num_splits equal parts, or into parts of split_sizes (give exactly "
@@ -537,7 +538,8 @@ void register_shape_ops() {
        },
        .grad = [](GradCtx& c) {
          return std::vector<ValueRef>{call(c.g, "concat", c.dy, {{"axis", node_attr<int64_t>(c.node, "axis")}})};
-       }});
+       },
+       .multi_output = true});
 
   reg({.name = "stack",
        .doc = "Stacks tensors of one shape and dtype along a new axis (which indexes the output).",
