@@ -147,12 +147,21 @@ def test_gradient_primitives_direct_vs_torch(xs, ws, s, d, p, groups):
     np.testing.assert_allclose(gw, rw, rtol=1e-11, atol=1e-11)
 
 
-@pytest.mark.parametrize("n,c,o,hw,groups", [(1, 64, 32, 64, 1), (4, 8, 8, 12, 2), (3, 16, 16, 40, 4)])
-def test_large_tiles_and_thread_split(n, c, o, hw, groups):
-    """Column tiles (the first case exceeds one tile) and (image, group) items over threads."""
-    x, w = normal(n, c, hw, hw).astype(np.float32), normal(o, c // groups, 3, 3).astype(np.float32)
+@pytest.mark.parametrize("n,c,o,hw,groups,k", [
+    (1, 64, 32, 64, 1, 3),  # BLAS-threaded products, two column tiles split mid-row
+    (4, 8, 8, 12, 2, 3),    # (image, group) units over the pool
+    (3, 16, 16, 40, 4, 3),
+    (1, 4, 4, 64, 1, 3),    # pool units = tiles of one image, split mid-row
+    (2, 4, 4, 64, 1, 3),    # data gradient: whole images as units, several tiles each
+    (2, 16, 16, 64, 1, 1),  # 1x1 direct, tiled
+    (1, 96, 96, 20, 1, 1),  # 1x1 direct, one BLAS-threaded product
+])
+def test_large_tiles_and_thread_split(n, c, o, hw, groups, k):
+    """Column tiles (also split inside an output row) and the two ways of splitting work."""
+    x, w = normal(n, c, hw, hw).astype(np.float32), normal(o, c // groups, k, k).astype(np.float32)
     dy = normal(n, o, hw, hw).astype(np.float32)
-    kw = dict(padding=(1, 1, 1, 1), groups=groups)
+    pad = k // 2
+    kw = dict(padding=(pad,) * 4, groups=groups)
     y, gx, gw = run(lambda g, a, b, e: (g.convolution(a, b, **kw), g.convolution_data_gradient(e, b, a, **kw),
                                         g.convolution_weights_gradient(e, a, b, **kw)), x, w, dy, dtype=mg.float32)
     x64, w64, dy64 = x.astype(np.float64), w.astype(np.float64), dy.astype(np.float64)
@@ -160,6 +169,21 @@ def test_large_tiles_and_thread_split(n, c, o, hw, groups):
     rx, rw = ref_conv_grads(x64, w64, dy64, (1, 1), (1, 1), kw["padding"], groups)
     np.testing.assert_allclose(gx, rx, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(gw, rw, rtol=1e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_large_strided_dilated_tiles(n):
+    x, w = normal(n, 4, 150, 140), normal(4, 4, 3, 3)
+    s, d, p = (2, 3), (2, 1), (2, 1, 0, 3)
+    y = ref_conv(x, w, s, d, p)
+    dy = normal(*y.shape)
+    kw = dict(strides=s, dilation_rates=d, padding=p)
+    got, gx, gw = run(lambda g, a, b, e: (g.convolution(a, b, **kw), g.convolution_data_gradient(e, b, a, **kw),
+                                          g.convolution_weights_gradient(e, a, b, **kw)), x, w, dy)
+    rx, rw = ref_conv_grads(x, w, dy, s, d, p)
+    np.testing.assert_allclose(got, y, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(gx, rx, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(gw, rw, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("style", ["valid", "same", "same_lower"])

@@ -4,12 +4,13 @@
 // The factory fixes the geometry: for the innermost spatial dim, the range of output positions
 // each kernel tap reads inside the source (the rest is padding); for the outer dims, a table of
 // the source row each (outer kernel tap, output row) reads, or -1 in the padding. A run gathers
-// column tiles (channels x taps, a block of output rows) with those tables and multiplies them
-// by the weights with BLAS; the data gradient multiplies by the transposed weights and scatters
-// the columns back (col2im); the weights gradient accumulates dy @ columns^T. 1x1 convolutions
-// with unit strides and no padding skip the columns. float16/bfloat16 compute in float32 scratch
-// allocated here. Work is split over (image, group) items when there are enough of them,
-// otherwise each item's gathers run in parallel and BLAS threads the products.
+// column tiles (channels x taps, a block of output positions) with those tables and multiplies
+// them by the weights with BLAS; the data gradient multiplies by the transposed weights and
+// scatters the columns back (col2im); the weights gradient accumulates dy @ columns^T. 1x1
+// convolutions with unit strides and no padding use the source as the column matrix.
+// float16/bfloat16 compute in float32 scratch allocated here. Small products go over the
+// project's pool as (image x group, tile) units with BLAS on the calling thread; large ones run
+// one image at a time with parallel gathers and BLAS's own threads.
 #include <algorithm>
 #include <climits>
 #include <cstring>
@@ -45,7 +46,13 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double
 
 enum class Kind { Forward, Data, Weights };
 
+// OpenBLAS multiplies products of up to this M*N*K on the calling thread (its SMP threshold);
+// the kernels split smaller work over the project's pool, larger products over BLAS's threads.
+constexpr int64_t kBlasSingleThread = 262144;
+constexpr int64_t kColumnBudget = int64_t(1) << 21;  // column elements per tile when BLAS threads
+
 struct Plan {
+  Kind kind = Kind::Forward;
   int64_t N = 0, C = 0, O = 0, G = 1, Cg = 0, Og = 0;
   int64_t in_plane = 0;    // source elements per channel
   int64_t P = 0;           // output positions per channel
@@ -56,22 +63,27 @@ struct Plan {
   Ints rowtab;             // Kouter * R: source offset of the row read, -1 in the padding
   Ints lo, hi, start;      // per innermost tap: valid output range [lo, hi) and its first source position
   bool direct = false;     // 1x1, unit strides, no padding: the source plane is the column matrix
-  int64_t tile_rows = 1;   // output rows per column tile
-  int64_t col_elems = 0;   // per scratch slot
-  int slots = 1;           // scratch slots (parallel items)
-  bool par_items = false;
+  int64_t tile = 1;        // output positions per column tile
+  int64_t ntiles = 0;
+  bool ours = false;       // units split over the pool (BLAS single-threaded), else BLAS threads
+  bool tiles_parallel = false;  // a unit is one (item, tile); else one item with all its tiles
+  int slots = 1;           // scratch slots
+  int64_t col_elems = 0;   // per slot
   int64_t items() const { return N * G; }
+  int64_t units() const { return tiles_parallel ? items() * ntiles : items(); }
 };
 
-Plan make_plan(const Node& node, const Shape& src, const Shape& w, const Shape& dy) {
+Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, const Shape& dy) {
   const auto& strides = node_attr<Ints>(node, "strides");
   const auto& dil = node_attr<Ints>(node, "dilation_rates");
   const auto& pads = node_attr<Ints>(node, "padding");
   const int64_t groups = node_attr<int64_t>(node, "groups");
   const size_t k = src.size() - 2;
-  if (strides.size() != k || dil.size() != k || pads.size() != 2 * k || w.size() != k + 2 || dy.size() != k + 2)
+  if (strides.size() != k || dil.size() != k || pads.size() != 2 * k || w.size() != k + 2 || dy.size() != k + 2 ||
+      groups < 1)
     raise(ErrorKind::Runtime, node.op->name, node.name, "convolution attributes were not resolved for these shapes");
   Plan p;
+  p.kind = kind;
   p.N = src[0];
   p.C = src[1];
   p.O = w[0];
@@ -130,40 +142,55 @@ Plan make_plan(const Node& node, const Shape& src, const Shape& w, const Shape& 
     }
   }
 
-  // work split: (image, group) items over threads when there are enough and each is small
-  // enough that BLAS would not thread it well; otherwise one item at a time.
+  // Work split. Every product is (Og x CK) by a tile of output positions. When Og*CK is small,
+  // tiles are cut so that BLAS stays on the calling thread and (item, tile) units go over the
+  // pool (the data gradient's tiles of one item overlap in col2im unless direct, so its units
+  // are whole items). Otherwise items run one at a time: the gathers use the pool and BLAS
+  // threads the large products.
   const int threads = num_threads();
-  const double flops = double(p.Og) * double(p.CK) * double(p.P);
-  p.par_items = threads > 1 && p.items() >= threads && flops < double(1 << 26);
-  p.slots = p.par_items ? int(std::min<int64_t>(threads, p.items())) : 1;
-  const int64_t budget = int64_t(1) << 21;  // column elements per slot
-  p.tile_rows = p.CK * p.OL > 0 ? std::max<int64_t>(1, std::min<int64_t>(p.R, budget / (p.CK * p.OL))) : 1;
-  p.col_elems = p.direct ? 0 : p.CK * p.tile_rows * p.OL;
+  const int64_t mk = std::max<int64_t>(p.Og * p.CK, 1);
+  p.tiles_parallel = kind != Kind::Data || p.direct;
+  p.ours = false;
+  if (threads > 1 && mk <= 8192 && p.P > 0) {
+    p.tile = std::min(p.P, std::max<int64_t>(32, kBlasSingleThread / mk));
+    p.ntiles = (p.P + p.tile - 1) / p.tile;
+    p.ours = p.units() >= 2;
+  }
+  if (!p.ours) {
+    p.tile = p.direct ? std::max<int64_t>(p.P, 1) : std::max<int64_t>(1, std::min(p.P, kColumnBudget / std::max<int64_t>(p.CK, 1)));
+    p.ntiles = p.P > 0 ? (p.P + p.tile - 1) / p.tile : 0;
+  }
+  p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
+  p.col_elems = p.direct ? 0 : p.CK * p.tile;
   return p;
 }
 
-// Gathers column rows (c, tap) for channels [c0, c1) and output rows [r0, r1) of one item.
+// Gathers column rows (c, tap) for channels [c0, c1) and output positions [p0, p1) of one item.
 template <class T>
-void im2col(const Plan& p, const T* x, T* col, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  const int64_t pt = (r1 - r0) * p.OL;
+void im2col(const Plan& p, const T* x, T* col, int64_t p0, int64_t p1, int64_t c0, int64_t c1) {
+  const int64_t pt = p1 - p0, rb = p0 / p.OL, re = (p1 - 1) / p.OL;
   for (int64_t c = c0; c < c1; ++c) {
     const T* xc = x + c * p.in_plane;
     for (int64_t kt = 0; kt < p.Kouter; ++kt) {
       for (int64_t t = 0; t < p.KL; ++t) {
         T* dst = col + (c * p.Ksz + kt * p.KL + t) * pt;
         const int64_t lo = p.lo[size_t(t)], hi = p.hi[size_t(t)], st = p.start[size_t(t)];
-        for (int64_t r = r0; r < r1; ++r, dst += p.OL) {
+        for (int64_t r = rb; r <= re; ++r) {
+          const int64_t j0 = r == rb ? p0 - r * p.OL : 0, j1 = r == re ? p1 - r * p.OL : p.OL;
+          T* d = dst + (r * p.OL + j0 - p0);  // position j0 of row r
           const int64_t base = p.rowtab[size_t(kt * p.R + r)];
-          if (base < 0 || lo >= hi) {
-            std::fill(dst, dst + p.OL, T(0));
+          const int64_t a = std::min(std::max(lo, j0), j1), b = std::max(a, std::min(hi, j1));
+          if (base < 0 || a == b) {
+            std::fill(d, d + (j1 - j0), T(0));
             continue;
           }
-          std::fill(dst, dst + lo, T(0));
-          const T* s = xc + base + st;
-          if (p.sL == 1) std::memcpy(dst + lo, s, size_t(hi - lo) * sizeof(T));
+          std::fill(d, d + (a - j0), T(0));
+          const T* s = xc + base + st + (a - lo) * p.sL;
+          T* da = d + (a - j0);
+          if (p.sL == 1) std::memcpy(da, s, size_t(b - a) * sizeof(T));
           else
-            for (int64_t j = lo; j < hi; ++j) dst[j] = s[(j - lo) * p.sL];
-          std::fill(dst + hi, dst + p.OL, T(0));
+            for (int64_t j = 0; j < b - a; ++j) da[j] = s[j * p.sL];
+          std::fill(d + (b - j0), d + (j1 - j0), T(0));
         }
       }
     }
@@ -172,121 +199,105 @@ void im2col(const Plan& p, const T* x, T* col, int64_t r0, int64_t r1, int64_t c
 
 // Adds column rows back into the source planes (the adjoint of im2col).
 template <class T>
-void col2im(const Plan& p, const T* col, T* x, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  const int64_t pt = (r1 - r0) * p.OL;
+void col2im(const Plan& p, const T* col, T* x, int64_t p0, int64_t p1, int64_t c0, int64_t c1) {
+  const int64_t pt = p1 - p0, rb = p0 / p.OL, re = (p1 - 1) / p.OL;
   for (int64_t c = c0; c < c1; ++c) {
     T* xc = x + c * p.in_plane;
     for (int64_t kt = 0; kt < p.Kouter; ++kt) {
       for (int64_t t = 0; t < p.KL; ++t) {
         const T* src = col + (c * p.Ksz + kt * p.KL + t) * pt;
         const int64_t lo = p.lo[size_t(t)], hi = p.hi[size_t(t)], st = p.start[size_t(t)];
-        for (int64_t r = r0; r < r1; ++r, src += p.OL) {
+        for (int64_t r = rb; r <= re; ++r) {
           const int64_t base = p.rowtab[size_t(kt * p.R + r)];
           if (base < 0) continue;
-          T* d = xc + base + st;
+          const int64_t j0 = r == rb ? p0 - r * p.OL : 0, j1 = r == re ? p1 - r * p.OL : p.OL;
+          const int64_t a = std::min(std::max(lo, j0), j1), b = std::max(a, std::min(hi, j1));
+          const T* sa = src + (r * p.OL + a - p0);
+          T* d = xc + base + st + (a - lo) * p.sL;
           if (p.sL == 1)
-            for (int64_t j = lo; j < hi; ++j) d[j - lo] += src[j];
+            for (int64_t j = 0; j < b - a; ++j) d[j] += sa[j];
           else
-            for (int64_t j = lo; j < hi; ++j) d[(j - lo) * p.sL] += src[j];
+            for (int64_t j = 0; j < b - a; ++j) d[j * p.sL] += sa[j];
         }
       }
     }
   }
 }
 
-// Runs f(c0, c1) over the item's channels: in parallel unless items already are.
+// Runs f(c0, c1) over the item's channels: over the pool unless units already are.
 template <class F>
-void over_channels(const Plan& p, F&& f) {
-  if (p.par_items) f(int64_t(0), p.Cg);
+void over_channels(const Plan& p, int64_t pt, F&& f) {
+  if (p.ours) f(int64_t(0), p.Cg);
   else
-    parallel_for(p.Cg, std::max<int64_t>(1, 16384 / std::max<int64_t>(p.Ksz * p.P, 1)),
+    parallel_for(p.Cg, std::max<int64_t>(1, 16384 / std::max<int64_t>(p.Ksz * pt, 1)),
                  [&](int64_t c0, int64_t c1) { f(c0, c1); });
 }
 
 template <class T>
 struct Scratch {
   std::vector<std::vector<T>> col;  // per slot
-  std::vector<std::vector<T>> acc;  // weights gradient partial sums, slots 1..
+  std::vector<std::vector<T>> acc;  // weights gradient partial sums of slots 1..
 };
 
+// One tile [p0, p1) of one item. in0/in1/out: forward (x, w) -> y; data (dy, w) -> dx;
+// weights (dy, x) -> dw (accumulated).
 template <class T>
-void item_forward(const Plan& p, int64_t item, const T* x, const T* w, T* y, T* col) {
-  const int64_t n = item / p.G, g = item % p.G;
-  const T* xg = x + (n * p.C + g * p.Cg) * p.in_plane;
-  const T* wg = w + g * p.Og * p.CK;
-  T* yg = y + (n * p.O + g * p.Og) * p.P;
-  if (p.direct) {
-    gemm(false, false, p.Og, p.P, p.Cg, wg, p.CK, xg, p.in_plane, T(0), yg, p.P);
-    return;
-  }
-  for (int64_t r0 = 0; r0 < p.R; r0 += p.tile_rows) {
-    const int64_t r1 = std::min(p.R, r0 + p.tile_rows), pt = (r1 - r0) * p.OL;
-    over_channels(p, [&](int64_t c0, int64_t c1) { im2col(p, xg, col, r0, r1, c0, c1); });
-    gemm(false, false, p.Og, pt, p.CK, wg, p.CK, col, pt, T(0), yg + r0 * p.OL, p.P);
+void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0, const T* in1, T* out, T* col) {
+  const int64_t n = item / p.G, g = item % p.G, pt = p1 - p0;
+  const int64_t x_off = (n * p.C + g * p.Cg) * p.in_plane, y_off = (n * p.O + g * p.Og) * p.P, w_off = g * p.Og * p.CK;
+  switch (p.kind) {
+    case Kind::Forward: {
+      const T *x = in0 + x_off, *w = in1 + w_off;
+      T* y = out + y_off + p0;
+      if (p.direct) return gemm(false, false, p.Og, pt, p.Cg, w, p.CK, x + p0, p.in_plane, T(0), y, p.P);
+      over_channels(p, pt, [&](int64_t c0, int64_t c1) { im2col(p, x, col, p0, p1, c0, c1); });
+      return gemm(false, false, p.Og, pt, p.CK, w, p.CK, col, pt, T(0), y, p.P);
+    }
+    case Kind::Data: {
+      const T *dy = in0 + y_off + p0, *w = in1 + w_off;
+      T* dx = out + x_off;
+      if (p.direct) return gemm(true, false, p.Cg, pt, p.Og, w, p.CK, dy, p.P, T(0), dx + p0, p.in_plane);
+      gemm(true, false, p.CK, pt, p.Og, w, p.CK, dy, p.P, T(0), col, pt);
+      return over_channels(p, pt, [&](int64_t c0, int64_t c1) { col2im(p, col, dx, p0, p1, c0, c1); });
+    }
+    case Kind::Weights: {
+      const T *dy = in0 + y_off + p0, *x = in1 + x_off;
+      T* dw = out + w_off;
+      if (p.direct) return gemm(false, true, p.Og, p.Cg, pt, dy, p.P, x + p0, p.in_plane, T(1), dw, p.CK);
+      over_channels(p, pt, [&](int64_t c0, int64_t c1) { im2col(p, x, col, p0, p1, c0, c1); });
+      return gemm(false, true, p.Og, p.CK, pt, dy, p.P, col, pt, T(1), dw, p.CK);
+    }
   }
 }
 
 template <class T>
-void item_data(const Plan& p, int64_t item, const T* dy, const T* w, T* dx, T* col) {
-  const int64_t n = item / p.G, g = item % p.G;
-  T* dxg = dx + (n * p.C + g * p.Cg) * p.in_plane;
-  const T* wg = w + g * p.Og * p.CK;
-  const T* dyg = dy + (n * p.O + g * p.Og) * p.P;
-  if (p.direct) {
-    gemm(true, false, p.Cg, p.P, p.Og, wg, p.CK, dyg, p.P, T(0), dxg, p.in_plane);
-    return;
-  }
-  std::fill(dxg, dxg + p.Cg * p.in_plane, T(0));
-  for (int64_t r0 = 0; r0 < p.R; r0 += p.tile_rows) {
-    const int64_t r1 = std::min(p.R, r0 + p.tile_rows), pt = (r1 - r0) * p.OL;
-    gemm(true, false, p.CK, pt, p.Og, wg, p.CK, dyg + r0 * p.OL, p.P, T(0), col, pt);
-    over_channels(p, [&](int64_t c0, int64_t c1) { col2im(p, col, dxg, r0, r1, c0, c1); });
-  }
-}
-
-template <class T>
-void item_weights(const Plan& p, int64_t item, const T* dy, const T* x, T* dw, T* col) {
-  const int64_t n = item / p.G, g = item % p.G;
-  const T* xg = x + (n * p.C + g * p.Cg) * p.in_plane;
-  const T* dyg = dy + (n * p.O + g * p.Og) * p.P;
-  T* dwg = dw + g * p.Og * p.CK;
-  if (p.direct) {
-    gemm(false, true, p.Og, p.Cg, p.P, dyg, p.P, xg, p.in_plane, T(1), dwg, p.CK);
-    return;
-  }
-  for (int64_t r0 = 0; r0 < p.R; r0 += p.tile_rows) {
-    const int64_t r1 = std::min(p.R, r0 + p.tile_rows), pt = (r1 - r0) * p.OL;
-    over_channels(p, [&](int64_t c0, int64_t c1) { im2col(p, xg, col, r0, r1, c0, c1); });
-    gemm(false, true, p.Og, p.CK, pt, dyg + r0 * p.OL, p.P, col, pt, T(1), dwg, p.CK);
-  }
-}
-
-// in0/in1/out per kind: forward (x, w) -> y; data (dy, w) -> dx; weights (dy, x) -> dw.
-template <class T>
-void execute(Kind kind, const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elems, Scratch<T>& s) {
+void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elems, Scratch<T>& s) {
   if (out_elems == 0) return;
   const bool empty_work = p.items() == 0 || p.P == 0 || p.CK == 0 || p.Og == 0;
-  if (empty_work || kind == Kind::Weights) std::fill(out, out + out_elems, T(0));  // weights: accumulated
+  if (empty_work || p.kind == Kind::Weights) std::fill(out, out + out_elems, T(0));  // weights: accumulated
   if (empty_work) return;
-  auto run_item = [&](int64_t item, int slot) {
+  auto run_unit = [&](int64_t u, int slot) {
     T* col = s.col[size_t(slot)].data();
-    switch (kind) {
-      case Kind::Forward: item_forward(p, item, in0, in1, out, col); break;
-      case Kind::Data: item_data(p, item, in0, in1, out, col); break;
-      case Kind::Weights: item_weights(p, item, in0, in1, slot == 0 ? out : s.acc[size_t(slot - 1)].data(), col); break;
+    T* o = p.kind == Kind::Weights && slot > 0 ? s.acc[size_t(slot - 1)].data() : out;
+    const int64_t item = p.tiles_parallel ? u / p.ntiles : u;
+    const int64_t t0 = p.tiles_parallel ? u % p.ntiles : 0, t1 = p.tiles_parallel ? t0 + 1 : p.ntiles;
+    if (p.kind == Kind::Data && !p.direct) {  // col2im accumulates: clear the item's planes first
+      T* dx = out + (item / p.G * p.C + item % p.G * p.Cg) * p.in_plane;
+      std::fill(dx, dx + p.Cg * p.in_plane, T(0));
     }
+    for (int64_t t = t0; t < t1; ++t) run_tile(p, item, t * p.tile, std::min(p.P, (t + 1) * p.tile), in0, in1, o, col);
   };
-  if (!p.par_items) {
-    for (int64_t it = 0; it < p.items(); ++it) run_item(it, 0);
+  if (!p.ours) {
+    for (int64_t u = 0; u < p.units(); ++u) run_unit(u, 0);
     return;
   }
-  if (kind == Kind::Weights)
+  if (p.kind == Kind::Weights)
     for (auto& a : s.acc) std::fill(a.begin(), a.end(), T(0));
   parallel_for(p.slots, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t sl = s0; sl < s1; ++sl)
-      for (int64_t it = sl; it < p.items(); it += p.slots) run_item(it, int(sl));
+      for (int64_t u = sl; u < p.units(); u += p.slots) run_unit(u, int(sl));
   });
-  if (kind == Kind::Weights && !s.acc.empty()) {
+  if (p.kind == Kind::Weights && !s.acc.empty()) {
     parallel_for(out_elems, 65536, [&](int64_t b, int64_t e) {
       for (auto& a : s.acc)
         for (int64_t i = b; i < e; ++i) out[i] += a[size_t(i)];
@@ -295,10 +306,10 @@ void execute(Kind kind, const Plan& p, const T* in0, const T* in1, T* out, int64
 }
 
 template <class T>
-std::shared_ptr<Scratch<T>> make_scratch(const Plan& p, Kind kind, int64_t out_elems) {
+std::shared_ptr<Scratch<T>> make_scratch(const Plan& p, int64_t out_elems) {
   auto s = std::make_shared<Scratch<T>>();
   s->col.assign(size_t(p.slots), std::vector<T>(size_t(p.col_elems)));
-  if (kind == Kind::Weights && p.par_items) s->acc.assign(size_t(p.slots - 1), std::vector<T>(size_t(out_elems)));
+  if (p.kind == Kind::Weights && p.ours) s->acc.assign(size_t(p.slots - 1), std::vector<T>(size_t(out_elems)));
   return s;
 }
 
@@ -316,23 +327,23 @@ void from_float(const float* src, S* dst, int64_t n) {
 }
 
 template <class T>
-KernelFn native(Kind kind, const Plan& p, int64_t out_elems) {
-  auto s = make_scratch<T>(p, kind, out_elems);
-  return [kind, p, s, out_elems](const void* const* in, void* const* out) {
-    execute<T>(kind, p, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), static_cast<T*>(out[0]), out_elems, *s);
+KernelFn native(const Plan& p, int64_t out_elems) {
+  auto s = make_scratch<T>(p, out_elems);
+  return [p, s, out_elems](const void* const* in, void* const* out) {
+    execute<T>(p, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), static_cast<T*>(out[0]), out_elems, *s);
   };
 }
 
 template <class S>
-KernelFn via_float(Kind kind, const Plan& p, int64_t n0, int64_t n1, int64_t out_elems) {
-  auto s = make_scratch<float>(p, kind, out_elems);
+KernelFn via_float(const Plan& p, int64_t n0, int64_t n1, int64_t out_elems) {
+  auto s = make_scratch<float>(p, out_elems);
   auto f0 = std::make_shared<std::vector<float>>(size_t(n0));
   auto f1 = std::make_shared<std::vector<float>>(size_t(n1));
   auto fo = std::make_shared<std::vector<float>>(size_t(out_elems));
-  return [kind, p, s, f0, f1, fo, n0, n1, out_elems](const void* const* in, void* const* out) {
+  return [p, s, f0, f1, fo, n0, n1, out_elems](const void* const* in, void* const* out) {
     to_float(static_cast<const S*>(in[0]), f0->data(), n0);
     to_float(static_cast<const S*>(in[1]), f1->data(), n1);
-    execute<float>(kind, p, f0->data(), f1->data(), fo->data(), out_elems, *s);
+    execute<float>(p, f0->data(), f1->data(), fo->data(), out_elems, *s);
     from_float(fo->data(), static_cast<S*>(out[0]), out_elems);
   };
 }
@@ -345,13 +356,13 @@ KernelFactory factory(Kind kind) {
       case Kind::Data: dy = &c.in[0].shape; w = &c.in[1].shape; src = &c.out[0].shape; break;
       default: dy = &c.in[0].shape; src = &c.in[1].shape; w = &c.out[0].shape; break;
     }
-    Plan p = make_plan(c.node, *src, *w, *dy);
+    Plan p = make_plan(kind, c.node, *src, *w, *dy);
     const int64_t n0 = num_elements(c.in[0].shape), n1 = num_elements(c.in[1].shape), no = num_elements(c.out[0].shape);
     switch (c.out[0].dtype) {
-      case DType::Float32: return native<float>(kind, p, no);
-      case DType::Float64: return native<double>(kind, p, no);
-      case DType::Float16: return via_float<half_t>(kind, p, n0, n1, no);
-      case DType::BFloat16: return via_float<bfloat16_t>(kind, p, n0, n1, no);
+      case DType::Float32: return native<float>(p, no);
+      case DType::Float64: return native<double>(p, no);
+      case DType::Float16: return via_float<half_t>(p, n0, n1, no);
+      case DType::BFloat16: return via_float<bfloat16_t>(p, n0, n1, no);
       default:
         raise(ErrorKind::Type, c.node.op->name, c.node.name,
               std::string("expects a floating-point dtype, got ") + dtype_name(c.out[0].dtype));
