@@ -13,8 +13,22 @@ import pytest
 import mpsgraph as mg
 from gradcheck import check_op_gradient
 
-torch = pytest.importorskip("torch")
-F = torch.nn.functional
+try:
+    import torch
+    F = torch.nn.functional
+except ImportError:  # the finite-difference, error and zero-size tests still run
+    torch = F = None
+
+# tests that need no PyTorch reference
+NO_TORCH = {"test_unknown_batch_and_channels_infer", "test_finite_differences", "test_second_order_finite_differences",
+            "test_finite_differences_unknown_dims_same_padding", "test_second_order_front_ends", "test_zero_size",
+            "test_errors", "test_error_at_specialisation_for_unknown_dims"}
+
+
+@pytest.fixture(autouse=True)
+def _skip_without_torch(request):
+    if torch is None and request.node.originalname not in NO_TORCH:
+        pytest.skip("PyTorch is not installed")
 
 RNG = np.random.default_rng(7)
 
