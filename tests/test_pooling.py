@@ -452,3 +452,10 @@ def test_unknown_dims_too_small_fail_at_run_time():
         g.run({x: np.zeros((1, 3, 3, 2), np.float32)}, [y])
     out = g.run({x: np.zeros((1, 6, 5, 2), np.float32)}, [y])  # the graph stays usable
     assert _np(out[y]).shape == (1, 2, 1, 2)
+
+
+@pytest.mark.parametrize("op", ["max_pooling_2d", "avg_pooling_2d", "l2_norm_pooling_2d"])
+def test_gradients_with_every_dim_unknown(op):
+    x = distinct(2, 5, 4, 2) + 0.5
+    check_op_gradient(lambda g, a: getattr(g, op)(a, (3, 2), (2, 1), padding_style="same"), [x], unknown_dims=True)
+    check_op_gradient(lambda g, a: getattr(g, op)(a, **KW2), [x], unknown_dims=True)

@@ -253,3 +253,11 @@ def test_bad_inputs():
     with pytest.raises(mg.GraphError, match=r"\[resize_gradient\] dy float32\(1, 3, 3, 2\) does not match the resized "
                                             r"shape \(1, 2, 2, 2\)"):
         g.resize_gradient(g.placeholder((1, 3, 3, 2), mg.float32), g.placeholder((1, 4, 4, 2), mg.float32), (2, 2))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_gradients_with_every_dim_unknown(mode):
+    x = RNG.standard_normal((2, 3, 4, 2))
+    check_op_gradient(lambda g, p: g.resize(p, (5, 3), mode=mode), [x], unknown_dims=True)
+    dy = RNG.standard_normal((2, 5, 3, 2))
+    check_op_gradient(lambda g, d, s: g.resize_gradient(d, s, (5, 3), mode=mode), [dy, x], unknown_dims=True)

@@ -136,7 +136,7 @@ void normalize_pool_attrs(InferCtx& c, size_t k, const std::string& dims_doc) {
     for (auto x : v)
       if (x < lo || x > kMaxAttr)
         c.fail(ErrorKind::Value, std::string(name) + " " + ints_str(c.has(name) ? c.ints(name) : v) + " must be " +
-                                     (lo ? "positive" : "non-negative") + " (and below 2**30)");
+                                     (lo ? "positive" : "non-negative") + " (and at most 2**30)");
     c.attrs[name] = v;
   };
   list("kernel_sizes", 1, 1);
@@ -157,7 +157,7 @@ void normalize_pool_attrs(InferCtx& c, size_t k, const std::string& dims_doc) {
                                    std::to_string(k) + " (symmetric) or 1");
     for (auto p : pad)
       if (p < 0 || p > kMaxAttr)
-        c.fail(ErrorKind::Value, "padding " + ints_str(g) + " must be non-negative (and below 2**30)");
+        c.fail(ErrorKind::Value, "padding " + ints_str(g) + " must be non-negative (and at most 2**30)");
   }
   c.attrs["padding"] = pad;
   const std::string& st = c.s("padding_style");
