@@ -523,3 +523,32 @@ def test_random_graphs_match_numpy(seed):
     exe.run(vals, out=bufs)
     for b, (_, want) in zip(bufs, targets):
         np.testing.assert_allclose(b, want, rtol=2e-5, atol=2e-5, err_msg=f"seed {seed} out=")
+
+
+def test_split_returns_a_tuple_even_for_one_part():
+    g = mg.Graph()
+    x = g.placeholder((4, 2), F32)
+    parts = g.split(x, num_splits=1, axis=0)
+    assert isinstance(parts, tuple) and len(parts) == 1
+    parts = g.split(x, split_sizes=[1, 3], axis=0)
+    assert isinstance(parts, tuple) and len(parts) == 2
+    xv = np.arange(8, dtype=np.float32).reshape(4, 2)
+    res = g.run({x: xv}, list(parts))
+    np.testing.assert_array_equal(_np(res[parts[0]]), xv[:1])
+    np.testing.assert_array_equal(_np(res[parts[1]]), xv[1:])
+
+
+def test_reduction_defaults_mpsgraph_and_numpy_names():
+    g = mg.Graph()
+    x = g.placeholder((2, 3), F32)
+    xv = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a, b, c, d = g.reduction_sum(x), g.sum(x), g.mean(x, axes=1), x.sum(axis=1)
+    assert a.shape == (1, 1) and b.shape == () and c.shape == (2, 1) and d.shape == (2,)
+    res = g.run({x: xv}, [a, b, c, d])
+    np.testing.assert_array_equal(_np(res[a]), [[15]])
+    np.testing.assert_array_equal(_np(res[b]), 15)
+    np.testing.assert_array_equal(_np(res[c]), [[1], [4]])
+    np.testing.assert_array_equal(_np(res[d]), [3, 12])
+    e = g.argmax(x)
+    assert e.dtype == mg.int32 and e.shape == ()
+    np.testing.assert_array_equal(_np(g.run({x: xv}, [e])[e]), 5)
