@@ -1,7 +1,193 @@
-#include "backends/cpu/cpu_backend.h"
+// CPU kernel for matrix_multiplication: float32/float64 through BLAS gemm, float16/bfloat16
+// through float32 scratch buffers, integers by a wrapping loop. Batch offsets (with
+// broadcasting) are computed once in the factory.
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <memory>
+
+#include "backends/cpu/elementwise_util.h"
+
+#if defined(MG_BLAS_ACCELERATE)
+#include <Accelerate/Accelerate.h>
+#define MG_CBLAS(name) cblas_##name
+#else  // the scipy-openblas32 wheel prefixes its symbols
+#include <cblas.h>
+#define MG_CBLAS(name) scipy_cblas_##name
+#endif
 
 namespace mg::cpu {
 
-void register_matmul_kernels() {}
+namespace {
+
+// Row-major C = A @ B with A (M, K), B (K, N), C (M, N), all contiguous rows.
+inline void gemm(int M, int N, int K, const float* A, const float* B, float* C) {
+  MG_CBLAS(sgemm)(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+}
+inline void gemm(int M, int N, int K, const double* A, const double* B, double* C) {
+  MG_CBLAS(dgemm)(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0, A, K, B, N, 0.0, C, N);
+}
+
+struct MatmulPlan {
+  int64_t M = 0, N = 0, K = 0;
+  std::vector<int64_t> x_off, y_off;  // per output batch, in elements
+  int64_t batches() const { return int64_t(x_off.size()); }
+  int64_t x_elems = 0, y_elems = 0, out_elems = 0;
+};
+
+MatmulPlan make_plan(const Shape& xs0, const Shape& ys0, const Shape& out) {
+  MatmulPlan p;
+  Shape xs = xs0, ys = ys0;
+  if (xs.size() == 1) xs.insert(xs.begin(), 1);
+  if (ys.size() == 1) ys.push_back(1);
+  p.M = xs[xs.size() - 2];
+  p.K = xs.back();
+  p.N = ys.back();
+  p.x_elems = num_elements(xs0);
+  p.y_elems = num_elements(ys0);
+  p.out_elems = num_elements(out);
+  Shape bx(xs.begin(), xs.end() - 2), by(ys.begin(), ys.end() - 2);
+  Shape bo = *broadcast_shapes(bx, by);
+  const int64_t xm = p.M * p.K, ym = p.K * p.N;  // elements per matrix
+  int64_t nb = num_elements(bo);
+  if (num_elements(by) == 1 && bx == bo) {  // y unbatched: stack x's batches into rows, one gemm
+    p.M *= nb;
+    p.x_off = {0};
+    p.y_off = {0};
+    return p;
+  }
+  size_t r = bo.size();
+  // batch strides (in matrices) of x and y aligned to bo, 0 where broadcast
+  std::vector<int64_t> sx(r, 0), sy(r, 0);
+  int64_t acc = 1;
+  for (size_t i = bx.size(); i-- > 0;) {
+    sx[r - bx.size() + i] = bx[i] == 1 ? 0 : acc;
+    acc *= bx[i];
+  }
+  acc = 1;
+  for (size_t i = by.size(); i-- > 0;) {
+    sy[r - by.size() + i] = by[i] == 1 ? 0 : acc;
+    acc *= by[i];
+  }
+  p.x_off.resize(size_t(nb));
+  p.y_off.resize(size_t(nb));
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t rem = b, ox = 0, oy = 0;
+    for (size_t d = r; d-- > 0;) {
+      int64_t idx = rem % bo[d];
+      rem /= bo[d];
+      ox += idx * sx[d];
+      oy += idx * sy[d];
+    }
+    p.x_off[size_t(b)] = ox * xm;
+    p.y_off[size_t(b)] = oy * ym;
+  }
+  return p;
+}
+
+// Runs body(b) for each batch; over threads when each product is small.
+template <class Body>
+void for_batches(const MatmulPlan& p, Body&& body) {
+  int64_t nb = p.batches();
+  double work = double(p.M) * double(p.N) * double(p.K);
+  if (nb > 1 && work < 262144.0) {
+    int64_t grain = std::max<int64_t>(1, int64_t(262144.0 / std::max(work, 1.0)));
+    parallel_for(nb, grain, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) body(b);
+    });
+  } else {
+    for (int64_t b = 0; b < nb; ++b) body(b);
+  }
+}
+
+template <class T>  // float or double
+void blas_batches(const MatmulPlan& p, const T* x, const T* y, T* o) {
+  const int64_t mn = p.M * p.N;
+  for_batches(p, [&](int64_t b) {
+    gemm(int(p.M), int(p.N), int(p.K), x + p.x_off[size_t(b)], y + p.y_off[size_t(b)], o + b * mn);
+  });
+}
+
+template <class S>  // half_t or bfloat16_t via float32 scratch
+void to_float(const S* src, float* dst, int64_t n) {
+  parallel_for(n, 65536, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = Num<S>::ld(src[i]);
+  });
+}
+template <class S>
+void from_float(const float* src, S* dst, int64_t n) {
+  parallel_for(n, 65536, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = Num<S>::st(src[i]);
+  });
+}
+
+template <class U>  // unsigned integer storage; wrapping products
+void int_batches(const MatmulPlan& p, const U* x, const U* y, U* o) {
+  using W = std::conditional_t<sizeof(U) <= 4, uint32_t, uint64_t>;  // no promotion to signed int
+  const int64_t M = p.M, N = p.N, K = p.K;
+  int64_t rows = p.batches() * M;
+  int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(N * K, 1));
+  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t b = r / M, m = r % M;
+      const U* a = x + p.x_off[size_t(b)] + m * K;
+      const U* bb = y + p.y_off[size_t(b)];
+      U* c = o + r * N;
+      for (int64_t n = 0; n < N; ++n) c[n] = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        W av = W(a[k]);
+        const U* brow = bb + k * N;
+        for (int64_t n = 0; n < N; ++n) c[n] = U(W(c[n]) + av * W(brow[n]));
+      }
+    }
+  });
+}
+
+template <class S>
+struct UnsignedOf {
+  using type = std::conditional_t<sizeof(S) == 1, uint8_t,
+                                  std::conditional_t<sizeof(S) == 2, uint16_t,
+                                                     std::conditional_t<sizeof(S) == 4, uint32_t, uint64_t>>>;
+};
+
+KernelFn matmul_factory(const KernelCtx& c) {
+  MatmulPlan p = make_plan(c.in[0].shape, c.in[1].shape, c.out[0].shape);
+  DType dt = c.in[0].dtype;
+  size_t esize = dtype_size(dt);
+  size_t out_bytes = size_t(p.out_elems) * esize;
+  if (p.out_elems == 0) return [](const void* const*, void* const*) {};
+  if (p.K == 0) return [out_bytes](const void* const*, void* const* out) { std::memset(out[0], 0, out_bytes); };
+  if (is_floating(dt) && (p.M > INT_MAX || p.N > INT_MAX || p.K > INT_MAX))
+    raise(ErrorKind::NotImplemented, c.node.op->name, c.node.name, "matrix dims beyond 2**31-1 are not supported");
+  return dispatch_dtype(dt, [&](auto tag) -> KernelFn {
+    using S = decltype(tag);
+    if constexpr (std::is_same_v<S, float> || std::is_same_v<S, double>) {
+      return [p](const void* const* in, void* const* out) {
+        blas_batches<S>(p, static_cast<const S*>(in[0]), static_cast<const S*>(in[1]), static_cast<S*>(out[0]));
+      };
+    } else if constexpr (std::is_same_v<S, half_t> || std::is_same_v<S, bfloat16_t>) {
+      auto xf = std::make_shared<std::vector<float>>(size_t(p.x_elems));
+      auto yf = std::make_shared<std::vector<float>>(size_t(p.y_elems));
+      auto of = std::make_shared<std::vector<float>>(size_t(p.out_elems));
+      return [p, xf, yf, of](const void* const* in, void* const* out) {
+        to_float(static_cast<const S*>(in[0]), xf->data(), p.x_elems);
+        to_float(static_cast<const S*>(in[1]), yf->data(), p.y_elems);
+        blas_batches<float>(p, xf->data(), yf->data(), of->data());
+        from_float(of->data(), static_cast<S*>(out[0]), p.out_elems);
+      };
+    } else if constexpr (std::is_same_v<S, bool>) {
+      raise(ErrorKind::Type, c.node.op->name, c.node.name, "no cpu kernel for bool");
+    } else {
+      using U = typename UnsignedOf<S>::type;
+      return [p](const void* const* in, void* const* out) {
+        int_batches<U>(p, static_cast<const U*>(in[0]), static_cast<const U*>(in[1]), static_cast<U*>(out[0]));
+      };
+    }
+  });
+}
+
+}  // namespace
+
+void register_matmul_kernels() { register_kernel("matrix_multiplication", matmul_factory); }
 
 }  // namespace mg::cpu

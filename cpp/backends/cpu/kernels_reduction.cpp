@@ -1,7 +1,634 @@
-#include "backends/cpu/cpu_backend.h"
+// CPU kernels for the reduction family.
+//
+// One engine serves every reduction. The factory collapses the input's dims into a "kept"
+// space and a "reduced" space (adjacent dims of one kind merged, size-1 dims dropped) and
+// precomputes offset tables for all but the innermost dim of each space. A run then either
+// reduces contiguous runs per output (the innermost input dim is reduced) or accumulates
+// whole rows of outputs at once (the innermost input dim is kept). When there are few
+// outputs and much to reduce, the reduction range is split over threads and the partial
+// results combined in order. Each op is a small policy (init / add / combine / emit),
+// instantiated only for the dtypes it accepts.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "backends/cpu/elementwise_util.h"
 
 namespace mg::cpu {
 
-void register_reduction_kernels() {}
+namespace {
+
+struct ReducePlan {
+  int64_t num_out = 0, num_red = 0;
+  std::vector<int64_t> kept_off;  // outer kept offsets; output o = t * k_len + j
+  int64_t k_len = 1, k_stride = 0;
+  std::vector<int64_t> red_off;  // outer reduced offsets; reduce index r = s * r_len + i
+  int64_t r_len = 1, r_stride = 0;
+  bool inner_kept = false;  // innermost input dim is kept (k_stride == 1): row accumulation
+  int chunks = 1;           // > 1: the reduce range is split over threads
+};
+
+struct Dim {
+  int64_t len, stride;
+};
+
+std::vector<int64_t> offsets_of(const std::vector<Dim>& dims) {  // all dims but the last
+  std::vector<int64_t> off{0};
+  for (size_t d = 0; d + 1 < dims.size(); ++d) {
+    std::vector<int64_t> next;
+    next.reserve(off.size() * size_t(dims[d].len));
+    for (int64_t o : off)
+      for (int64_t i = 0; i < dims[d].len; ++i) next.push_back(o + i * dims[d].stride);
+    off.swap(next);
+  }
+  return off;
+}
+
+ReducePlan make_plan(const Shape& shape, const std::vector<int64_t>& axes) {
+  ReducePlan p;
+  std::vector<char> red(shape.size(), 0);
+  for (auto a : axes) red[size_t(a)] = 1;
+  auto strides = contiguous_strides(shape);
+  p.num_out = 1;
+  p.num_red = 1;
+  std::vector<Dim> kept, reduced;
+  int last_kind = -1;  // kind of the previous (non size-1) dim
+  for (size_t d = 0; d < shape.size(); ++d) {
+    (red[d] ? p.num_red : p.num_out) *= shape[d];
+    if (shape[d] == 1) continue;
+    auto& list = red[d] ? reduced : kept;
+    if (last_kind == red[d] && !list.empty() && list.back().stride == shape[d] * strides[d]) {
+      list.back().len *= shape[d];
+      list.back().stride = strides[d];
+    } else {
+      list.push_back({shape[d], strides[d]});
+    }
+    last_kind = red[d];
+  }
+  if (p.num_out == 0 || p.num_red == 0) return p;
+  if (!kept.empty()) {
+    p.k_len = kept.back().len;
+    p.k_stride = kept.back().stride;
+  }
+  if (!reduced.empty()) {
+    p.r_len = reduced.back().len;
+    p.r_stride = reduced.back().stride;
+  }
+  p.kept_off = offsets_of(kept);
+  p.red_off = offsets_of(reduced);
+  p.inner_kept = !kept.empty() && p.k_stride == 1;
+  int threads = num_threads();
+  if (p.num_out < threads && p.num_red >= 32768 && p.num_out * p.num_red >= 65536)
+    p.chunks = int(std::min<int64_t>(threads, p.num_red / 16384));
+  return p;
+}
+
+constexpr int64_t kBlock = 2048;  // most outputs accumulated together when the inner dim is kept
+
+// Reduces a contiguous run q[0..n) (reduce indices r0..) into a, with eight independent
+// lanes so that the loop vectorises; lanes are combined at the end (ties resolve by index).
+template <class P, class S>
+inline void lanes(const P& pol, typename P::Acc& a, const S* q, int64_t n, int64_t r0, int64_t o) {
+  constexpr int L = 8;
+  if (n < 2 * L) {
+    for (int64_t i = 0; i < n; ++i) pol.add(a, q[i], r0 + i, o);
+    return;
+  }
+  typename P::Acc b[L];
+  for (int l = 0; l < L; ++l) b[l] = pol.init();
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int l = 0; l < L; ++l) pol.add(b[l], q[i + l], r0 + i + l, o);
+  for (; i < n; ++i) pol.add(b[i % L], q[i], r0 + i, o);
+  for (int w = L / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) pol.combine(b[l], b[l + w]);
+  pol.combine(a, b[0]);
+}
+
+// Accumulates reduce indices [rb, re) into acc[0..nb) for the outputs whose input base
+// offsets are base + j (nb > 1 needs the inner dim kept, stride 1).
+template <class S, class P>
+inline void accumulate(const P& pol, const ReducePlan& p, const S* x, int64_t base, int64_t o0, int64_t nb, int64_t rb,
+                       int64_t re, typename P::Acc* acc) {
+  int64_t s = rb / p.r_len, i = rb % p.r_len, r = rb;
+  while (r < re) {
+    int64_t iend = std::min(p.r_len, i + (re - r));
+    const S* q = x + base + p.red_off[size_t(s)];
+    if (nb == 1) {
+      if (p.r_stride == 1) pol.run(acc[0], q + i, iend - i, r, o0);
+      else
+        for (int64_t ii = i; ii < iend; ++ii) pol.add(acc[0], q[ii * p.r_stride], r + ii - i, o0);
+    } else {
+      for (int64_t ii = i; ii < iend; ++ii) {
+        const S* qq = q + ii * p.r_stride;
+        int64_t ri = r + ii - i;
+        for (int64_t j = 0; j < nb; ++j) pol.add(acc[j], qq[j], ri, o0 + j);
+      }
+    }
+    r += iend - i;
+    i = 0;
+    ++s;
+  }
+}
+
+// Policies without a better contiguous-run loop use the lanes above.
+#define MG_DEFAULT_RUN                                                               \
+  template <class A, class SS>                                                       \
+  void run(A& a, const SS* q, int64_t n, int64_t r0, int64_t o) const {              \
+    lanes(*this, a, q, n, r0, o);                                                    \
+  }
+
+// ---------------- policies ----------------
+// add(acc, stored value, reduce index, output index); emit(output index, acc).
+
+template <class S>
+inline double ldd(S v) {
+  return double(Num<S>::ld(v));
+}
+
+template <class S, class O>
+inline void store_f(O* out, int64_t o, double v) {
+  if constexpr (std::is_same_v<O, double>) out[o] = v;
+  else out[o] = Num<O>::st(typename Num<O>::C(v));
+}
+
+// sum / product: floats in double, integers in uint64 (wraps like the dtype).
+template <class S, bool Prod>
+struct SumP {
+  MG_DEFAULT_RUN
+  static constexpr bool F = is_float_storage<S>;
+  using Acc = std::conditional_t<F, double, uint64_t>;
+  S* out;
+  Acc init() const { return Prod ? Acc(1) : Acc(0); }
+  static Acc load(S v) {
+    if constexpr (F) return ldd(v);
+    else return uint64_t(v);
+  }
+  void add(Acc& a, S v, int64_t, int64_t) const {
+    if constexpr (Prod) a *= load(v);
+    else a += load(v);
+  }
+  void combine(Acc& a, const Acc& b) const {
+    if constexpr (Prod) a *= b;
+    else a += b;
+  }
+  void emit(int64_t o, Acc a) const {
+    if constexpr (F) store_f<S, S>(out, o, a);
+    else out[o] = S(a);
+  }
+};
+
+// maximum / minimum with numpy's NaN propagation; O is S, or double for logsumexp's first pass.
+template <class S, bool Max, class O = S>
+struct ExtP {
+  using C = typename Num<S>::C;
+  static constexpr bool F = is_float_storage<S>;
+  using Acc = C;
+  O* out;
+  // A contiguous run: sixteen lanes of plain selects (which vectorise) and a NaN flag per lane;
+  // the first NaN of the run is looked up only when one was seen.
+  void run(Acc& a, const S* q, int64_t n, int64_t r0, int64_t o) const {
+    constexpr int L = 16;
+    if (n < 2 * L) {
+      for (int64_t i = 0; i < n; ++i) add(a, q[i], r0 + i, o);
+      return;
+    }
+    using Flag = std::conditional_t<sizeof(C) == 8, int64_t, int32_t>;
+    C b[L];
+    Flag nn[L];
+    for (int l = 0; l < L; ++l) {
+      b[l] = init();
+      nn[l] = 0;
+    }
+    int64_t i = 0;
+    for (; i + L <= n; i += L)
+      for (int l = 0; l < L; ++l) {
+        C v = Num<S>::ld(q[i + l]);
+        b[l] = (Max ? (v > b[l]) : (v < b[l])) ? v : b[l];
+        if constexpr (F) nn[l] |= Flag(v != v);
+      }
+    Flag any = 0;
+    for (int l = 0; l < L; ++l) {
+      combine(a, b[l]);
+      any |= nn[l];
+    }
+    for (; i < n; ++i) add(a, q[i], r0 + i, o);
+    if constexpr (F)
+      if (any)
+        for (int64_t k = 0; k < n; ++k) {
+          C v = Num<S>::ld(q[k]);
+          if (v != v) {
+            combine(a, v);
+            break;
+          }
+        }
+  }
+  Acc init() const {
+    if constexpr (F) return Max ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
+    else return Max ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
+  }
+  void add(Acc& a, S sv, int64_t, int64_t) const { combine(a, Num<S>::ld(sv)); }
+  void combine(Acc& a, const Acc& v) const {
+    bool take = Max ? (v > a) : (v < a);
+    if constexpr (F) take = take | (v != v);  // NaN propagates (a NaN already held stays)
+    a = take ? v : a;
+  }
+  void emit(int64_t o, Acc a) const {
+    if constexpr (std::is_same_v<O, double>) out[o] = double(a);
+    else out[o] = Num<S>::st(a);
+  }
+};
+
+template <class S>
+struct MeanP {  // also the first pass of variance (O = double)
+  MG_DEFAULT_RUN
+  using Acc = double;
+  void* out;
+  bool to_double;
+  double n;
+  Acc init() const { return 0.0; }
+  void add(Acc& a, S v, int64_t, int64_t) const { a += ldd(v); }
+  void combine(Acc& a, const Acc& b) const { a += b; }
+  void emit(int64_t o, Acc a) const {
+    double m = a / n;
+    if (to_double) static_cast<double*>(out)[o] = m;
+    else store_f<S, S>(static_cast<S*>(out), o, m);
+  }
+};
+
+template <class S>
+struct VarP {  // second pass: sum of squared deviations from the per-output mean
+  MG_DEFAULT_RUN
+  using Acc = double;
+  S* out;
+  const double* mean;
+  double n;
+  Acc init() const { return 0.0; }
+  void add(Acc& a, S v, int64_t, int64_t o) const {
+    double d = ldd(v) - mean[o];
+    a += d * d;
+  }
+  void combine(Acc& a, const Acc& b) const { a += b; }
+  void emit(int64_t o, Acc a) const { store_f<S, S>(out, o, a / n); }
+};
+
+template <class S>
+struct LseP {  // second pass: max + log(sum(exp(x - max))), S float or double
+  MG_DEFAULT_RUN
+  using Acc = double;
+  S* out;
+  const S* mx;
+  Acc init() const { return 0.0; }
+  void add(Acc& a, S v, int64_t, int64_t o) const { a += double(std::exp(v - mx[o])); }
+  void combine(Acc& a, const Acc& b) const { a += b; }
+  void emit(int64_t o, Acc a) const {
+    double m = double(mx[o]);
+    out[o] = S(std::isfinite(m) ? m + std::log(a) : m);  // -inf, +inf and NaN stay
+  }
+};
+
+template <class S, bool And>
+struct LogicP {
+  MG_DEFAULT_RUN
+  using Acc = uint8_t;  // not bool: partial results live in a std::vector
+  bool* out;
+  Acc init() const { return And; }
+  void add(Acc& a, S v, int64_t, int64_t) const {
+    bool nz;
+    if constexpr (std::is_same_v<S, half_t> || std::is_same_v<S, bfloat16_t>) nz = (v.bits & 0x7fff) != 0;
+    else nz = v != S(0);
+    if constexpr (And) a = a && nz;
+    else a = a || nz;
+  }
+  void combine(Acc& a, const Acc& b) const {
+    if constexpr (And) a = a && b;
+    else a = a || b;
+  }
+  void emit(int64_t o, Acc a) const { out[o] = a != 0; }
+};
+
+template <class S, bool Max>
+struct ArgP {
+  using C = typename Num<S>::C;
+  static constexpr bool F = is_float_storage<S>;
+  struct Acc {
+    C v;
+    int64_t i;  // -1: nothing better than the initial value seen (emits 0, the first index)
+  };
+  void* out;
+  bool out64;
+  Acc init() const {
+    if constexpr (F) return {Max ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity(), -1};
+    else return {Max ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max(), -1};
+  }
+  // indices arrive in increasing order: a strictly better value (or a first NaN) wins
+  void add(Acc& a, S sv, int64_t r, int64_t) const {
+    C v = Num<S>::ld(sv);
+    bool take = Max ? (v > a.v) : (v < a.v);
+    if constexpr (F) take = take || (v != v && a.v == a.v);
+    if (take) a = {v, r};
+  }
+  static bool isnan_(C v) {
+    if constexpr (F) return std::isnan(v);
+    else return false;
+  }
+  // b holds indices after or before a's; the better value wins, ties go to the first index
+  void combine(Acc& a, const Acc& b) const {
+    if (b.i < 0) return;
+    if (a.i < 0) {
+      a = b;
+      return;
+    }
+    bool an = isnan_(a.v), bn = isnan_(b.v);
+    if (an || bn) {
+      if (bn && (!an || b.i < a.i)) a = b;
+      return;
+    }
+    if (Max ? (b.v > a.v) : (b.v < a.v)) a = b;
+    else if (b.v == a.v && b.i < a.i) a = b;
+  }
+  // a contiguous run: find its extremum (vectorised), then the first index holding it
+  void run(Acc& a, const S* q, int64_t n, int64_t r0, int64_t) const {
+    ExtP<S, Max, C> ext{nullptr};
+    C m = ext.init();
+    ext.run(m, q, n, 0, 0);
+    if (!isnan_(m) && m == init().v) return;  // nothing better than the initial value: i stays -1
+    int64_t k = 0;
+    if (isnan_(m)) {
+      while (!isnan_(Num<S>::ld(q[k]))) ++k;
+    } else {
+      while (Num<S>::ld(q[k]) != m) ++k;
+    }
+    combine(a, Acc{m, r0 + k});
+  }
+  void emit(int64_t o, Acc a) const {
+    int64_t i = a.i < 0 ? 0 : a.i;
+    if (out64) static_cast<int64_t*>(out)[o] = i;
+    else static_cast<int32_t*>(out)[o] = int32_t(i);
+  }
+};
+
+template <class S, class P>
+void run_plan(const P& pol, const ReducePlan& p, const S* x, typename P::Acc* partial) {
+  using Acc = typename P::Acc;
+  if (p.num_out == 0) return;
+  if (p.num_red == 0) {
+    for (int64_t o = 0; o < p.num_out; ++o) pol.emit(o, pol.init());
+    return;
+  }
+  auto base_of = [&](int64_t o) { return p.kept_off[size_t(o / p.k_len)] + (o % p.k_len) * p.k_stride; };
+  if (p.chunks > 1) {  // few outputs: split the reduce range, combine partials in order
+    const int64_t per = (p.num_red + p.chunks - 1) / p.chunks;
+    parallel_for(p.chunks, 1, [&](int64_t cb, int64_t ce) {
+      for (int64_t c = cb; c < ce; ++c) {
+        int64_t rb = c * per, re = std::min(p.num_red, rb + per);
+        for (int64_t o = 0; o < p.num_out; ++o) {
+          Acc a = pol.init();
+          if (rb < re) accumulate(pol, p, x, base_of(o), o, 1, rb, re, &a);
+          partial[c * p.num_out + o] = a;
+        }
+      }
+    });
+    for (int64_t o = 0; o < p.num_out; ++o) {
+      Acc a = partial[o];
+      for (int c = 1; c < p.chunks; ++c) pol.combine(a, partial[c * p.num_out + o]);
+      pol.emit(o, a);
+    }
+    return;
+  }
+  if (!p.inner_kept) {
+    int64_t grain = std::max<int64_t>(1, 32768 / p.num_red);
+    parallel_for(p.num_out, grain, [&](int64_t ob, int64_t oe) {
+      for (int64_t o = ob; o < oe; ++o) {
+        Acc a = pol.init();
+        accumulate(pol, p, x, base_of(o), o, 1, 0, p.num_red, &a);
+        pol.emit(o, a);
+      }
+    });
+    return;
+  }
+  // blocks of whole input rows (long sequential reads), but enough of them for every thread
+  const int64_t outer = int64_t(p.kept_off.size());
+  int64_t blk = std::min(kBlock, p.k_len);
+  if (outer * ((p.k_len + blk - 1) / blk) < num_threads() && p.num_out * p.num_red >= 65536)
+    blk = std::max<int64_t>(std::min<int64_t>(64, p.k_len), (p.k_len + num_threads() - 1) / num_threads());
+  const int64_t nblk = (p.k_len + blk - 1) / blk;
+  const int64_t units = outer * nblk;
+  int64_t grain = std::max<int64_t>(1, 32768 / (p.num_red * blk));
+  parallel_for(units, grain, [&](int64_t ub, int64_t ue) {
+    Acc acc[kBlock];
+    for (int64_t u = ub; u < ue; ++u) {
+      int64_t t = u / nblk, jb = (u % nblk) * blk;
+      int64_t nb = std::min(blk, p.k_len - jb);
+      for (int64_t j = 0; j < nb; ++j) acc[j] = pol.init();
+      int64_t o0 = t * p.k_len + jb;
+      accumulate(pol, p, x, p.kept_off[size_t(t)] + jb, o0, nb, 0, p.num_red, acc);
+      for (int64_t j = 0; j < nb; ++j) pol.emit(o0 + j, acc[j]);
+    }
+  });
+}
+
+// ---------------- registration ----------------
+
+struct Prepared {
+  ReducePlan plan;
+  DType in, out;
+  const Node* node;
+};
+
+Prepared prepare(const KernelCtx& c) {
+  std::vector<int64_t> axes;
+  const Shape& s = c.in[0].shape;
+  if (node_has_attr(c.node, "axis")) {
+    axes.push_back(*normalize_axis(node_attr<int64_t>(c.node, "axis"), int64_t(s.size())));
+  } else if (node_has_attr(c.node, "axes")) {
+    for (auto a : node_attr<std::vector<int64_t>>(c.node, "axes")) axes.push_back(*normalize_axis(a, int64_t(s.size())));
+    std::sort(axes.begin(), axes.end());
+  } else {
+    for (int64_t i = 0; i < int64_t(s.size()); ++i) axes.push_back(i);
+  }
+  return {make_plan(s, axes), c.in[0].dtype, c.out[0].dtype, &c.node};
+}
+
+[[noreturn]] void no_kernel(const KernelCtx& c) {
+  raise(ErrorKind::Type, c.node.op->name, c.node.name, std::string("no cpu kernel for ") + dtype_name(c.in[0].dtype));
+}
+
+// Builds a KernelFn running policy P (made by make(out_ptr)) over the plan.
+template <class S, class Make>
+KernelFn simple_kernel(const ReducePlan& plan, Make make) {
+  using P = decltype(make(nullptr));
+  auto partial = std::make_shared<std::vector<typename P::Acc>>(plan.chunks > 1 ? size_t(plan.chunks * plan.num_out) : 0);
+  return [plan, make, partial](const void* const* in, void* const* out) {
+    P pol = make(out[0]);
+    run_plan(pol, plan, static_cast<const S*>(in[0]), partial->data());
+  };
+}
+
+// Integers map to the unsigned type of their width (bool to uint8); floats stay.
+template <class S, bool = std::is_integral_v<S>>
+struct UnsignedOfT {
+  using type = S;
+};
+template <class S>
+struct UnsignedOfT<S, true> {
+  using type = std::conditional_t<sizeof(S) == 1, uint8_t,
+                                  std::conditional_t<sizeof(S) == 2, uint16_t,
+                                                     std::conditional_t<sizeof(S) == 4, uint32_t, uint64_t>>>;
+};
+template <class S>
+using UnsignedOf = typename UnsignedOfT<S>::type;
+
+// Calls make(tag) for the input's storage type. float16 and bfloat16 inputs are converted
+// to a float32 scratch copy per run and reduced by the float32 kernel (fewer template
+// instantiations; the accumulation is in float32 or float64 anyway); where the output has
+// the input's dtype it is produced in float32 scratch and converted back.
+template <class Make>
+KernelFn dispatch_reduce(const KernelCtx& c, const Prepared& pr, Make make) {
+  return dispatch_dtype(pr.in, [&](auto tag) -> KernelFn {
+    using S = decltype(tag);
+    if constexpr (std::is_same_v<S, half_t> || std::is_same_v<S, bfloat16_t>) {
+      KernelFn f = make(float{});
+      int64_t n_in = num_elements(c.in[0].shape), n_out = num_elements(c.out[0].shape);
+      bool conv_out = pr.out == pr.in;
+      auto xin = std::make_shared<std::vector<float>>(size_t(n_in));
+      auto xout = std::make_shared<std::vector<float>>(conv_out ? size_t(n_out) : 0);
+      return [f, xin, xout, n_in, n_out, conv_out](const void* const* in, void* const* out) {
+        const S* x = static_cast<const S*>(in[0]);
+        float* xf = xin->data();
+        parallel_for(n_in, 65536, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) xf[i] = Num<S>::ld(x[i]);
+        });
+        const void* fin[1] = {xf};
+        void* fout[1] = {conv_out ? static_cast<void*>(xout->data()) : out[0]};
+        f(fin, fout);
+        if (conv_out) {
+          S* o = static_cast<S*>(out[0]);
+          const float* of = xout->data();
+          for (int64_t i = 0; i < n_out; ++i) o[i] = Num<S>::st(of[i]);
+        }
+      };
+    } else {
+      return make(S{});
+    }
+  });
+}
+
+template <bool Prod>
+KernelFn sum_kernel(const KernelCtx& c) {
+  auto pr = prepare(c);
+  return dispatch_reduce(c, pr, [&](auto tag) -> KernelFn {
+    using S0 = decltype(tag);
+    if constexpr (std::is_same_v<S0, bool>) no_kernel(c);
+    else {
+      using S = UnsignedOf<S0>;  // wrapping sums and products agree for signed and unsigned
+      return simple_kernel<S>(pr.plan, [](void* o) { return SumP<S, Prod>{static_cast<S*>(o)}; });
+    }
+  });
+}
+
+template <bool Max>
+KernelFn ext_kernel(const KernelCtx& c) {
+  auto pr = prepare(c);
+  if (pr.plan.num_red == 0 && pr.plan.num_out > 0)
+    raise(ErrorKind::Value, c.node.op->name, c.node.name, "zero-size reduction has no identity");
+  return dispatch_reduce(c, pr, [&](auto tag) -> KernelFn {
+    using S0 = decltype(tag);
+    using S = std::conditional_t<std::is_same_v<S0, bool>, uint8_t, S0>;  // bool: 0/1 bytes
+    return simple_kernel<S>(pr.plan, [](void* o) { return ExtP<S, Max>{static_cast<S*>(o)}; });
+  });
+}
+
+template <bool And>
+KernelFn logic_kernel(const KernelCtx& c) {
+  auto pr = prepare(c);
+  return dispatch_reduce(c, pr, [&](auto tag) -> KernelFn {
+    using S0 = decltype(tag);
+    // bool and integers: a nonzero test on the unsigned type of the same width
+    using S = UnsignedOf<S0>;
+    return simple_kernel<S>(pr.plan, [](void* o) { return LogicP<S, And>{static_cast<bool*>(o)}; });
+  });
+}
+
+template <bool Max>
+KernelFn arg_kernel(const KernelCtx& c) {
+  auto pr = prepare(c);
+  if (pr.plan.num_red == 0 && pr.plan.num_out > 0)
+    raise(ErrorKind::Value, c.node.op->name, c.node.name, "zero-size reduction has no identity");
+  bool out64 = pr.out == DType::Int64;
+  return dispatch_reduce(c, pr, [&](auto tag) -> KernelFn {
+    using S = decltype(tag);
+    if constexpr (std::is_same_v<S, bool>) no_kernel(c);
+    else return simple_kernel<S>(pr.plan, [out64](void* o) { return ArgP<S, Max>{o, out64}; });
+  });
+}
+
+KernelFn mean_kernel(const KernelCtx& c) {
+  auto pr = prepare(c);
+  double n = double(pr.plan.num_red);
+  return dispatch_reduce(c, pr, [&](auto tag) -> KernelFn {
+    using S = decltype(tag);
+    if constexpr (!std::is_floating_point_v<S>) no_kernel(c);
+    else return simple_kernel<S>(pr.plan, [n](void* o) { return MeanP<S>{o, false, n}; });
+  });
+}
+
+KernelFn variance_kernel(const KernelCtx& c) {
+  auto pr = prepare(c);
+  double n = double(pr.plan.num_red);
+  return dispatch_reduce(c, pr, [&](auto tag) -> KernelFn {
+    using S = decltype(tag);
+    if constexpr (!std::is_floating_point_v<S>) no_kernel(c);
+    else {
+      const ReducePlan plan = pr.plan;
+      size_t np = plan.chunks > 1 ? size_t(plan.chunks * plan.num_out) : 0;
+      auto mean = std::make_shared<std::vector<double>>(size_t(std::max<int64_t>(plan.num_out, 0)));
+      auto partial = std::make_shared<std::vector<double>>(np);
+      return [plan, n, mean, partial](const void* const* in, void* const* out) {
+        const S* x = static_cast<const S*>(in[0]);
+        run_plan(MeanP<S>{mean->data(), true, n}, plan, x, partial->data());
+        run_plan(VarP<S>{static_cast<S*>(out[0]), mean->data(), n}, plan, x, partial->data());
+      };
+    }
+  });
+}
+
+KernelFn logsumexp_kernel(const KernelCtx& c) {
+  auto pr = prepare(c);
+  return dispatch_reduce(c, pr, [&](auto tag) -> KernelFn {
+    using S = decltype(tag);
+    if constexpr (!std::is_floating_point_v<S>) no_kernel(c);
+    else {
+      // pass 1 is reduction_maximum's own loop (the max is exact in S); pass 2 sums exp(x - max)
+      const ReducePlan plan = pr.plan;
+      size_t np = plan.chunks > 1 ? size_t(plan.chunks * plan.num_out) : 0;
+      auto mx = std::make_shared<std::vector<S>>(size_t(std::max<int64_t>(plan.num_out, 0)));
+      auto pmax = std::make_shared<std::vector<S>>(np);
+      auto psum = std::make_shared<std::vector<double>>(np);
+      return [plan, mx, pmax, psum](const void* const* in, void* const* out) {
+        const S* x = static_cast<const S*>(in[0]);
+        run_plan(ExtP<S, true>{mx->data()}, plan, x, pmax->data());
+        run_plan(LseP<S>{static_cast<S*>(out[0]), mx->data()}, plan, x, psum->data());
+      };
+    }
+  });
+}
+
+}  // namespace
+
+void register_reduction_kernels() {
+  register_kernel("reduction_sum", sum_kernel<false>);
+  register_kernel("reduction_product", sum_kernel<true>);
+  register_kernel("reduction_maximum", ext_kernel<true>);
+  register_kernel("reduction_minimum", ext_kernel<false>);
+  register_kernel("reduction_and", logic_kernel<true>);
+  register_kernel("reduction_or", logic_kernel<false>);
+  register_kernel("reduction_arg_maximum", arg_kernel<true>);
+  register_kernel("reduction_arg_minimum", arg_kernel<false>);
+  register_kernel("mean", mean_kernel);
+  register_kernel("variance", variance_kernel);
+  register_kernel("logsumexp", logsumexp_kernel);
+}
 
 }  // namespace mg::cpu
