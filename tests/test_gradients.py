@@ -46,7 +46,7 @@ ROWS = [
     # ---- elementwise unary ----
     unary("identity"), unary("negative"), unary("absolute", away), unary("sign", away),
     unary("floor", off_grid), unary("ceil", off_grid), unary("round", off_grid), unary("truncate", off_grid),
-    unary("exponent"), unary("exponent_base2"), unary("exponent_base10"),
+    unary("exponent"), unary("exponent_base2"), unary("exponent_base10"), unary("log1p", lambda *s: uniform(-0.5, 2, *s)), unary("expm1"),
     unary("logarithm", lambda *s: uniform(0.5, 2, *s)), unary("logarithm_base2", lambda *s: uniform(0.5, 2, *s)),
     unary("logarithm_base10", lambda *s: uniform(0.5, 2, *s)), unary("square"),
     unary("square_root", lambda *s: uniform(0.5, 2, *s)),

@@ -10,6 +10,7 @@
 #include "core/graph.h"
 #include "core/registry.h"
 #include "runtime/executable.h"
+#include "runtime/profile.h"
 #include "runtime/tensor_data.h"
 
 namespace py = pybind11;
@@ -519,6 +520,12 @@ PYBIND11_MODULE(_core, m) {
     for (auto* op : all_ops()) r.append(schema_dict(*op));
     return r;
   });
+  m.def("set_profiling", &set_profiling, "Times every kernel of every run (CPU backend) until turned off.");
+  m.def("take_profile", [] {
+    py::dict d;
+    for (auto& kv : take_profile()) d[py::str(kv.first)] = py::make_tuple(kv.second.seconds, kv.second.calls);
+    return d;
+  }, "Returns {op: (seconds, calls)} since the last call, and clears it.");
   m.def("devices", [] {
     std::vector<std::string> r;
     for (auto& d : available_devices()) r.push_back(d.str());

@@ -27,3 +27,4 @@ def op_schemas():
     """The registry: one dict per op (inputs, attributes, docs, differentiability)."""
     return list(_ops.SCHEMAS.values())
 from . import optimizers  # noqa: E402
+from . import profiler  # noqa: E402

@@ -1,6 +1,7 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -9,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/registry.h"
+#include "runtime/profile.h"
 
 namespace mg::cpu {
 
@@ -159,6 +161,7 @@ struct Slot {
 
 struct Step {
   KernelFn fn;
+  const char* op = "";
   std::vector<int> in, out;
   std::vector<const void*> in_ptr;
   std::vector<void*> out_ptr;
@@ -202,6 +205,7 @@ class CpuProgram final : public Program {
       std::vector<TensorType> in;
       for (auto& v : n.inputs) in.push_back(g.type(v));
       Step st;
+      st.op = n.op->name.c_str();  // registry entries live as long as the process
       st.fn = (*f)(KernelCtx{n, in, n.outputs});
       for (auto& v : n.inputs) st.in.push_back(slot_of.at(v));
       for (size_t k = 0; k < n.outputs.size(); ++k) {
@@ -255,10 +259,17 @@ class CpuProgram final : public Program {
         raise(ErrorKind::Value, "read_variable", "", "variable now holds " + type_str({v->dtype, v->shape}) +
                                                          " but the executable was compiled for " + type_str(vt.second));
     }
+    const bool profile = profiling_enabled();
     for (auto& st : steps_) {
       for (size_t i = 0; i < st.in.size(); ++i) st.in_ptr[i] = ptr_[size_t(st.in[i])];
       for (size_t i = 0; i < st.out.size(); ++i) st.out_ptr[i] = ptr_[size_t(st.out[i])];
-      st.fn(st.in_ptr.data(), st.out_ptr.data());
+      if (profile) {
+        auto t0 = std::chrono::steady_clock::now();
+        st.fn(st.in_ptr.data(), st.out_ptr.data());
+        record_profile(st.op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      } else {
+        st.fn(st.in_ptr.data(), st.out_ptr.data());
+      }
     }
     for (auto& c : copies_)
       if (c.nbytes) std::memcpy(outputs[size_t(c.out)]->data(), ptr_[size_t(c.slot)], c.nbytes);

@@ -26,6 +26,8 @@ FLOAT_UNARY(Exp2, std::exp2(x))
 FLOAT_UNARY(Exp10, std::pow(T(10), x))
 FLOAT_UNARY(Log, std::log(x))
 FLOAT_UNARY(Log2, std::log2(x))
+FLOAT_UNARY(Log1p, std::log1p(x))
+FLOAT_UNARY(Expm1, std::expm1(x))
 FLOAT_UNARY(Log10, std::log10(x))
 FLOAT_UNARY(Sqrt, std::sqrt(x))
 FLOAT_UNARY(Rsqrt, T(1) / std::sqrt(x))
@@ -335,6 +337,16 @@ KernelFn clamp_loop(const BroadcastPlan& plan) {
   };
 }
 
+// double -> float rounded to odd: a later float -> half/bfloat16 rounding is then the
+// correctly rounded double -> half/bfloat16 (float keeps more than 2 extra bits).
+inline float to_float_round_odd(double d) {
+  float f = float(d);
+  if (std::isnan(d) || std::isinf(f) || double(f) == d) return f;
+  if (std::fabs(double(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);  // truncate toward zero
+  uint32_t u = float_to_bits(f) | 1u;
+  return bits_to_float(u);
+}
+
 template <class S, class R>
 KernelFn cast_loop(int64_t n) {
   return [n](const void* const* in, void* const* out) {
@@ -344,7 +356,10 @@ KernelFn cast_loop(int64_t n) {
       for (int64_t i = b; i < e; ++i) {
         auto v = Num<S>::ld(x[i]);
         // half/bfloat16 go through float; bool and integers convert directly
-        o[i] = Num<R>::st(convert<typename Num<R>::C>(v));
+        if constexpr (std::is_same_v<S, double> && (std::is_same_v<R, half_t> || std::is_same_v<R, bfloat16_t>))
+          o[i] = Num<R>::st(to_float_round_odd(v));
+        else
+          o[i] = Num<R>::st(convert<typename Num<R>::C>(v));
       }
     });
   };
@@ -368,6 +383,8 @@ void register_elementwise_kernels() {
   reg_unary<Exp10, F>("exponent_base10");
   reg_unary<Log, F>("logarithm");
   reg_unary<Log2, F>("logarithm_base2");
+  reg_unary<Log1p, F>("log1p");
+  reg_unary<Expm1, F>("expm1");
   reg_unary<Log10, F>("logarithm_base10");
   reg_unary<Square, N>("square");
   reg_unary<Sqrt, F>("square_root");

@@ -120,8 +120,7 @@ void register_nn_ops() {
                .family = "nn",
                .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
                  ValueRef x = in[0], z = in[1];
-                 ValueRef soft = un(g, "logarithm", bin(g, "addition", k(g, 1, x),
-                                                        un(g, "exponent", un(g, "negative", un(g, "absolute", x)))));
+                 ValueRef soft = un(g, "log1p", un(g, "exponent", un(g, "negative", un(g, "absolute", x))));
                  ValueRef loss = bin(g, "addition", bin(g, "subtraction", un(g, "relu", x), bin(g, "multiplication", x, z)), soft);
                  return std::vector<ValueRef>{apply_reduction(g, loss, std::get<std::string>(a.at("reduction")))};
                }});
@@ -157,13 +156,10 @@ void register_nn_ops() {
   auto fattr = [](const Attrs& a, const char* n) { return std::get<double>(a.at(n)); };
   // softplus(x) = relu(x) + log(1 + exp(-|x|)): no overflow for any x
   auto softplus_of = [](Graph& g, ValueRef x) {
-    return bin(g, "addition", un(g, "relu", x),
-               un(g, "logarithm", bin(g, "addition", k(g, 1, x), un(g, "exponent", un(g, "negative", un(g, "absolute", x))))));
+    return bin(g, "addition", un(g, "relu", x), un(g, "log1p", un(g, "exponent", un(g, "negative", un(g, "absolute", x)))));
   };
-  // exp(min(x, 0)) - 1: the negative branch of elu without inf (whose 0 * inf gradient is nan)
-  auto expm1_neg = [](Graph& g, ValueRef x) {
-    return bin(g, "subtraction", un(g, "exponent", bin(g, "minimum", x, k(g, 0, x))), k(g, 1, x));
-  };
+  // expm1(min(x, 0)): the negative branch of elu without inf (whose 0 * inf gradient is nan)
+  auto expm1_neg = [](Graph& g, ValueRef x) { return un(g, "expm1", bin(g, "minimum", x, k(g, 0, x))); };
   act("leaky_relu", "x if x >= 0 else alpha * x.", {attr("alpha", AttrKind::Float, 0.01)},
       [fattr](Graph& g, ValueRef x, const Attrs& a) {
         return call(g, "select", {bin(g, "greater_than_or_equal_to", x, k(g, 0, x)), x,

@@ -47,7 +47,10 @@ ValueRef erfinv_of(Graph& g, ValueRef x) {
                         {-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
                          0.00943887047, 1.00167406, 2.83297682});
   ValueRef p = call(g, "select", {bin(g, "less_than", w, k(g, 5, x)), small, large});
-  return bin(g, "multiplication", p, x);
+  // at |x| == 1 the polynomial sees w = inf: give sign(x) * inf (sign has a zero gradient,
+  // so the unused branch adds no 0 * inf = nan to gradients)
+  ValueRef edge = bin(g, "multiplication", un(g, "sign", x), k(g, HUGE_VAL, x));
+  return call(g, "select", {bin(g, "equal", un(g, "absolute", x), k(g, 1, x)), edge, bin(g, "multiplication", p, x)});
 }
 
 std::vector<TensorType> static_shape_type(InferCtx& c) {
