@@ -1476,3 +1476,122 @@ zeros ones full arange eye
 
 def covered_ops():
     return {r.op for r in ROWS if isinstance(r.op, str)}
+
+
+# ----------------------------------------------------------------------------------------
+# pad modes, pad_gradient, space/depth, band_part, one_hot (issue 4; appended after the
+# exactness marks, so data-movement rows say exact=True themselves)
+
+
+def _pad_mode_ref(x, left_padding, right_padding, mode):
+    pads = list(zip(left_padding, right_padding))
+    return np.pad(x, pads, mode={"clamp_to_edge": "edge", "periodic": "wrap", "circular": "wrap"}.get(mode, mode))
+
+
+shape_row("pad_modes", "pad", _pad_mode_ref, [
+    Case(((3, 4),), {"left_padding": (2, 1), "right_padding": (1, 3), "mode": "reflect"}),
+    Case(((3, 4),), {"left_padding": (3, 0), "right_padding": (2, 4), "mode": "symmetric"}),
+    Case(((3, 4),), {"left_padding": (4, 1), "right_padding": (0, 6), "mode": "edge"}),
+    Case(((3, 4),), {"left_padding": (3, 2), "right_padding": (1, 4), "mode": "wrap"}),
+    Case(((2, 3, 5),), {"left_padding": (1, 0, 4), "right_padding": (0, 2, 3), "mode": "reflect"}),
+    Case(((2, 1, 3),), {"left_padding": (0, 2, 1), "right_padding": (1, 3, 2), "mode": "clamp_to_edge"}),
+    Case(((4,),), {"left_padding": (0,), "right_padding": (0,), "mode": "symmetric"}),
+    Case(((0, 3),), {"left_padding": (0, 2), "right_padding": (0, 1), "mode": "reflect"}, label="zero-size"),
+    Case(((5, 33),), {"left_padding": (2, 32), "right_padding": (4, 30), "mode": "periodic"})], exact=True)
+
+
+def _pad_gradient_ref(dy, like, left_padding, right_padding, mode):
+    n = like.size
+    kw = {"constant_values": n} if mode == "constant" else {}  # constant padding reads the sentinel n
+    src = np.pad(np.arange(n).reshape(like.shape), list(zip(left_padding, right_padding)), mode=mode, **kw)
+    return np.bincount(src.ravel(), weights=dy.ravel().astype(np.float64), minlength=n + 1)[:n].reshape(like.shape)
+
+
+row("pad_gradient", "pad_gradient", _pad_gradient_ref, NUMERIC, [
+    Case(((6, 8), (3, 4)), {"left_padding": (2, 1), "right_padding": (1, 3), "mode": "reflect"}),
+    Case(((6, 7), (3, 4)), {"left_padding": (1, 0), "right_padding": (2, 3), "mode": "symmetric"}),
+    Case(((5, 5), (2, 3)), {"left_padding": (2, 1), "right_padding": (1, 1), "mode": "edge"}),
+    Case(((4, 9), (2, 4)), {"left_padding": (1, 4), "right_padding": (1, 1), "mode": "wrap"}),
+    Case(((4, 6), (2, 4)), {"left_padding": (1, 1), "right_padding": (1, 1), "mode": "constant"}),
+    Case(((3, 2, 6), (1, 2, 3)), {"left_padding": (0, 0, 2), "right_padding": (2, 0, 1), "mode": "edge"}),
+    Case(((2, 0), (0, 0)), {"left_padding": (1, 0), "right_padding": (1, 0), "mode": "constant"}, label="zero-size")],
+    doms=dom(ilo=-10, ihi=10))
+
+
+def _space_to_depth_ref(x, block_size, data_layout="NHWC", use_pixel_shuffle_order=True):
+    b = block_size
+    if data_layout == "NCHW":
+        x = x.transpose(0, 2, 3, 1)
+    n, h, w, c = x.shape
+    t = x.reshape(n, h // b, b, w // b, b, c)  # (n, h, i, w, j, c)
+    t = t.transpose(0, 1, 3, 5, 2, 4) if use_pixel_shuffle_order else t.transpose(0, 1, 3, 2, 4, 5)
+    y = t.reshape(n, h // b, w // b, c * b * b)
+    return y.transpose(0, 3, 1, 2) if data_layout == "NCHW" else y
+
+
+def _depth_to_space_ref(x, block_size, data_layout="NHWC", use_pixel_shuffle_order=True):
+    b = block_size
+    if data_layout == "NCHW":
+        x = x.transpose(0, 2, 3, 1)
+    n, h, w, cd = x.shape
+    c = cd // (b * b)
+    if use_pixel_shuffle_order:
+        t = x.reshape(n, h, w, c, b, b).transpose(0, 1, 4, 2, 5, 3)  # (n, h, i, w, j, c)
+    else:
+        t = x.reshape(n, h, w, b, b, c).transpose(0, 1, 3, 2, 4, 5)
+    y = t.reshape(n, h * b, w * b, c)
+    return y.transpose(0, 3, 1, 2) if data_layout == "NCHW" else y
+
+
+_SD_CASES = [
+    Case(((2, 4, 6, 3),), {"block_size": 2}), Case(((1, 6, 3, 2),), {"block_size": 3, "use_pixel_shuffle_order": False}),
+    Case(((2, 3, 4, 6),), {"block_size": 2, "data_layout": "NCHW"}),
+    Case(((1, 2, 6, 3),), {"block_size": 3, "data_layout": "NCHW", "use_pixel_shuffle_order": False}),
+    Case(((2, 2, 2, 5),), {"block_size": 1}), Case(((0, 4, 4, 2),), {"block_size": 2}, label="zero-size"),
+    Case(((1, 3, 32, 64),), {"block_size": 4, "data_layout": "NCHW"})]
+shape_row("space_to_depth_2d", "space_to_depth_2d", _space_to_depth_ref, _SD_CASES, exact=True)
+shape_row("depth_to_space_2d", "depth_to_space_2d", _depth_to_space_ref, [
+    Case(((2, 2, 3, 12),), {"block_size": 2}), Case(((1, 2, 1, 18),), {"block_size": 3, "use_pixel_shuffle_order": False}),
+    Case(((2, 12, 2, 3),), {"block_size": 2, "data_layout": "NCHW"}),
+    Case(((1, 18, 2, 1),), {"block_size": 3, "data_layout": "NCHW", "use_pixel_shuffle_order": False}),
+    Case(((0, 2, 2, 8),), {"block_size": 2}, label="zero-size"),
+    Case(((1, 48, 8, 16),), {"block_size": 4, "data_layout": "NCHW"})], exact=True)
+
+
+def _band_part_ref(x, num_lower, num_upper):
+    m, n = x.shape[-2:]
+    i, j = np.arange(m)[:, None], np.arange(n)[None, :]
+    keep = ((num_lower < 0) | (i - j <= num_lower)) & ((num_upper < 0) | (j - i <= num_upper))
+    return np.where(keep, x, np.zeros((), x.dtype))
+
+
+shape_row("band_part", "band_part", _band_part_ref, [
+    Case(((4, 4),), {"num_lower": -1, "num_upper": 0}), Case(((4, 4),), {"num_lower": 0, "num_upper": -1}),
+    Case(((3, 5),), {"num_lower": 1, "num_upper": 2}), Case(((2, 5, 3),), {"num_lower": 0, "num_upper": 0}),
+    Case(((2, 3, 4),), {"num_lower": -1, "num_upper": -1}), Case(((6, 2),), {"num_lower": 2, "num_upper": 100}),
+    Case(((0, 3),), {"num_lower": 1, "num_upper": 1}, label="zero-size"),
+    Case(((2, 300, 200),), {"num_lower": 50, "num_upper": 3})], exact=True)
+shape_row("alias_matrix_band_part", "matrix_band_part", _band_part_ref,
+          [Case(((3, 4),), {"num_lower": 1, "num_upper": 0})], dtypes=("float32", "bool"), exact=True)
+
+
+def _one_hot_ref(indices, depth, axis=-1, dtype="float32", on_value=1.0, off_value=0.0):
+    idx = indices.astype(np.float64)  # exact for the drawn values; keeps uint64 and negatives apart
+    hot = idx[..., None] == np.arange(depth)  # out of range (negative included): all off
+    hot = np.moveaxis(hot, -1, axis if axis >= 0 else hot.ndim + axis)
+    return np.where(hot, on_value, off_value)
+
+
+_ONE_HOT_CASES = [
+    Case(((2, 3),), {"depth": 4}), Case(((2, 3),), {"depth": 5, "axis": 0}), Case(((2, 3),), {"depth": 3, "axis": 1}),
+    Case(((),), {"depth": 6}, label="rank-0"), Case(((0, 2),), {"depth": 3}, label="zero-size"),
+    Case(((3,),), {"depth": 0}, label="depth 0"), Case(((40000,),), {"depth": 3}, label="parallel")]
+# indices of every integer dtype (values -2..6: negative and >= depth are out of range), float32 result
+row("one_hot", "one_hot", _one_hot_ref, INTS, _ONE_HOT_CASES, doms=dom(ilo=-2, ihi=6), out_dtype="float32",
+    exact=True)
+# every result dtype (int32 indices), with on/off values where the dtype holds them
+row("one_hot_dtypes", "one_hot", _one_hot_ref, ALL, [
+    Case(((2, 3),), {"depth": 4}), Case(((4,),), {"depth": 3, "axis": 0}),
+    Case(((2, 3),), {"depth": 4, "axis": -2, "on_value": 5.0, "off_value": -3.0}, dtypes=FLOATS + SINTS),
+    Case(((2, 3),), {"depth": 4, "on_value": 7.0, "off_value": 2.0}, dtypes=UINTS)],
+    doms=dom(ilo=-2, ihi=6), input_dtypes=lambda d: ("int32",), dtype_attr="dtype", exact=True)

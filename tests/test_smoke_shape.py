@@ -246,8 +246,9 @@ def test_errors():
     expect(mg.GraphValueError, lambda: g.split(x), "exactly one")
     expect(mg.GraphValueError, lambda: g.stack([x, x32]), "match")
     expect(mg.GraphValueError, lambda: g.pad(x, (0, -1), (0, 0)), "negative padding")
-    expect(mg.GraphNotImplementedError, lambda: g.pad(x, (1, 1), (1, 1), mode="reflect"),
-           "[pad] mode 'reflect' is not implemented yet")
+    expect(mg.GraphNotImplementedError, lambda: g.pad(x, (1, 1), (1, 1), mode="antiperiodic"),
+           "[pad] mode 'antiperiodic' is not implemented")
+    expect(mg.GraphValueError, lambda: g.pad(x, (2, 1), (1, 1), mode="reflect"), "needs padding smaller than the dim")
     expect(mg.GraphValueError, lambda: g.pad(x, (1, 1), (1, 1), mode="bogus"), "unknown mode")
     expect(mg.GraphValueError, lambda: g.tile(x, (2,)), "one entry per dim")
     expect(mg.GraphValueError, lambda: g.tile(x, (2, -1)), "negative")

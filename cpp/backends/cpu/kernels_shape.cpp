@@ -1,8 +1,11 @@
 // CPU kernels for the shape family. Reshape-like ops are a memcpy; everything else is one
 // generic strided copy (per dim: a count, a source stride and a destination stride, plus
-// base offsets), planned in the factory: transpose, broadcast, slices, reverse and tile
-// read through strides; pad, concat, stack and slice_gradient write through them.
-// Copies move elements by size, so one loop serves every dtype.
+// base offsets), planned in the factory: transpose, broadcast, slices, reverse, tile and
+// space_to_depth_2d read through strides; pad, concat, stack, slice_gradient and
+// depth_to_space_2d write through them. Reflect/symmetric/edge/wrap padding fills the border
+// with one strided copy per dim and side inside the output. Copies move elements by size,
+// so one loop serves every dtype; band_part and one_hot are byte loops too. The sums
+// (tile_gradient, pad_gradient) compute in Num<S>::C.
 #include <cstring>
 #include <memory>
 
@@ -351,6 +354,172 @@ KernelFn tile_gradient_loop(const Shape& like, const Ints& mult) {
   };
 }
 
+// ---- pad (non-constant modes) and pad_gradient ----
+
+// The border of a padded tensor, filled after the interior: dim by dim, one strided copy per
+// side inside the output. When dim d is filled, dims before it are complete (whole extent)
+// and dims after it hold the interior only, which is all a border slab of dim d reads.
+std::vector<CopyPlan> pad_border_plans(size_t es, const Shape& xs, const Shape& os, const Ints& l, ops::PadMode m) {
+  std::vector<CopyPlan> plans;
+  if (num_elements(os) == 0) return plans;
+  const Ints ost = contiguous_strides(os);
+  const size_t r = xs.size();
+  for (size_t d = 0; d < r; ++d) {
+    const int64_t n = xs[d];
+    for (int side = 0; side < 2; ++side) {
+      const int64_t cnt = side == 0 ? l[d] : os[d] - n - l[d];
+      if (cnt == 0) continue;
+      Ints shape(r), ss(r), ds(r);
+      int64_t soff = 0, doff = 0;
+      for (size_t k = 0; k < r; ++k) {
+        if (k == d) continue;
+        shape[k] = k < d ? os[k] : xs[k];
+        const int64_t start = k < d ? 0 : l[k];
+        soff += start * ost[k];
+        doff += start * ost[k];
+        ss[k] = ds[k] = ost[k];
+      }
+      const int64_t j0 = side == 0 ? -l[d] : n;  // first padded position, relative to the interior
+      shape[d] = cnt;
+      ds[d] = ost[d];
+      ss[d] = ops::pad_source_step(m) * ost[d];
+      doff += (j0 + l[d]) * ost[d];
+      soff += (ops::pad_source(m, n, j0) + l[d]) * ost[d];
+      plans.push_back(make_copy_plan(es, shape, ss, ds, soff, doff));
+    }
+  }
+  return plans;
+}
+
+// Calls fn(item, base) for every index of `counts` (row-major item number, and the offset
+// sum of index * stride plus off), split over threads, `work` elements per item.
+template <class F>
+void for_each_index(const Ints& counts, const Ints& strides, int64_t off, int64_t work, F&& fn) {
+  int64_t n = 1;
+  for (auto c : counts) n *= c;
+  if (n == 0) return;
+  parallel_for(n, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, work)), [&](int64_t b, int64_t e) {
+    for (int64_t item = b; item < e; ++item) {
+      int64_t base = off, rem = item;
+      for (size_t k = counts.size(); k-- > 0;) {
+        base += (rem % counts[k]) * strides[k];
+        rem /= counts[k];
+      }
+      fn(item, base);
+    }
+  });
+}
+
+// pad_gradient: dy (the padded shape) is copied to scratch in the compute type, then the
+// border of each dim is added into the interior element it was copied from (dim by dim: when
+// dim d is folded, dims before it are interior-only already, dims after it still whole), and
+// the interior is the result. Constant padding just reads the interior.
+template <class S>
+KernelFn pad_gradient_loop(const Shape& ds, const Shape& xs, const Ints& l, ops::PadMode m) {
+  using C = typename Num<S>::C;
+  const size_t r = xs.size();
+  const Ints st = contiguous_strides(ds);
+  const int64_t n_dy = num_elements(ds), n_out = num_elements(xs);
+  // the result, row by row: rows of xs' last dim inside dy (or the scratch copy)
+  Ints rows(xs.begin(), xs.end()), rstrides(st.begin(), st.end());
+  int64_t roff = 0;
+  for (size_t k = 0; k < r; ++k) roff += l[k] * st[k];
+  const int64_t run = r ? xs.back() : 1;
+  if (r) {
+    rows.pop_back();
+    rstrides.pop_back();
+  }
+  struct Fold {
+    Ints counts, strides;
+    int64_t off = 0, sd = 0, run = 1;
+    std::vector<std::pair<int64_t, int64_t>> pairs;  // (border, interior) positions along the dim
+  };
+  std::vector<Fold> folds;
+  if (m != ops::PadMode::Constant && n_out > 0) {
+    for (size_t d = 0; d < r; ++d) {
+      Fold f;
+      const int64_t n = xs[d], right = ds[d] - n - l[d];
+      for (int64_t j = 0; j < l[d]; ++j) f.pairs.push_back({j, l[d] + ops::pad_source(m, n, j - l[d])});
+      for (int64_t j = l[d] + n; j < l[d] + n + right; ++j) f.pairs.push_back({j, l[d] + ops::pad_source(m, n, j - l[d])});
+      if (f.pairs.empty()) continue;
+      f.sd = st[d];
+      const size_t last = r - 1;
+      for (size_t k = 0; k < r; ++k) {
+        if (k == d) continue;
+        const int64_t cnt = k < d ? xs[k] : ds[k];
+        if (k < d) f.off += l[k] * st[k];
+        if (k == last) f.run = cnt;  // the last dim (contiguous) is the inner run unless it is d
+        else {
+          f.counts.push_back(cnt);
+          f.strides.push_back(st[k]);
+        }
+      }
+      folds.push_back(std::move(f));
+    }
+  }
+  const bool direct = folds.empty();  // constant mode, or nothing padded: read dy itself
+  auto scratch = std::make_shared<std::vector<C>>(direct ? 0 : size_t(n_dy));
+  return [=](const void* const* in, void* const* out) {
+    const S* dy = static_cast<const S*>(in[0]);
+    S* y = static_cast<S*>(out[0]);
+    if (n_out == 0) return;
+    C* buf = scratch->data();
+    if (!direct) {
+      parallel_for(n_dy, kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k) buf[k] = Num<S>::ld(dy[k]);
+      });
+      for (const Fold& f : folds) {
+        for_each_index(f.counts, f.strides, f.off, f.run * int64_t(f.pairs.size()), [&](int64_t, int64_t base) {
+          for (auto [j, t] : f.pairs) {
+            const C* src = buf + base + j * f.sd;
+            C* dst = buf + base + t * f.sd;
+            for (int64_t k = 0; k < f.run; ++k) dst[k] += src[k];
+          }
+        });
+      }
+    }
+    for_each_index(rows, rstrides, roff, run, [&](int64_t item, int64_t base) {
+      S* q = y + item * run;
+      if (direct) {
+        for (int64_t k = 0; k < run; ++k) q[k] = dy[base + k];
+      } else {
+        for (int64_t k = 0; k < run; ++k) q[k] = Num<S>::st(buf[base + k]);
+      }
+    });
+  };
+}
+
+// ---- space_to_depth_2d / depth_to_space_2d: one strided copy over six dims ----
+
+KernelFn space_depth_kernel(const KernelCtx& c, bool to_depth) {
+  const Shape& space = to_depth ? c.in[0].shape : c.out[0].shape;
+  const bool nchw = node_attr<std::string>(c.node, "data_layout") == "NCHW";
+  Ints view(6), sst(6);
+  ops::space_depth_view(space.data(), nchw, node_attr<bool>(c.node, "use_pixel_shuffle_order"),
+                        node_attr<int64_t>(c.node, "block_size"), view.data(), sst.data());
+  const Ints dst = contiguous_strides(view);
+  const size_t es = esize(c.in[0]);
+  return gather_kernel(to_depth ? make_copy_plan(es, view, sst, dst, 0, 0) : make_copy_plan(es, view, dst, sst, 0, 0));
+}
+
+// ---- one_hot ----
+
+template <class I>
+void one_hot_scatter(const I* idx, char* out, int64_t inner, int64_t depth, int64_t n, size_t es,
+                     const unsigned char* on) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      const I v = idx[k];
+      if constexpr (std::is_signed_v<I>) {
+        if (v < 0) continue;
+      }
+      if (uint64_t(v) >= uint64_t(depth)) continue;
+      const int64_t o = k / inner, t = k - o * inner;
+      std::memcpy(out + ((o * depth + int64_t(v)) * inner + t) * int64_t(es), on, es);
+    }
+  });
+}
+
 }  // namespace
 
 void register_shape_kernels() {
@@ -442,18 +611,93 @@ void register_shape_kernels() {
     const Shape& xs = c.in[0].shape;
     const Shape& os = c.out[0].shape;
     const Ints& l = node_attr<Ints>(c.node, "left_padding");
+    ops::PadMode m = ops::PadMode::Constant;
+    ops::parse_pad_mode(node_attr<std::string>(c.node, "mode"), m);
     Ints ost = contiguous_strides(os);
     int64_t off = 0;
     for (size_t i = 0; i < xs.size(); ++i) off += l[i] * ost[i];
     const size_t es = esize(c.out[0]);
     CopyPlan plan = make_copy_plan(es, xs, contiguous_strides(xs), ost, 0, off);
+    const int64_t n = count(c.out[0]);
+    if (m != ops::PadMode::Constant) {
+      std::vector<CopyPlan> border = pad_border_plans(es, xs, os, l, m);
+      return [plan = std::move(plan), border = std::move(border)](const void* const* in, void* const* out) {
+        run_copy(plan, in[0], out[0]);
+        for (const CopyPlan& b : border) run_copy(b, out[0], out[0]);  // disjoint regions of the output
+      };
+    }
     std::array<unsigned char, 8> value{};
     store_from_double(value.data(), c.out[0].dtype, 0, node_attr<double>(c.node, "constant_value"));
-    const int64_t n = count(c.out[0]);
     const bool needs_fill = n != count(c.in[0]);
     return [plan = std::move(plan), value, n, es, needs_fill](const void* const* in, void* const* out) {
       if (needs_fill) fill(out[0], n, es, value.data());
       run_copy(plan, in[0], out[0]);
+    };
+  });
+
+  register_kernel("pad_gradient", [](const KernelCtx& c) -> KernelFn {
+    ops::PadMode m = ops::PadMode::Constant;
+    ops::parse_pad_mode(node_attr<std::string>(c.node, "mode"), m);
+    const Ints& l = node_attr<Ints>(c.node, "left_padding");
+    const Shape& ds = c.in[0].shape;
+    const Shape& xs = c.out[0].shape;
+    return dispatch_dtype(c.out[0].dtype, [&](auto tag) -> KernelFn {
+      using S = decltype(tag);
+      if constexpr (std::is_same_v<S, bool>) raise(ErrorKind::Type, "pad_gradient", c.node.name, "no cpu kernel for bool");
+      else return pad_gradient_loop<S>(ds, xs, l, m);
+    });
+  });
+
+  register_kernel("space_to_depth_2d", [](const KernelCtx& c) { return space_depth_kernel(c, true); });
+  register_kernel("depth_to_space_2d", [](const KernelCtx& c) { return space_depth_kernel(c, false); });
+
+  // band_part: per matrix row i, columns [lo, hi) are copied and the rest zeroed (bytes).
+  register_kernel("band_part", [](const KernelCtx& c) -> KernelFn {
+    const Shape& xs = c.in[0].shape;
+    const int64_t rows = xs[xs.size() - 2], cols = xs.back();
+    const int64_t nrows = rows * cols == 0 ? 0 : count(c.in[0]) / cols;
+    const int64_t lower = node_attr<int64_t>(c.node, "num_lower"), upper = node_attr<int64_t>(c.node, "num_upper");
+    const size_t es = esize(c.in[0]);
+    return [=](const void* const* in, void* const* out) {
+      const char* x = static_cast<const char*>(in[0]);
+      char* y = static_cast<char*>(out[0]);
+      parallel_for(nrows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, cols)), [&](int64_t b, int64_t e) {
+        for (int64_t row = b; row < e; ++row) {
+          const int64_t i = row % rows;
+          int64_t lo = lower < 0 || lower >= i ? 0 : i - lower;
+          int64_t hi = upper < 0 || upper >= cols ? cols : std::min(cols, i + upper + 1);
+          lo = std::min(lo, cols);
+          hi = std::max(hi, lo);
+          const int64_t at = row * cols * int64_t(es);
+          if (lo > 0) std::memset(y + at, 0, size_t(lo) * es);
+          if (hi > lo) std::memcpy(y + at + lo * int64_t(es), x + at + lo * int64_t(es), size_t(hi - lo) * es);
+          if (cols > hi) std::memset(y + at + hi * int64_t(es), 0, size_t(cols - hi) * es);
+        }
+      });
+    };
+  });
+
+  register_kernel("one_hot", [](const KernelCtx& c) -> KernelFn {
+    const Shape& is = c.in[0].shape;
+    const int64_t axis = node_attr<int64_t>(c.node, "axis");
+    const int64_t depth = node_attr<int64_t>(c.node, "depth");
+    int64_t inner = 1;
+    for (size_t k = size_t(axis); k < is.size(); ++k) inner *= is[k];
+    const int64_t n_idx = count(c.in[0]), n_out = count(c.out[0]);
+    const size_t es = esize(c.out[0]);
+    std::array<unsigned char, 8> on{}, off{};
+    store_from_double(on.data(), c.out[0].dtype, 0, node_attr<double>(c.node, "on_value"));
+    store_from_double(off.data(), c.out[0].dtype, 0, node_attr<double>(c.node, "off_value"));
+    const DType it = c.in[0].dtype;
+    return [=](const void* const* in, void* const* out) {
+      if (n_out == 0) return;
+      fill(out[0], n_out, es, off.data());
+      char* y = static_cast<char*>(out[0]);
+      dispatch_dtype(it, [&](auto tag) {
+        using I = decltype(tag);
+        if constexpr (std::is_integral_v<I> && !std::is_same_v<I, bool>)
+          one_hot_scatter<I>(static_cast<const I*>(in[0]), y, inner, depth, n_idx, es, on.data());
+      });
     };
   });
 

@@ -165,6 +165,78 @@ ValueRef reshape_like(Graph& g, ValueRef x, ValueRef like) {
 
 Types one(DType d, Shape s) { return Types{{d, std::move(s)}}; }
 
+// ---- pad ----
+
+PadMode read_pad_mode(InferCtx& c) {
+  const std::string mode = c.s("mode");
+  PadMode m;
+  if (!parse_pad_mode(mode, m)) {
+    if (mode == "antiperiodic" || mode == "zero")
+      c.fail(ErrorKind::NotImplemented, "mode '" + mode + "' is not implemented");
+    c.fail(ErrorKind::Value, "unknown mode '" + mode + "'; expected 'constant', 'reflect', 'symmetric', 'edge' "
+                                                       "(or 'clamp_to_edge') or 'wrap' (or 'periodic', 'circular')");
+  }
+  c.attrs["mode"] = std::string(pad_mode_name(m));  // aliases stored as the canonical name
+  return m;
+}
+
+// x padded by the node's left/right padding in mode m; checks the mode's limits on every
+// known dim (unknown dims are checked again at specialisation).
+Shape padded_shape(const InferCtx& c, const TensorType& x, PadMode m) {
+  const Ints& l = c.ints("left_padding");
+  const Ints& rp = c.ints("right_padding");
+  const int64_t r = int64_t(x.shape.size());
+  if (int64_t(l.size()) != r || int64_t(rp.size()) != r)
+    c.fail(ErrorKind::Value, "left_padding " + ints_str(l) + " and right_padding " + ints_str(rp) +
+                                 " need one entry per dim of " + type_str(x));
+  Shape out = x.shape;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (l[i] < 0 || rp[i] < 0)
+      c.fail(ErrorKind::Value, "negative padding for dim " + std::to_string(i) + ": left_padding " + ints_str(l) +
+                                   ", right_padding " + ints_str(rp));
+    const int64_t n = out[i];
+    const int64_t lim = n >= 0 ? max_pad(m, n) : -1;
+    if (lim >= 0 && (l[i] > lim || rp[i] > lim)) {
+      std::string rule = m == PadMode::Reflect ? "padding smaller than the dim"
+                         : m == PadMode::Edge  ? "a non-empty dim to pad"
+                                               : "padding no larger than the dim";
+      c.fail(ErrorKind::Value, "mode '" + std::string(pad_mode_name(m)) + "' needs " + rule + ", but dim " +
+                                   std::to_string(i) + " of " + type_str(x) + " has size " + std::to_string(n) +
+                                   " (left_padding " + ints_str(l) + ", right_padding " + ints_str(rp) + ")");
+    }
+    out[i] = add_dims(c, add_dims(c, out[i], l[i]), rp[i]);
+  }
+  return out;
+}
+
+// ---- space_to_depth_2d / depth_to_space_2d ----
+
+// Checks the attributes and rank; returns whether the layout is NCHW.
+bool read_space_depth(InferCtx& c, int64_t& b) {
+  const std::string& layout = c.s("data_layout");
+  if (layout != "NHWC" && layout != "NCHW")
+    c.fail(ErrorKind::Value, "data_layout must be 'NHWC' or 'NCHW', got '" + layout + "'");
+  b = c.i("block_size");
+  if (b < 1) c.fail(ErrorKind::Value, "block_size must be positive, got " + std::to_string(b));
+  if (c.in[0].shape.size() != 4)
+    c.fail(ErrorKind::Value, "needs a rank-4 " + layout + " tensor, got " + type_str(c.in[0]));
+  return layout == "NCHW";
+}
+
+Attrs space_depth_attrs(const Node& n) {
+  return {{"block_size", node_attr<int64_t>(n, "block_size")},
+          {"data_layout", node_attr<std::string>(n, "data_layout")},
+          {"use_pixel_shuffle_order", node_attr<bool>(n, "use_pixel_shuffle_order")}};
+}
+
+std::vector<AttrSpec> space_depth_attr_specs() {
+  return {attr("block_size", AttrKind::Int, AttrNone{}, "side b of the square spatial blocks (>= 1)"),
+          attr("data_layout", AttrKind::String, std::string("NHWC"), "'NHWC' or 'NCHW'"),
+          attr("use_pixel_shuffle_order", AttrKind::Bool, true,
+               "depth index c*b*b + i*b + j (PyTorch pixel_shuffle, ONNX CRD) when true, (i*b + j)*C + c "
+               "(TensorFlow, ONNX DCR) when false; i, j = row, column inside the block")};
+}
+
 void reg(OpDef d) {
   d.family = "shape";
   register_op(std::move(d));
@@ -570,39 +642,29 @@ void register_shape_ops() {
 
   // ---------------- pad / tile / reverse ----------------
   reg({.name = "pad",
-       .doc = "Pads each dim with left_padding[i] elements before and right_padding[i] after. Mode 'constant' "
-              "fills with constant_value.",
+       .doc = "Pads each dim with left_padding[i] elements before and right_padding[i] after (MPSGraph's "
+              "padTensor:withPaddingMode:). Modes (numpy's np.pad names): 'constant' fills with constant_value; "
+              "'reflect' mirrors without repeating the edge element (needs each padding < the dim); 'symmetric' "
+              "mirrors including it (padding <= the dim); 'edge' (alias 'clamp_to_edge') repeats the edge element "
+              "(the dim must not be empty); 'wrap' (aliases 'periodic', 'circular') continues periodically "
+              "(padding <= the dim). Dims with zero padding may have any size.",
        .inputs = {{"x"}},
        .attrs = {attr("left_padding", AttrKind::Ints, AttrNone{}, "elements before, per dim"),
                  attr("right_padding", AttrKind::Ints, AttrNone{}, "elements after, per dim"),
-                 attr("mode", AttrKind::String, std::string("constant"), "padding mode: 'constant'"),
+                 attr("mode", AttrKind::String, std::string("constant"),
+                      "'constant', 'reflect', 'symmetric', 'edge' or 'wrap'"),
                  attr("constant_value", AttrKind::Float, 0.0, "fill value for mode 'constant'")},
        .infer = [](InferCtx& c) {
-         const std::string& mode = c.s("mode");
-         if (mode != "constant") {
-           if (mode == "reflect" || mode == "symmetric" || mode == "edge" || mode == "clamp_to_edge" ||
-               mode == "periodic" || mode == "antiperiodic" || mode == "wrap")
-             c.fail(ErrorKind::NotImplemented, "mode '" + mode + "' is not implemented yet");
-           c.fail(ErrorKind::Value, "unknown mode '" + mode + "'; expected 'constant'");
-         }
-         const Ints& l = c.ints("left_padding");
-         const Ints& rp = c.ints("right_padding");
-         const int64_t r = rank_of(c);
-         if (int64_t(l.size()) != r || int64_t(rp.size()) != r)
-           c.fail(ErrorKind::Value, "left_padding " + ints_str(l) + " and right_padding " + ints_str(rp) +
-                                        " need one entry per dim of " + type_str(c.in[0]));
-         Shape out = c.in[0].shape;
-         for (size_t i = 0; i < out.size(); ++i) {
-           if (l[i] < 0 || rp[i] < 0)
-             c.fail(ErrorKind::Value, "negative padding for dim " + std::to_string(i) + ": left_padding " + ints_str(l) +
-                                          ", right_padding " + ints_str(rp));
-           out[i] = add_dims(c, add_dims(c, out[i], l[i]), rp[i]);
-         }
-         return one(c.in[0].dtype, out);
+         const PadMode m = read_pad_mode(c);
+         return one(c.in[0].dtype, padded_shape(c, c.in[0], m));
        },
        .grad = [](GradCtx& c) {
          const Ints& l = node_attr<Ints>(c.node, "left_padding");
          const Ints& rp = node_attr<Ints>(c.node, "right_padding");
+         const std::string& mode = node_attr<std::string>(c.node, "mode");
+         if (mode != "constant")
+           return std::vector<ValueRef>{call(c.g, "pad_gradient", {c.dy[0], c.x(0)},
+                                             {{"left_padding", l}, {"right_padding", rp}, {"mode", mode}})};
          SliceAttrs a{l, Ints(l.size(), 0), Ints(l.size(), 1), 0, 0, 0};
          for (size_t i = 0; i < rp.size(); ++i) {
            if (rp[i] == 0) a.end_mask |= int64_t(uint64_t(1) << i);
@@ -610,6 +672,157 @@ void register_shape_ops() {
          }
          return std::vector<ValueRef>{call(c.g, "strided_slice", {c.dy[0]}, slice_attr_map(a))};
        }});
+
+  reg({.name = "pad_gradient",
+       .doc = "The gradient of pad: each element of dy is added to the element of `like` (shape only) that pad "
+              "(same left_padding, right_padding and mode) copied there; constant padding drops the border. "
+              "MPSGraph's padGradientWithIncomingGradientTensor. Its own gradient is pad.",
+       .inputs = {{"dy"}, {"like"}},
+       .attrs = {attr("left_padding", AttrKind::Ints, AttrNone{}, "elements before, per dim"),
+                 attr("right_padding", AttrKind::Ints, AttrNone{}, "elements after, per dim"),
+                 attr("mode", AttrKind::String, std::string("constant"),
+                      "'constant', 'reflect', 'symmetric', 'edge' or 'wrap'")},
+       .infer = [](InferCtx& c) {
+         require_class(c, 0, kNumeric);
+         const PadMode m = read_pad_mode(c);
+         const Shape& ds = c.in[0].shape;
+         const Shape& ls = c.in[1].shape;
+         if (ds.size() != ls.size())
+           c.fail(ErrorKind::Value, "dy " + type_str(c.in[0]) + " and like " + type_str(c.in[1]) + " differ in rank");
+         const Ints& l = c.ints("left_padding");
+         const Ints& rp = c.ints("right_padding");
+         Shape like = ls;
+         if (l.size() == ls.size() && rp.size() == ls.size())
+           for (size_t i = 0; i < ls.size(); ++i)  // a like dim unknown but dy's known: dy - padding
+             if (like[i] < 0 && ds[i] >= 0 && l[i] >= 0 && rp[i] >= 0 && ds[i] - l[i] - rp[i] >= 0 &&
+                 l[i] <= ds[i] && rp[i] <= ds[i])
+               like[i] = ds[i] - l[i] - rp[i];
+         Shape want = padded_shape(c, {c.in[1].dtype, like}, m);
+         for (size_t i = 0; i < ds.size(); ++i)
+           if (ds[i] >= 0 && want[i] >= 0 && ds[i] != want[i])
+             c.fail(ErrorKind::Value, "dy " + type_str(c.in[0]) + " is not the shape " + shape_str(want) +
+                                          " of like " + type_str(c.in[1]) + " padded by left_padding " + ints_str(l) +
+                                          " and right_padding " + ints_str(rp));
+         return one(c.in[0].dtype, like);
+       },
+       .grad = [](GradCtx& c) {
+         return std::vector<ValueRef>{
+             call(c.g, "pad", {c.dy[0]},
+                  {{"left_padding", node_attr<Ints>(c.node, "left_padding")},
+                   {"right_padding", node_attr<Ints>(c.node, "right_padding")},
+                   {"mode", node_attr<std::string>(c.node, "mode")}}),
+             ValueRef{}};
+       }});
+
+  // ---------------- space_to_depth_2d / depth_to_space_2d ----------------
+  reg({.name = "space_to_depth_2d",
+       .doc = "Moves each b x b block of the spatial dims H, W into the depth (channel) dim: (N, H, W, C) -> "
+              "(N, H/b, W/b, C*b*b) for NHWC, (N, C, H, W) -> (N, C*b*b, H/b, W/b) for NCHW; H and W must be "
+              "multiples of b (MPSGraph's spaceToDepth2DTensor with H, W, C axes from data_layout). Within a "
+              "block, row i and column j (j fastest) land at depth c*b*b + i*b + j with use_pixel_shuffle_order "
+              "(the default: PyTorch's pixel_unshuffle for NCHW), at (i*b + j)*C + c without it (TensorFlow's "
+              "space_to_depth, ONNX SpaceToDepth). The inverse is depth_to_space_2d.",
+       .inputs = {{"x"}},
+       .attrs = space_depth_attr_specs(),
+       .infer = [](InferCtx& c) {
+         int64_t b;
+         const bool nchw = read_space_depth(c, b);
+         const Shape& xs = c.in[0].shape;
+         const size_t hd = nchw ? 2 : 1, wd = nchw ? 3 : 2, cd = nchw ? 1 : 3;
+         for (size_t d : {hd, wd})
+           if (xs[d] >= 0 && xs[d] % b != 0)
+             c.fail(ErrorKind::Value, std::string(d == hd ? "height" : "width") + " " + std::to_string(xs[d]) + " of " +
+                                          type_str(c.in[0]) + " (" + c.s("data_layout") +
+                                          ") is not a multiple of block_size " + std::to_string(b));
+         Shape out = xs;
+         out[hd] = xs[hd] >= 0 ? xs[hd] / b : -1;
+         out[wd] = xs[wd] >= 0 ? xs[wd] / b : -1;
+         out[cd] = mul_dims(c, xs[cd], mul_dims(c, b, b));
+         return one(c.in[0].dtype, out);
+       },
+       .grad = [](GradCtx& c) {
+         return std::vector<ValueRef>{call(c.g, "depth_to_space_2d", {c.dy[0]}, space_depth_attrs(c.node))};
+       }});
+
+  reg({.name = "depth_to_space_2d",
+       .doc = "The inverse of space_to_depth_2d: moves depth (channel) values into b x b spatial blocks: "
+              "(N, H, W, C) -> (N, H*b, W*b, C/(b*b)) for NHWC, (N, C, H, W) -> (N, C/(b*b), H*b, W*b) for NCHW; "
+              "C must be a multiple of b*b (MPSGraph's depthToSpace2DTensor). Output channel c, block row i and "
+              "column j read depth c*b*b + i*b + j with use_pixel_shuffle_order (the default: PyTorch's "
+              "pixel_shuffle for NCHW, ONNX DepthToSpace mode CRD), (i*b + j)*C_out + c without it "
+              "(TensorFlow's depth_to_space, ONNX mode DCR).",
+       .inputs = {{"x"}},
+       .attrs = space_depth_attr_specs(),
+       .infer = [](InferCtx& c) {
+         int64_t b;
+         const bool nchw = read_space_depth(c, b);
+         const Shape& xs = c.in[0].shape;
+         const size_t hd = nchw ? 2 : 1, wd = nchw ? 3 : 2, cd = nchw ? 1 : 3;
+         const int64_t bb = mul_dims(c, b, b);
+         if (xs[cd] >= 0 && xs[cd] % bb != 0)
+           c.fail(ErrorKind::Value, "depth " + std::to_string(xs[cd]) + " of " + type_str(c.in[0]) + " (" +
+                                        c.s("data_layout") + ") is not a multiple of block_size * block_size = " +
+                                        std::to_string(bb));
+         Shape out = xs;
+         out[hd] = mul_dims(c, xs[hd], b);
+         out[wd] = mul_dims(c, xs[wd], b);
+         out[cd] = xs[cd] >= 0 ? xs[cd] / bb : -1;
+         return one(c.in[0].dtype, out);
+       },
+       .grad = [](GradCtx& c) {
+         return std::vector<ValueRef>{call(c.g, "space_to_depth_2d", {c.dy[0]}, space_depth_attrs(c.node))};
+       }});
+
+  // ---------------- band_part ----------------
+  reg({.name = "band_part",
+       .doc = "Keeps a band of each matrix in the last two dims and zeroes the rest: element (i, j) is kept when "
+              "(num_lower < 0 or i - j <= num_lower) and (num_upper < 0 or j - i <= num_upper). A negative count "
+              "keeps that whole triangle: band_part(x, -1, 0) is the lower triangle, (0, 0) the diagonal "
+              "(MPSGraph's bandPartWithTensor:numLower:numUpper:, TensorFlow's matrix_band_part).",
+       .inputs = {{"x"}},
+       .attrs = {attr("num_lower", AttrKind::Int, AttrNone{}, "subdiagonals kept; negative keeps all"),
+                 attr("num_upper", AttrKind::Int, AttrNone{}, "superdiagonals kept; negative keeps all")},
+       .infer = [](InferCtx& c) {
+         if (c.in[0].shape.size() < 2)
+           c.fail(ErrorKind::Value, "needs a tensor of rank >= 2 (matrices in the last two dims), got " +
+                                        type_str(c.in[0]));
+         return one(c.in[0].dtype, c.in[0].shape);
+       },
+       .grad = [](GradCtx& c) {
+         return std::vector<ValueRef>{call(c.g, "band_part", {c.dy[0]},
+                                           {{"num_lower", node_attr<int64_t>(c.node, "num_lower")},
+                                            {"num_upper", node_attr<int64_t>(c.node, "num_upper")}})};
+       },
+       .aliases = {"matrix_band_part"}});
+
+  // ---------------- one_hot ----------------
+  reg({.name = "one_hot",
+       .doc = "One-hot encoding of integer indices: a new dim of size depth at `axis` (of the result) holds "
+              "on_value where its position equals the index and off_value elsewhere. An index outside "
+              "[0, depth) (negative included) gives off_value everywhere, as TensorFlow and MPSGraph do "
+              "(MPSGraph's oneHotWithIndicesTensor:depth:axis:dataType:onValue:offValue:). Not differentiable.",
+       .inputs = {{"indices"}},
+       .attrs = {attr("depth", AttrKind::Int, AttrNone{}, "size of the new dim (>= 0)"),
+                 attr("axis", AttrKind::Int, int64_t(-1), "position of the new dim in the result, in [-rank-1, rank]"),
+                 attr("dtype", AttrKind::DType, DType::Float32, "result dtype"),
+                 attr("on_value", AttrKind::Float, 1.0, "value at the index"),
+                 attr("off_value", AttrKind::Float, 0.0, "value elsewhere")},
+       .infer = [](InferCtx& c) {
+         require_class(c, 0, kInt);
+         const int64_t depth = c.i("depth");
+         if (depth < 0) c.fail(ErrorKind::Value, "depth must be >= 0, got " + std::to_string(depth));
+         const int64_t r = rank_of(c);
+         auto ax = normalize_axis(c.i("axis"), r + 1);
+         if (!ax)
+           c.fail(ErrorKind::Index, "axis " + std::to_string(c.i("axis")) + " is out of range for the rank-" +
+                                        std::to_string(r + 1) + " result of one_hot on " + type_str(c.in[0]));
+         c.attrs["axis"] = *ax;
+         Shape out = c.in[0].shape;
+         out.insert(out.begin() + *ax, depth);
+         product(c, out, 0, out.size());  // errors when the element count overflows
+         return one(c.dtype("dtype"), out);
+       },
+       .differentiable = Differentiable::No});
 
   reg({.name = "tile",
        .doc = "Repeats x multiples[i] times along each dim i (numpy's tile with one multiple per dim).",
