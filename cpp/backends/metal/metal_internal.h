@@ -63,7 +63,8 @@ id<MTLBuffer> buffer_of(const Array& a);
 class LowerCtx {
  public:
   LowerCtx(MPSGraph* graph, const Node& node, std::vector<MPSGraphTensor*> in, std::vector<TensorType> in_types,
-           std::vector<std::shared_ptr<const Array>>* keep_alive);
+           std::vector<std::shared_ptr<const Array>>* keep_alive,
+           std::function<MPSGraphTensor*()> run_counter = nullptr);
 
   MPSGraph* g;
   const Node& node;
@@ -72,6 +73,10 @@ class LowerCtx {
   std::vector<TensorType> in_types;
   const std::vector<TensorType>& out_types;
   std::vector<std::shared_ptr<const Array>>* keep_alive;  // constant payloads the program keeps
+  // The program's run counter: a uint32 [2] placeholder (low word, high word) fed at every run
+  // with the number of earlier runs of this program (stateful ops such as random_uniform_like
+  // key their numbers on it). Created on first use; raises where the program has none.
+  MPSGraphTensor* run_counter();
 
   const TensorType& out(size_t k = 0) const { return out_types.at(k); }
   DType in_dtype(size_t i = 0) const { return in_types.at(i).dtype; }
@@ -123,6 +128,19 @@ class LowerCtx {
   MPSGraphTensor* broadcast(MPSGraphTensor* x, const Shape& shape);
   // Brings a result to the node's declared output type k (shape [1] for rank 0).
   MPSGraphTensor* conform(MPSGraphTensor* x, size_t k);
+
+  // -- shape helpers shared by the lowerings of the newer families --
+  // A constant tensor of `shape` holding `values` (converted to dtype t, exactly for integers).
+  MPSGraphTensor* constant_vector(const std::vector<double>& values, const Shape& shape, DType t);
+  MPSGraphTensor* constant_ints(const std::vector<int64_t>& values, const Shape& shape, DType t);
+  MPSGraphTensor* constant_bools(const std::vector<bool>& values, const Shape& shape);
+  // sliceTensor:dimension:start:length: with a stride: `count` elements start, start+step, ...
+  MPSGraphTensor* slice_axis(MPSGraphTensor* x, const Shape& xs, int64_t axis, int64_t start, int64_t step, int64_t count);
+  // padTensor with constant 0 (or `value`) along one axis.
+  MPSGraphTensor* pad_axis(MPSGraphTensor* x, const Shape& xs, int64_t axis, int64_t before, int64_t after, double value = 0.0);
+
+ private:
+  std::function<MPSGraphTensor*()> run_counter_;
 };
 
 using LowerFn = std::function<std::vector<MPSGraphTensor*>(LowerCtx&)>;
@@ -136,5 +154,9 @@ void register_reduction_lowerings();
 void register_matmul_lowerings();
 void register_shape_lowerings();
 void register_creation_lowerings();
+void register_random_lowerings();
+void register_convolution_lowerings();
+void register_pooling_lowerings();
+void register_resize_lowerings();
 
 }  // namespace mg::metal

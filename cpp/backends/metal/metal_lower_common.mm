@@ -84,6 +84,10 @@ void ensure_registered() {
     register_matmul_lowerings();
     register_shape_lowerings();
     register_creation_lowerings();
+    register_random_lowerings();
+    register_convolution_lowerings();
+    register_pooling_lowerings();
+    register_resize_lowerings();
     return true;
   }();
   (void)done;
@@ -109,9 +113,14 @@ std::vector<std::string> lowered_op_names() {
 // ---------------- LowerCtx ----------------
 
 LowerCtx::LowerCtx(MPSGraph* graph, const Node& n, std::vector<MPSGraphTensor*> inputs, std::vector<TensorType> types,
-                   std::vector<std::shared_ptr<const Array>>* keep)
+                   std::vector<std::shared_ptr<const Array>>* keep, std::function<MPSGraphTensor*()> run_counter)
     : g(graph), node(n), op(n.op->name), in(std::move(inputs)), in_types(std::move(types)), out_types(n.outputs),
-      keep_alive(keep) {}
+      keep_alive(keep), run_counter_(std::move(run_counter)) {}
+
+MPSGraphTensor* LowerCtx::run_counter() {
+  if (!run_counter_) fail(ErrorKind::NotImplemented, "a stateful op is not implemented here on the metal backend (no run counter)");
+  return run_counter_();
+}
 
 void LowerCtx::fail(ErrorKind kind, const std::string& msg) const { raise(kind, op, node.name, msg); }
 
@@ -373,6 +382,77 @@ MPSGraphTensor* LowerCtx::conform(MPSGraphTensor* x, size_t kk) {
     if (n != m) return [g broadcastTensor:x toShape:want name:nil];
   }
   return [g reshapeTensor:x withShape:want name:nil];
+}
+
+// ---------------- shape helpers ----------------
+
+MPSGraphTensor* LowerCtx::constant_vector(const std::vector<double>& values, const Shape& shape, DType t) {
+  if (int64_t(values.size()) != num_elements(shape)) fail(ErrorKind::Runtime, "internal: constant of the wrong size");
+  std::vector<unsigned char> buf(std::max<size_t>(values.size(), 1) * dtype_size(t));
+  for (size_t i = 0; i < values.size(); ++i) store_from_double(buf.data(), t, int64_t(i), values[i]);
+  return constant_bytes(buf.data(), values.size() * dtype_size(t), shape, t);
+}
+
+MPSGraphTensor* LowerCtx::constant_ints(const std::vector<int64_t>& values, const Shape& shape, DType t) {
+  if (int64_t(values.size()) != num_elements(shape)) fail(ErrorKind::Runtime, "internal: constant of the wrong size");
+  const size_t es = dtype_size(t);
+  std::vector<unsigned char> buf(std::max<size_t>(values.size(), 1) * es);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t v = values[i];
+    unsigned char* p = buf.data() + i * es;
+    switch (t) {
+      case DType::Int8: { int8_t x = int8_t(v); std::memcpy(p, &x, 1); break; }
+      case DType::Int16: { int16_t x = int16_t(v); std::memcpy(p, &x, 2); break; }
+      case DType::Int32: { int32_t x = int32_t(v); std::memcpy(p, &x, 4); break; }
+      case DType::Int64: { std::memcpy(p, &v, 8); break; }
+      case DType::UInt8: { uint8_t x = uint8_t(v); std::memcpy(p, &x, 1); break; }
+      case DType::UInt16: { uint16_t x = uint16_t(v); std::memcpy(p, &x, 2); break; }
+      case DType::UInt32: { uint32_t x = uint32_t(v); std::memcpy(p, &x, 4); break; }
+      case DType::UInt64: { uint64_t x = uint64_t(v); std::memcpy(p, &x, 8); break; }
+      default: store_from_double(buf.data(), t, int64_t(i), double(v)); break;
+    }
+  }
+  return constant_bytes(buf.data(), values.size() * es, shape, t);
+}
+
+MPSGraphTensor* LowerCtx::constant_bools(const std::vector<bool>& values, const Shape& shape) {
+  if (int64_t(values.size()) != num_elements(shape)) fail(ErrorKind::Runtime, "internal: constant of the wrong size");
+  std::vector<unsigned char> buf(std::max<size_t>(values.size(), 1));
+  for (size_t i = 0; i < values.size(); ++i) buf[i] = values[i] ? 1 : 0;
+  return constant_bytes(buf.data(), values.size(), shape, DType::Bool);
+}
+
+MPSGraphTensor* LowerCtx::slice_axis(MPSGraphTensor* x, const Shape& xs, int64_t axis, int64_t start, int64_t step,
+                                     int64_t count) {
+  if (count <= 0 || start < 0 || start + (count - 1) * step >= xs[size_t(axis)])
+    fail(ErrorKind::Runtime, "internal: slice out of range in the metal lowering");
+  if (start == 0 && count == xs[size_t(axis)] && (step == 1 || count == 1)) return x;
+  if (step == 1 || count == 1)
+    return [g sliceTensor:x dimension:NSUInteger(axis) start:start length:count name:nil];
+  NSMutableArray<NSNumber*>* starts = [NSMutableArray array];
+  NSMutableArray<NSNumber*>* ends = [NSMutableArray array];
+  NSMutableArray<NSNumber*>* strides = [NSMutableArray array];
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const bool a = int64_t(i) == axis;
+    [starts addObject:@(a ? start : 0)];
+    [ends addObject:@(a ? start + (count - 1) * step + 1 : xs[i])];
+    [strides addObject:@(a ? step : 1)];
+  }
+  return [g sliceTensor:x starts:starts ends:ends strides:strides name:nil];
+}
+
+MPSGraphTensor* LowerCtx::pad_axis(MPSGraphTensor* x, const Shape& xs, int64_t axis, int64_t before, int64_t after,
+                                   double value) {
+  if (before == 0 && after == 0) return x;
+  NSMutableArray<NSNumber*>* lo = [NSMutableArray array];
+  NSMutableArray<NSNumber*>* hi = [NSMutableArray array];
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const bool a = int64_t(i) == axis;
+    [lo addObject:@(a ? before : 0)];
+    [hi addObject:@(a ? after : 0)];
+  }
+  return [g padTensor:x withPaddingMode:MPSGraphPaddingModeConstant leftPadding:lo rightPadding:hi constantValue:value
+                 name:nil];
 }
 
 }  // namespace mg::metal

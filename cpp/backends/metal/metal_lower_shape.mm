@@ -84,6 +84,105 @@ T sum_axes(LowerCtx& c, T x, const std::vector<int64_t>& axes) {
 
 std::vector<T> reshape_to_output(LowerCtx& c) { return {c.reshape(c.in[0], c.out().shape)}; }
 
+// ---- pad modes (numpy's names; the CPU kernel's ops::pad_source) ----
+
+enum class PadKind { Constant, Reflect, Symmetric, Edge, Wrap };
+
+PadKind pad_kind(LowerCtx& c) {
+  const std::string mode = c.has_attr({"mode"}) ? node_attr<std::string>(c.node, "mode") : "constant";
+  if (mode == "constant") return PadKind::Constant;
+  if (mode == "reflect") return PadKind::Reflect;
+  if (mode == "symmetric") return PadKind::Symmetric;
+  if (mode == "edge" || mode == "clamp_to_edge") return PadKind::Edge;
+  if (mode == "wrap" || mode == "periodic" || mode == "circular") return PadKind::Wrap;
+  c.fail(ErrorKind::NotImplemented, "padding mode '" + mode + "' is not implemented on the metal backend");
+}
+
+// numpy's single-reflection limits (reflect: < n; symmetric, wrap: <= n; edge: n >= 1)
+void check_pad_limit(LowerCtx& c, PadKind m, int64_t n, int64_t l, int64_t r, size_t d) {
+  const int64_t lim = m == PadKind::Reflect ? n - 1 : m == PadKind::Edge ? (n > 0 ? l + r : 0) : n;
+  if (l > lim || r > lim)
+    c.fail(ErrorKind::Value, "padding " + std::to_string(l) + ", " + std::to_string(r) + " of dim " + std::to_string(d) +
+                                 " (size " + std::to_string(n) + ") is beyond what its mode allows");
+}
+
+T reverse_axis(LowerCtx& c, T x, size_t d) { return [c.g reverseTensor:x axes:@[ @(d) ] name:nil]; }
+
+// The `cnt` padded elements before (left) or after dim d of x (shape xs), in output order.
+T pad_border(LowerCtx& c, T x, const Shape& xs, size_t d, PadKind m, bool left, int64_t cnt) {
+  const int64_t n = xs[d], ax = int64_t(d);
+  switch (m) {
+    case PadKind::Reflect:  // left: x[cnt..1], right: x[n-2..n-1-cnt]
+      return reverse_axis(c, c.slice_axis(x, xs, ax, left ? 1 : n - 1 - cnt, 1, cnt), d);
+    case PadKind::Symmetric:  // left: x[cnt-1..0], right: x[n-1..n-cnt]
+      return reverse_axis(c, c.slice_axis(x, xs, ax, left ? 0 : n - cnt, 1, cnt), d);
+    case PadKind::Wrap:  // left: x[n-cnt..n-1], right: x[0..cnt-1]
+      return c.slice_axis(x, xs, ax, left ? n - cnt : 0, 1, cnt);
+    case PadKind::Edge: {
+      Shape bs = xs;
+      bs[d] = cnt;
+      return c.broadcast(c.slice_axis(x, xs, ax, left ? 0 : n - 1, 1, 1), bs);
+    }
+    case PadKind::Constant: break;
+  }
+  c.fail(ErrorKind::Runtime, "internal: pad_border of constant padding");
+}
+
+// The gradient of one border (b: its cnt elements along dim d, other dims as in `cur`) as a
+// tensor of the interior's extent n along d.
+T fold_border(LowerCtx& c, T b, const Shape& cur, size_t d, PadKind m, bool left, int64_t cnt, int64_t n) {
+  Shape bs = cur;
+  bs[d] = cnt;
+  const int64_t ax = int64_t(d);
+  switch (m) {
+    case PadKind::Reflect:  // sources 1..cnt (left) or n-1-cnt..n-2 (right)
+      return c.pad_axis(reverse_axis(c, b, d), bs, ax, left ? 1 : n - 1 - cnt, left ? n - 1 - cnt : 1);
+    case PadKind::Symmetric:  // sources 0..cnt-1 or n-cnt..n-1
+      return c.pad_axis(reverse_axis(c, b, d), bs, ax, left ? 0 : n - cnt, left ? n - cnt : 0);
+    case PadKind::Wrap:  // sources n-cnt..n-1 or 0..cnt-1, in order
+      return c.pad_axis(b, bs, ax, left ? n - cnt : 0, left ? 0 : n - cnt);
+    case PadKind::Edge: {  // all onto element 0 or n-1
+      Shape one = bs;
+      one[d] = 1;
+      T s = c.reshape([c.g reductionSumWithTensor:b axes:@[ @(d) ] name:nil], one);
+      return c.pad_axis(s, one, ax, left ? 0 : n - 1, left ? n - 1 : 0);
+    }
+    case PadKind::Constant: break;
+  }
+  c.fail(ErrorKind::Runtime, "internal: fold_border of constant padding");
+}
+
+// ---- space_to_depth_2d / depth_to_space_2d ----
+
+struct SpaceDepth {
+  Shape space6;              // the space tensor as (n, h, i, w, j, c) (NHWC) or (n, c, h, i, w, j) (NCHW)
+  std::vector<int64_t> perm;  // space6 -> the depth tensor's six dims in its row-major order
+};
+
+// `space` is the space tensor's shape (the source of space_to_depth, the result of depth_to_space).
+SpaceDepth space_depth(LowerCtx& c, const Shape& space) {
+  c.only_attrs({"block_size", "data_layout", "use_pixel_shuffle_order"});
+  const int64_t b = node_attr<int64_t>(c.node, "block_size");
+  const std::string layout = node_attr<std::string>(c.node, "data_layout");
+  const bool pixel = c.attr_bool({"use_pixel_shuffle_order"}, true);
+  if (space.size() != 4 || b < 1 || (layout != "NHWC" && layout != "NCHW"))
+    c.fail(ErrorKind::Value, "needs a rank-4 NHWC or NCHW tensor and a positive block_size");
+  const bool nchw = layout == "NCHW";
+  const int64_t N = space[0], C = nchw ? space[1] : space[3], H = nchw ? space[2] : space[1], W = nchw ? space[3] : space[2];
+  if (H % b != 0 || W % b != 0) c.fail(ErrorKind::Value, "height and width must be multiples of block_size");
+  SpaceDepth r;
+  if (nchw) {
+    r.space6 = {N, C, H / b, b, W / b, b};  // n c h i w j
+    r.perm = pixel ? std::vector<int64_t>{0, 1, 3, 5, 2, 4}   // n c i j h w
+                   : std::vector<int64_t>{0, 3, 5, 1, 2, 4};  // n i j c h w
+  } else {
+    r.space6 = {N, H / b, b, W / b, b, C};  // n h i w j c
+    r.perm = pixel ? std::vector<int64_t>{0, 1, 3, 5, 2, 4}   // n h w c i j
+                   : std::vector<int64_t>{0, 1, 3, 2, 4, 5};  // n h w i j c
+  }
+  return r;
+}
+
 }  // namespace
 
 void register_shape_lowerings() {
@@ -236,6 +335,11 @@ void register_shape_lowerings() {
   register_lowering("split", split);
   register_lowering("split_like", split);
 
+  // pad: constant mode is padTensor:withPaddingMode:Constant; reflect, symmetric, edge and wrap
+  // are composed dim by dim from slices, reverseTensor:axes:, a broadcast (edge) and
+  // concatTensors:dimension: (numpy's single-reflection rules, the CPU kernel's pad_source),
+  // rather than MPSGraph's Reflect / Symmetric / ClampToEdge / Periodic modes, whose limits and
+  // corner handling are not documented. Dim by dim is exact: the modes are separable.
   register_lowering("pad", [](LowerCtx& c) {
     c.only_attrs({"left_padding", "right_padding", "mode", "constant_value"});
     const Shape& xs = c.in_types[0].shape;
@@ -245,15 +349,137 @@ void register_shape_lowerings() {
     if (lo.size() != xs.size() || hi.size() != xs.size()) c.fail(ErrorKind::Value, "one padding amount per dim is needed");
     for (size_t i = 0; i < xs.size(); ++i)
       if (lo[i] < 0 || hi[i] < 0) c.fail(ErrorKind::NotImplemented, "negative padding is not implemented on the metal backend");
-    const std::string mode = c.has_attr({"mode"}) ? node_attr<std::string>(c.node, "mode") : "constant";
-    MPSGraphPaddingMode pm = MPSGraphPaddingModeConstant;
-    if (mode == "reflect") pm = MPSGraphPaddingModeReflect;
-    else if (mode == "symmetric") pm = MPSGraphPaddingModeSymmetric;
-    else if (mode == "edge" || mode == "clamp_to_edge") pm = MPSGraphPaddingModeClampToEdge;
-    else if (mode != "constant") c.fail(ErrorKind::NotImplemented, "padding mode '" + mode + "' is not implemented on the metal backend");
-    const double value = c.attr_float({"constant_value"}, 0.0);
-    return std::vector<T>{[c.g padTensor:c.in[0] withPaddingMode:pm leftPadding:ns_ints(lo) rightPadding:ns_ints(hi)
-                                 constantValue:value name:nil]};
+    const PadKind m = pad_kind(c);
+    if (m == PadKind::Constant) {
+      const double value = c.attr_float({"constant_value"}, 0.0);
+      return std::vector<T>{[c.g padTensor:c.in[0] withPaddingMode:MPSGraphPaddingModeConstant leftPadding:ns_ints(lo)
+                                 rightPadding:ns_ints(hi) constantValue:value name:nil]};
+    }
+    T x = c.in[0];
+    Shape cur = xs;
+    for (size_t d = 0; d < xs.size(); ++d) {
+      const int64_t n = cur[d], l = lo[d], r = hi[d];
+      if (l == 0 && r == 0) continue;
+      check_pad_limit(c, m, n, l, r, d);
+      NSMutableArray<MPSGraphTensor*>* parts = [NSMutableArray array];
+      if (l > 0) [parts addObject:pad_border(c, x, cur, d, m, true, l)];
+      [parts addObject:x];
+      if (r > 0) [parts addObject:pad_border(c, x, cur, d, m, false, r)];
+      x = [c.g concatTensors:parts dimension:NSInteger(d) name:nil];
+      cur[d] = n + l + r;
+    }
+    return std::vector<T>{x};
+  });
+
+  // pad_gradient(dy, like): the transpose of pad. Constant mode keeps the interior; the other
+  // modes add each border (reversed for the mirrors, summed for edge) onto the interior
+  // elements it was copied from, dim by dim as the CPU kernel folds them (in float32 for
+  // float16 / bfloat16, whose CPU kernel sums in float).
+  register_lowering("pad_gradient", [](LowerCtx& c) {
+    c.only_attrs({"left_padding", "right_padding", "mode"});
+    const Shape& ds = c.in_types[0].shape;
+    const Shape& xs = c.out().shape;
+    const DType t = c.out().dtype;
+    if (ds.empty()) return std::vector<T>{c.in[0]};
+    const std::vector<int64_t>& lo = node_attr<std::vector<int64_t>>(c.node, "left_padding");
+    const std::vector<int64_t>& hi = node_attr<std::vector<int64_t>>(c.node, "right_padding");
+    if (lo.size() != ds.size() || hi.size() != ds.size() || xs.size() != ds.size())
+      c.fail(ErrorKind::Value, "one padding amount per dim is needed");
+    for (size_t i = 0; i < ds.size(); ++i)
+      if (lo[i] < 0 || hi[i] < 0 || ds[i] != xs[i] + lo[i] + hi[i])
+        c.fail(ErrorKind::Value, "dy is not like padded by left_padding and right_padding");
+    if (t == DType::Bool) c.fail(ErrorKind::Type, "pad_gradient of bool tensors");
+    const PadKind m = pad_kind(c);
+    const bool f32 = t == DType::Float16 || t == DType::BFloat16;
+    T g = f32 ? c.raw_cast(c.in[0], DType::Float32) : c.in[0];
+    Shape cur = ds;
+    for (size_t d = 0; d < ds.size(); ++d) {
+      const int64_t n = xs[d], l = lo[d], r = hi[d];
+      if (l == 0 && r == 0) continue;
+      Shape ins = cur;
+      ins[d] = n;
+      T acc = c.slice_axis(g, cur, int64_t(d), l, 1, n);
+      if (m != PadKind::Constant) {
+        check_pad_limit(c, m, n, l, r, d);
+        if (l > 0) acc = c.add(acc, fold_border(c, c.slice_axis(g, cur, int64_t(d), 0, 1, l), cur, d, m, true, l, n));
+        if (r > 0) acc = c.add(acc, fold_border(c, c.slice_axis(g, cur, int64_t(d), l + n, 1, r), cur, d, m, false, r, n));
+      }
+      g = acc;
+      cur = ins;
+    }
+    return std::vector<T>{f32 ? c.raw_cast(g, t) : g};
+  });
+
+  // band_part: select(band mask, x, 0); the mask from coordinateAlongAxis (12.3) over the
+  // matrix dims: keep (i, j) when i - j <= num_lower and j - i <= num_upper (negative: no bound).
+  register_lowering("band_part", [](LowerCtx& c) {
+    c.only_attrs({"num_lower", "num_upper"});
+    const Shape& xs = c.in_types[0].shape;
+    if (xs.size() < 2) c.fail(ErrorKind::Value, "band_part needs rank >= 2");
+    const int64_t rows = xs[xs.size() - 2], cols = xs.back();
+    const int64_t lower = c.attr_int({"num_lower"}, -1), upper = c.attr_int({"num_upper"}, -1);
+    const bool bound_lo = lower >= 0 && lower < rows, bound_hi = upper >= 0 && upper < cols;
+    if (!bound_lo && !bound_hi) return std::vector<T>{c.in[0]};
+    MPSShape* ms = @[ @(rows), @(cols) ];
+    T i = c.raw_cast([c.g coordinateAlongAxis:0 withShape:ms name:nil], DType::Int32);
+    T j = c.raw_cast([c.g coordinateAlongAxis:1 withShape:ms name:nil], DType::Int32);
+    T diff = c.sub(i, j);  // |diff| < 2**31: dims are below 2**31
+    T keep = nil;
+    if (bound_lo) keep = c.le(diff, c.k_int(lower, DType::Int32));
+    if (bound_hi) {
+      T k2 = c.ge(diff, c.k_int(-upper, DType::Int32));
+      keep = keep == nil ? k2 : c.land(keep, k2);
+    }
+    const DType t = c.in_dtype(0);
+    return std::vector<T>{c.sel(keep, c.in[0], c.k_int(0, t))};
+  });
+
+  // one_hot: (indices expanded at axis) == coordinate along axis, then select(on, off). An
+  // index outside [0, depth) matches nothing and gives off_value, as the CPU kernel (whatever
+  // MPSGraph's oneHot does with negative indices, and with on/off values its double arguments
+  // cannot carry exactly for 64-bit integers).
+  register_lowering("one_hot", [](LowerCtx& c) {
+    c.only_attrs({"depth", "axis", "dtype", "on_value", "off_value"});
+    const Shape& is = c.in_types[0].shape;
+    const Shape& os = c.out().shape;
+    const int64_t depth = node_attr<int64_t>(c.node, "depth");
+    const int64_t axis = c.attr_int({"axis"}, -1);
+    if (axis < 0 || axis > int64_t(is.size()) || os.size() != is.size() + 1 || os[size_t(axis)] != depth)
+      c.fail(ErrorKind::NotImplemented, "the metal lowering cannot reconcile one_hot's axis with its output shape");
+    const DType it = c.in_dtype(0);
+    const bool wide = it == DType::Int32 || it == DType::Int64 || it == DType::UInt32 || it == DType::UInt64;
+    const DType ct = wide ? it : DType::Int32;  // narrow indices compare exactly as int32
+    Shape e = is;
+    e.insert(e.begin() + axis, 1);
+    T idx = c.reshape(c.raw_cast(c.in[0], ct), e);
+    Shape ds(os.size(), 1);
+    ds[size_t(axis)] = depth;
+    T pos = c.raw_cast([c.g coordinateAlongAxis:NSInteger(axis) withShape:mps_shape(ds) name:nil], ct);
+    const DType ot = c.out().dtype;
+    T on = c.k(c.attr_float({"on_value"}, 1.0), ot), off = c.k(c.attr_float({"off_value"}, 0.0), ot);
+    return std::vector<T>{c.broadcast(c.sel(c.eq(idx, pos), on, off), os)};
+  });
+
+  // space_to_depth_2d / depth_to_space_2d: reshape to six dims, transpose, reshape (the CPU's
+  // space_depth_view order, both block orders), rather than MPSGraph's spaceToDepth2DTensor /
+  // depthToSpace2DTensor, whose usePixelShuffleOrder layout is not documented per layout.
+  register_lowering("space_to_depth_2d", [](LowerCtx& c) {
+    SpaceDepth sd = space_depth(c, c.in_types[0].shape);
+    T x = c.reshape(c.in[0], sd.space6);
+    x = [c.g transposeTensor:x permutation:ns_ints(sd.perm) name:nil];
+    return std::vector<T>{c.reshape(x, c.out().shape)};
+  });
+  register_lowering("depth_to_space_2d", [](LowerCtx& c) {
+    SpaceDepth sd = space_depth(c, c.out().shape);
+    Shape depth6;
+    std::vector<int64_t> inv(6);
+    for (size_t k = 0; k < 6; ++k) {
+      depth6.push_back(sd.space6[size_t(sd.perm[k])]);
+      inv[size_t(sd.perm[k])] = int64_t(k);
+    }
+    T x = c.reshape(c.in[0], depth6);
+    x = [c.g transposeTensor:x permutation:ns_ints(inv) name:nil];
+    return std::vector<T>{c.reshape(x, c.out().shape)};
   });
 
   // tile: the multiplier follows from the shapes (numpy: reps or shape get leading 1s).

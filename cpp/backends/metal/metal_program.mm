@@ -2,6 +2,7 @@
 // zero-copy feeds and results over MTLBuffers, encoding serialised on the device's queue,
 // completion awaited inside Program::run, errors raised as GraphError.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "backends/metal/metal_internal.h"
@@ -45,8 +46,10 @@ void validate(const Specialised& sg) {
 // ---------------- the program ----------------
 
 struct FeedSlot {
-  enum Kind { Input, Variable } kind;
-  int64_t index;  // input index or variable id
+  // RunCounter: uint32 [2], the number of earlier runs of this program (low word, high word),
+  // which stateful ops (random_uniform_like) key their numbers on.
+  enum Kind { Input, Variable, RunCounter } kind;
+  int64_t index;  // input index or variable id (unused for RunCounter)
   TensorType type;
   MPSGraphTensor* tensor;
   std::string name;
@@ -151,6 +154,7 @@ class MetalProgram final : public Program {
   std::vector<FeedSlot> feeds_;      // in exe_.feedTensors order
   std::vector<ResultSlot> results_;  // in exe_.targetTensors order
   std::vector<std::pair<int64_t, TensorType>> empty_assigns_;  // zero-size values assigned to variables
+  std::atomic<uint64_t> runs_{0};  // runs so far (the RunCounter feed), as the CPU kernels' per-executable counters
 };
 
 void MetalProgram::build(const Specialised& sg) {
@@ -168,6 +172,17 @@ void MetalProgram::build(const Specialised& sg) {
     TensorType type;
   };
   std::vector<PendingAssign> assigns;
+  // The run counter placeholder, made when a lowering first asks for it.
+  MPSGraphTensor* counter = nil;
+  auto run_counter = [&]() -> MPSGraphTensor* {
+    if (counter == nil) {
+      const std::string name = "mg_runs";
+      MPSShape* shape = @[ @2 ];
+      counter = [g placeholderWithShape:shape dataType:MPSDataTypeUInt32 name:ns(name)];
+      feeds.push_back({FeedSlot::RunCounter, 0, TensorType{DType::UInt32, Shape{2}}, counter, name, shape, MPSDataTypeUInt32});
+    }
+    return counter;
+  };
 
   // Zero-size tensors never reach MPSGraph (an MTLBuffer cannot be empty): their value is
   // nil here. A node whose outputs are all empty is skipped; one that makes a non-empty
@@ -255,7 +270,7 @@ void MetalProgram::build(const Specialised& sg) {
       any_empty_in = false;
     }
     std::vector<MPSGraphTensor*> outs;
-    LowerCtx c(g, n, std::move(ins), std::move(in_types), &keep_alive_);
+    LowerCtx c(g, n, std::move(ins), std::move(in_types), &keep_alive_, run_counter);
     if (any_empty_in) {
       outs = evaluate_shape_only(G, n, c);
     } else {
@@ -390,11 +405,19 @@ void MetalProgram::run(const std::vector<std::shared_ptr<Array>>& inputs,
   }
   std::vector<std::shared_ptr<Array>> held;  // variable values read and written by this run
   std::vector<std::pair<int64_t, std::shared_ptr<Array>>> assigned;
+  const uint64_t run_index = runs_.fetch_add(1);  // this run's number, for the RunCounter feed
   guarded("run", [&] {
     MetalDevice::Impl& impl = dev_->impl();
     NSMutableArray<MPSGraphTensorData*>* ins = [NSMutableArray arrayWithCapacity:feeds_.size()];
     std::vector<const Array*> in_arrays;
     for (auto& f : feeds_) {
+      if (f.kind == FeedSlot::RunCounter) {
+        const uint32_t words[2] = {uint32_t(run_index), uint32_t(run_index >> 32)};
+        id<MTLBuffer> b = [impl.device newBufferWithBytes:words length:sizeof(words) options:MTLResourceStorageModeShared];
+        if (b == nil) raise(ErrorKind::Runtime, "run", "", "metal: out of device memory for the run counter");
+        [ins addObject:[[MPSGraphTensorData alloc] initWithMTLBuffer:b shape:f.shape dataType:f.dtype]];
+        continue;
+      }
       std::shared_ptr<Array> a;
       if (f.kind == FeedSlot::Input) {
         a = inputs.at(size_t(f.index));

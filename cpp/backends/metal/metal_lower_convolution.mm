@@ -1,0 +1,164 @@
+// Lowerings of the convolution primitives (cpp/core/ops/convolution.cpp): convolution,
+// convolution_data_gradient and convolution_weights_gradient in the canonical layout, source
+// (N, C, *S), weights (O, C/groups, *K), with strides, dilation_rates, groups and the padding
+// resolved on the node (2k values: before, after per spatial dim; specialisation resolves the
+// 'same' styles into it, so the descriptor always gets explicit padding).
+//   k = 1: the 2-D ops on (N, C, 1, W) / (O, I, 1, K) (height 1, stride, dilation 1, no padding)
+//   k = 2: MPSGraphConvolution2DOpDescriptor, NCHW / OIHW
+//   k = 3: MPSGraphConvolution3DOpDescriptor, NCDHW / OIDHW (macOS 13.2; before it, NotImplemented)
+//   k > 3: NotImplemented (MPSGraph has no N-d convolution)
+// The data gradient's outputShape is the node's declared source shape (it may come from `like`,
+// output_padding or source_spatial_shape); the weights gradient's is the declared weights shape.
+#include "backends/metal/metal_internal.h"
+
+namespace mg::metal {
+
+namespace {
+
+using T = MPSGraphTensor*;
+using Ints = std::vector<int64_t>;
+
+struct ConvGeom {
+  size_t k = 0;  // spatial rank of the node
+  Ints strides, dilations, padding;
+  int64_t groups = 1;
+};
+
+ConvGeom read_geometry(LowerCtx& c, size_t rank) {
+  c.only_attrs({"strides", "dilation_rates", "padding", "padding_style", "groups", "output_padding",
+                "source_spatial_shape", "kernel_spatial_shape"});
+  ConvGeom g;
+  if (rank < 3) c.fail(ErrorKind::Value, "convolution tensors need rank >= 3 (N, C, spatial...)");
+  g.k = rank - 2;
+  g.strides = c.attr_ints({"strides"});
+  g.dilations = c.attr_ints({"dilation_rates"});
+  g.padding = c.attr_ints({"padding"});
+  g.groups = c.attr_int({"groups"}, 1);
+  // inference stores full-length lists and resolves the padding styles at specialisation
+  if (g.strides.size() != g.k || g.dilations.size() != g.k || g.padding.size() != 2 * g.k || g.groups < 1)
+    c.fail(ErrorKind::NotImplemented, "the metal lowering needs the strides, dilation_rates and padding resolved per "
+                                      "spatial dim (got " + std::to_string(g.strides.size()) + ", " +
+                                          std::to_string(g.dilations.size()) + " and " + std::to_string(g.padding.size()) +
+                                          " values for " + std::to_string(g.k) + " spatial dims)");
+  for (size_t i = 0; i < g.k; ++i)
+    if (g.strides[i] < 1 || g.dilations[i] < 1 || g.padding[2 * i] < 0 || g.padding[2 * i + 1] < 0)
+      c.fail(ErrorKind::Value, "bad convolution geometry");
+  if (g.k > 3)
+    c.fail(ErrorKind::NotImplemented, std::to_string(g.k) + "-d convolutions are not implemented on the metal backend "
+                                      "(MPSGraph has 2-D and 3-D convolutions only)");
+  return g;
+}
+
+// A 1-D convolution's shapes as 2-D ones: a height-1 dim inserted before the last.
+Shape as_2d(const Shape& s, size_t k) {
+  if (k != 1) return s;
+  Shape r = s;
+  r.insert(r.end() - 1, 1);
+  return r;
+}
+
+MPSGraphConvolution2DOpDescriptor* desc2d(const ConvGeom& g) {
+  // k == 2: (H, W) = spatial dims (0, 1); k == 1: H is the inserted height-1 dim
+  const bool one = g.k == 1;
+  const size_t w = one ? 0 : 1;
+  return [MPSGraphConvolution2DOpDescriptor descriptorWithStrideInX:NSUInteger(g.strides[w])
+                                                          strideInY:NSUInteger(one ? 1 : g.strides[0])
+                                                    dilationRateInX:NSUInteger(g.dilations[w])
+                                                    dilationRateInY:NSUInteger(one ? 1 : g.dilations[0])
+                                                             groups:NSUInteger(g.groups)
+                                                        paddingLeft:NSUInteger(g.padding[2 * w])
+                                                       paddingRight:NSUInteger(g.padding[2 * w + 1])
+                                                         paddingTop:NSUInteger(one ? 0 : g.padding[0])
+                                                      paddingBottom:NSUInteger(one ? 0 : g.padding[1])
+                                                       paddingStyle:MPSGraphPaddingStyleExplicit
+                                                         dataLayout:MPSGraphTensorNamedDataLayoutNCHW
+                                                      weightsLayout:MPSGraphTensorNamedDataLayoutOIHW];
+}
+
+API_AVAILABLE(macos(13.2))
+MPSGraphConvolution3DOpDescriptor* desc3d(const ConvGeom& g) {
+  // spatial dims (D, H, W) = (Z, Y, X)
+  return [MPSGraphConvolution3DOpDescriptor descriptorWithStrideInX:NSUInteger(g.strides[2])
+                                                          strideInY:NSUInteger(g.strides[1])
+                                                          strideInZ:NSUInteger(g.strides[0])
+                                                    dilationRateInX:NSUInteger(g.dilations[2])
+                                                    dilationRateInY:NSUInteger(g.dilations[1])
+                                                    dilationRateInZ:NSUInteger(g.dilations[0])
+                                                             groups:NSUInteger(g.groups)
+                                                        paddingLeft:NSUInteger(g.padding[4])
+                                                       paddingRight:NSUInteger(g.padding[5])
+                                                         paddingTop:NSUInteger(g.padding[2])
+                                                      paddingBottom:NSUInteger(g.padding[3])
+                                                       paddingFront:NSUInteger(g.padding[0])
+                                                        paddingBack:NSUInteger(g.padding[1])
+                                                       paddingStyle:MPSGraphPaddingStyleExplicit
+                                                         dataLayout:MPSGraphTensorNamedDataLayoutNCDHW
+                                                      weightsLayout:MPSGraphTensorNamedDataLayoutOIDHW];
+}
+
+[[noreturn]] void needs_13_2(LowerCtx& c) {
+  c.needs_macos("13.2", "3-d convolution (MPSGraph's convolution3D and MPSGraphConvolution3DOpDescriptor)");
+}
+
+}  // namespace
+
+void register_convolution_lowerings() {
+  // convolution(source, weights)
+  register_lowering("convolution", [](LowerCtx& c) {
+    ConvGeom g = read_geometry(c, c.in_types[0].shape.size());
+    T x = c.reshape(c.in[0], as_2d(c.in_types[0].shape, g.k));
+    T w = c.reshape(c.in[1], as_2d(c.in_types[1].shape, g.k));
+    if (g.k == 3) {
+      if (@available(macOS 13.2, *))
+        return std::vector<T>{[c.g convolution3DWithSourceTensor:x weightsTensor:w descriptor:desc3d(g) name:nil]};
+      needs_13_2(c);
+    }
+    return std::vector<T>{[c.g convolution2DWithSourceTensor:x weightsTensor:w descriptor:desc2d(g) name:nil]};
+  });
+
+  // convolution_data_gradient(incoming_gradient, weights, like) -> the source's shape
+  register_lowering("convolution_data_gradient", [](LowerCtx& c) {
+    ConvGeom g = read_geometry(c, c.in_types[0].shape.size());
+    T dy = c.reshape(c.in[0], as_2d(c.in_types[0].shape, g.k));
+    T w = c.reshape(c.in[1], as_2d(c.in_types[1].shape, g.k));
+    MPSShape* out = mps_shape(as_2d(c.out().shape, g.k));
+    if (g.k == 3) {
+      if (@available(macOS 13.2, *))
+        return std::vector<T>{[c.g convolution3DDataGradientWithIncomingGradientTensor:dy
+                                                                          weightsTensor:w
+                                                                            outputShape:out
+                                                           forwardConvolutionDescriptor:desc3d(g)
+                                                                                   name:nil]};
+      needs_13_2(c);
+    }
+    return std::vector<T>{[c.g convolution2DDataGradientWithIncomingGradientTensor:dy
+                                                                      weightsTensor:w
+                                                                        outputShape:out
+                                                       forwardConvolutionDescriptor:desc2d(g)
+                                                                               name:nil]};
+  });
+
+  // convolution_weights_gradient(incoming_gradient, source, like) -> the weights' shape
+  register_lowering("convolution_weights_gradient", [](LowerCtx& c) {
+    ConvGeom g = read_geometry(c, c.in_types[0].shape.size());
+    T dy = c.reshape(c.in[0], as_2d(c.in_types[0].shape, g.k));
+    T x = c.reshape(c.in[1], as_2d(c.in_types[1].shape, g.k));
+    MPSShape* out = mps_shape(as_2d(c.out().shape, g.k));
+    if (g.k == 3) {
+      if (@available(macOS 13.2, *))
+        return std::vector<T>{[c.g convolution3DWeightsGradientWithIncomingGradientTensor:dy
+                                                                              sourceTensor:x
+                                                                               outputShape:out
+                                                              forwardConvolutionDescriptor:desc3d(g)
+                                                                                      name:nil]};
+      needs_13_2(c);
+    }
+    return std::vector<T>{[c.g convolution2DWeightsGradientWithIncomingGradientTensor:dy
+                                                                          sourceTensor:x
+                                                                           outputShape:out
+                                                          forwardConvolutionDescriptor:desc2d(g)
+                                                                                  name:nil]};
+  });
+}
+
+}  // namespace mg::metal

@@ -1,0 +1,399 @@
+// Lowerings of the pooling primitives (cpp/core/ops/pooling.cpp, geometry in pooling_geom.h):
+// max_pooling_nd, max_pooling_nd_return_indices, max_pooling_nd_gather, max_pooling_nd_gradient,
+// avg_pooling_nd, sum_pooling_nd and the avg / sum gradients (their transposed scatters).
+//
+// All of them are compositions; MPSGraph's pooling ops (maxPooling2D/4D, avgPooling2D/4D and
+// their ReturnIndices / Gradient forms) are not used, because the CPU kernels' conventions are
+// not documented for them: which NaN wins and whether NaN propagates at all (frameworks differ:
+// TensorFlow's CPU max pool drops NaN), which index a tie returns, what a window that sees only
+// padding gives (-inf and index -1 here), how ceilMode sizes the last window, and what
+// includeZeroPadToAverage counts past the padded input. The compositions use only slices,
+// constant pads, comparisons, selects, additions and one scatter-add, whose semantics are not
+// in doubt, and every window's geometry (output sizes, padding, valid taps, divisors) comes from
+// ops::pool_dims, the function the CPU kernels use.
+//
+// The source is viewed as (B, n_0, ..., n_{k-1}), B the product of the leading dims. Pooling
+// over a box of taps is separable, so the dims are reduced one at a time, last to first. For
+// dim d and tap t the outputs o whose tap reads inside the input form a range [oa, ob) (fixed
+// at compile time): the tap's values are one strided slice of that range, padded back to the
+// output extent with zeros that static masks keep out.
+//  * max: a scan over the taps in increasing order with take = v > best | isnan(v) (restricted
+//    to the tap's valid outputs, and forced at each output's first valid tap): the CPU's rule,
+//    the first maximum in row-major window order, a NaN winning over numbers and the last NaN
+//    over earlier ones. Reducing the last dim first keeps this exact across dims, because an
+//    earlier dim is more significant in the row-major order: the candidates of each scan arrive
+//    in increasing flat index. The index (or the x being gathered) is carried through the same
+//    selects. Windows with no valid tap give -inf, index -1, gather 0.
+//  * max gradient: the indices above, then scatterAlongAxis (Add) of dy into zeros (B, plane).
+//  * sum: the taps' padded slices added; avg divides by the CPU's divisor (taps inside the
+//    input, or with include_zero_pad inside the padded input), 0 where it is 0.
+//  * sum / avg gradients: the transpose, one sliceGradient per tap.
+// float16 / bfloat16 sums and scatters run in float32 (the CPU accumulates in float).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "backends/metal/metal_internal.h"
+#include "core/ops/pooling_geom.h"
+
+namespace mg::metal {
+
+namespace {
+
+using T = MPSGraphTensor*;
+using Ints = std::vector<int64_t>;
+
+int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+NSArray<NSNumber*>* ns_ints(const Ints& v) {
+  NSMutableArray<NSNumber*>* a = [NSMutableArray arrayWithCapacity:v.size()];
+  for (int64_t x : v) [a addObject:@(x)];
+  return a;
+}
+
+// One tap of one pooled dim: outputs [oa, ob) read x at oa * stride + off, ... (step stride).
+struct Tap {
+  int64_t t, oa, ob, start;
+};
+
+struct Dim {
+  int64_t n, out, K, stride, dil, before, after;
+  std::vector<Tap> taps;       // taps with at least one valid output, in increasing t
+  Ints first;                  // per output: its first valid tap, or -1
+  Ints ntaps, npad;            // per output: taps inside the input / inside the padded input
+};
+
+struct Pool {
+  size_t k = 0;
+  int64_t B = 1;
+  Shape view, out_view;  // (B, n...) and (B, out...)
+  std::vector<Dim> dims;
+};
+
+Pool make_pool(LowerCtx& c, const Shape& src) {
+  c.only_attrs({"kernel_sizes", "strides", "dilation_rates", "padding", "padding_style", "ceil_mode",
+                "include_zero_pad", "indices_dtype"});
+  ops::PoolSpec s = ops::pool_spec_from_attrs(c.node.attrs);
+  Pool p;
+  p.k = s.k();
+  if (p.k < 1 || src.size() < p.k || s.stride.size() != p.k || s.dilation.size() != p.k || s.padding.size() != 2 * p.k)
+    c.fail(ErrorKind::NotImplemented, "the metal lowering needs the pooling attributes normalised per pooled dim");
+  const size_t lead = src.size() - p.k;
+  for (size_t i = 0; i < lead; ++i) p.B *= src[i];
+  Ints in(src.begin() + int64_t(lead), src.end());
+  std::vector<ops::PoolDim> pd;
+  std::string err = ops::pool_dims(s, in, pd);
+  if (!err.empty()) c.fail(ErrorKind::Value, err);
+  p.view = {p.B};
+  p.out_view = {p.B};
+  for (size_t d = 0; d < p.k; ++d) {
+    Dim D;
+    D.n = in[d];
+    D.out = pd[d].out;
+    D.K = s.kernel[d];
+    D.stride = s.stride[d];
+    D.dil = s.dilation[d];
+    D.before = pd[d].before;
+    D.after = pd[d].after;
+    D.first.assign(size_t(D.out), -1);
+    D.ntaps.assign(size_t(D.out), 0);
+    D.npad.assign(size_t(D.out), 0);
+    for (int64_t t = 0; t < D.K; ++t) {
+      const int64_t off = t * D.dil - D.before;  // x position of output o: o * stride + off
+      int64_t oa = off >= 0 ? 0 : ceil_div(-off, D.stride);
+      int64_t ob = D.n - 1 - off < 0 ? 0 : floor_div(D.n - 1 - off, D.stride) + 1;
+      oa = std::min(oa, D.out);
+      ob = std::min(ob, D.out);
+      if (ob <= oa) continue;
+      D.taps.push_back({t, oa, ob, oa * D.stride + off});
+      for (int64_t o = oa; o < ob; ++o) {
+        if (D.first[size_t(o)] < 0) D.first[size_t(o)] = t;
+        ++D.ntaps[size_t(o)];
+      }
+    }
+    for (int64_t o = 0; o < D.out; ++o) {  // the CPU plan's padded-tap count
+      const int64_t start = o * D.stride - D.before;
+      D.npad[size_t(o)] = std::max<int64_t>(0, std::min(D.K, ceil_div(D.n + D.after - start, D.dil)));
+    }
+    p.view.push_back(D.n);
+    p.out_view.push_back(D.out);
+    p.dims.push_back(std::move(D));
+  }
+  return p;
+}
+
+// Shape [1, ..., m at axis, ..., 1] of the view's rank.
+Shape axis_shape(size_t rank, size_t axis, int64_t m) {
+  Shape s(rank, 1);
+  s[axis] = m;
+  return s;
+}
+
+// The tap's values: x (shape xs) sliced along `axis` at the tap's valid outputs and padded
+// with zeros to the output extent.
+T tap_slice(LowerCtx& c, T x, const Shape& xs, size_t axis, const Dim& D, const Tap& tp) {
+  T v = c.slice_axis(x, xs, int64_t(axis), tp.start, D.stride, tp.ob - tp.oa);
+  Shape vs = xs;
+  vs[axis] = tp.ob - tp.oa;
+  return c.pad_axis(v, vs, int64_t(axis), tp.oa, D.out - tp.ob);
+}
+
+// Bool mask over the outputs of dim d (shape axis_shape), or nil when it is all true.
+T out_mask(LowerCtx& c, const Pool& p, size_t d, const std::function<bool(int64_t)>& f) {
+  const Dim& D = p.dims[d];
+  std::vector<bool> m(size_t(D.out));
+  bool all = true;
+  for (int64_t o = 0; o < D.out; ++o) all = (m[size_t(o)] = f(o)) && all;
+  if (all) return nil;
+  return c.constant_bools(m, axis_shape(p.k + 1, d + 1, D.out));
+}
+
+T and_masks(LowerCtx& c, T a, T b) { return a == nil ? b : b == nil ? a : c.land(a, b); }
+
+// Windows with at least one valid tap (nil: all of them).
+T window_mask(LowerCtx& c, const Pool& p) {
+  T m = nil;
+  for (size_t d = 0; d < p.k; ++d)
+    m = and_masks(c, m, out_mask(c, p, d, [&](int64_t o) { return p.dims[d].ntaps[size_t(o)] > 0; }));
+  return m;
+}
+
+bool has_empty_dim(const Pool& p) {
+  for (auto& D : p.dims)
+    if (D.taps.empty()) return true;
+  return false;
+}
+
+// The max scan (see the file comment). v: source values in the view; carry: nil, the flat
+// index or the x to gather, of the view's shape too; both come back in the output view's
+// shape, valid where window_mask is. Requires !has_empty_dim(p).
+void max_scan(LowerCtx& c, const Pool& p, T __strong& v, T __strong& carry) {
+  Shape cur = p.view;
+  for (size_t d = p.k; d-- > 0;) {
+    const Dim& D = p.dims[d];
+    const size_t axis = d + 1;
+    T best = nil, best_c = nil;
+    for (const Tap& tp : D.taps) {
+      T tv = tap_slice(c, v, cur, axis, D, tp);
+      T tc = carry == nil ? nil : tap_slice(c, carry, cur, axis, D, tp);
+      if (best == nil) {  // the first tap with valid outputs is the first valid tap of each of them
+        best = tv;
+        best_c = tc;
+        continue;
+      }
+      // the CPU's rule: a later tap wins when strictly greater or NaN
+      T take = c.lor(c.gt(tv, best), c.isnan(tv));
+      T valid = out_mask(c, p, d, [&](int64_t o) { return o >= tp.oa && o < tp.ob; });
+      if (valid != nil) take = c.land(take, valid);
+      bool any_first = false;
+      for (int64_t o = 0; o < D.out; ++o) any_first = any_first || D.first[size_t(o)] == tp.t;
+      if (any_first) {  // outputs whose first valid tap this is take it whatever best holds
+        T first = out_mask(c, p, d, [&](int64_t o) { return D.first[size_t(o)] == tp.t; });
+        take = first == nil ? c.constant_bools({true}, Shape{1}) : c.lor(take, first);
+      }
+      best = c.sel(take, tv, best);
+      if (tc != nil) best_c = c.sel(take, tc, best_c);
+    }
+    v = best;
+    carry = best_c;
+    cur[axis] = D.out;
+  }
+}
+
+// The flat row-major index of each element in its (batch) plane, int32, broadcast to the view.
+T plane_index(LowerCtx& c, const Pool& p) {
+  Shape one = p.view;
+  one[0] = 1;
+  MPSShape* ms = mps_shape(one);
+  T idx = nil;
+  int64_t stride = 1;
+  for (size_t d = p.k; d-- > 0;) {
+    T coord = c.raw_cast([c.g coordinateAlongAxis:NSInteger(d + 1) withShape:ms name:nil], DType::Int32);  // 12.3
+    if (stride != 1) coord = c.mul(coord, c.k_int(stride, DType::Int32));
+    idx = idx == nil ? coord : c.add(idx, coord);
+    stride *= p.dims[d].n;
+  }
+  return c.broadcast(idx, p.view);
+}
+
+// The divisor of avg_pooling_nd per output (shape [1, out...]), as the CPU's product of per-dim
+// tap counts, float32.
+T divisor(LowerCtx& c, const Pool& p, bool include_pad) {
+  T div = nil;
+  for (size_t d = 0; d < p.k; ++d) {
+    const Dim& D = p.dims[d];
+    std::vector<double> v;
+    for (int64_t o = 0; o < D.out; ++o) v.push_back(double((include_pad ? D.npad : D.ntaps)[size_t(o)]));
+    T t = c.constant_vector(v, axis_shape(p.k + 1, d + 1, D.out), DType::Float32);
+    div = div == nil ? t : c.mul(div, t);
+  }
+  return div;
+}
+
+// Sum over each window (float32 in, float32 out, output view shape).
+T window_sum(LowerCtx& c, const Pool& p, T x) {
+  if (has_empty_dim(p)) return c.fill(0, TensorType{DType::Float32, p.out_view});
+  Shape cur = p.view;
+  for (size_t d = p.k; d-- > 0;) {
+    const Dim& D = p.dims[d];
+    const size_t axis = d + 1;
+    T acc = nil;
+    for (const Tap& tp : D.taps) {
+      T tv = tap_slice(c, x, cur, axis, D, tp);
+      acc = acc == nil ? tv : c.add(acc, tv);
+    }
+    x = acc;
+    cur[axis] = D.out;
+  }
+  return x;
+}
+
+// The transpose of window_sum: g (float32, output view shape) spread over the window taps.
+T window_sum_transpose(LowerCtx& c, const Pool& p, T g) {
+  if (has_empty_dim(p)) return c.fill(0, TensorType{DType::Float32, p.view});
+  Shape cur = p.out_view;
+  for (size_t d = 0; d < p.k; ++d) {
+    const Dim& D = p.dims[d];
+    const size_t axis = d + 1;
+    Shape to = cur;
+    to[axis] = D.n;
+    T shape = c.constant_ints(Ints(to.begin(), to.end()), Shape{int64_t(to.size())}, DType::Int32);
+    T acc = nil;
+    for (const Tap& tp : D.taps) {
+      const int64_t cnt = tp.ob - tp.oa;
+      T gv = c.slice_axis(g, cur, int64_t(axis), tp.oa, 1, cnt);
+      Ints starts(to.size(), 0), ends(to.begin(), to.end()), strides(to.size(), 1);
+      starts[axis] = tp.start;
+      ends[axis] = tp.start + (cnt - 1) * D.stride + 1;
+      strides[axis] = D.stride;
+      T placed = [c.g sliceGradientTensor:gv
+                         fwdInShapeTensor:shape
+                                   starts:ns_ints(starts)
+                                     ends:ns_ints(ends)
+                                  strides:ns_ints(strides)
+                                     name:nil];
+      acc = acc == nil ? placed : c.add(acc, placed);
+    }
+    g = acc;
+    cur = to;
+  }
+  return g;
+}
+
+bool include_zero_pad(LowerCtx& c) { return c.attr_bool({"include_zero_pad"}, false); }
+
+// avg (mode 1 / 2) or sum (mode 0) pooling of x (float32, view shape).
+T linear_pool(LowerCtx& c, const Pool& p, T x, int mode) {
+  T s = window_sum(c, p, x);
+  if (mode == 0) return s;
+  T div = divisor(c, p, mode == 2);
+  T zero = c.k(0, DType::Float32);
+  return c.sel(c.gt(div, zero), c.div(s, div), zero);
+}
+
+T linear_pool_gradient(LowerCtx& c, const Pool& p, T dy, int mode) {
+  if (mode != 0) {
+    T div = divisor(c, p, mode == 2);
+    T zero = c.k(0, DType::Float32);
+    dy = c.sel(c.gt(div, zero), c.div(dy, div), zero);
+  }
+  return window_sum_transpose(c, p, dy);
+}
+
+int linear_mode(LowerCtx& c) {
+  if (c.op == "sum_pooling_nd" || c.op == "sum_pooling_nd_gradient") return 0;
+  return include_zero_pad(c) ? 2 : 1;
+}
+
+T to_f32(LowerCtx& c, T x) { return c.raw_cast(x, DType::Float32); }
+
+}  // namespace
+
+void register_pooling_lowerings() {
+  // max_pooling_nd / max_pooling_nd_return_indices (source)
+  auto max_forward = [](bool with_indices) {
+    return [with_indices](LowerCtx& c) {
+      const Shape& src = c.in_types[0].shape;
+      Pool p = make_pool(c, src);
+      const DType t = c.in_dtype(0);
+      if (has_empty_dim(p)) {  // every window is padding only
+        std::vector<T> r{c.fill(-HUGE_VAL, TensorType{t, p.out_view})};
+        if (with_indices) r.push_back(c.fill(-1, TensorType{DType::Int32, p.out_view}));
+        return r;
+      }
+      T v = c.reshape(c.in[0], p.view);
+      T idx = with_indices ? plane_index(c, p) : nil;
+      max_scan(c, p, v, idx);
+      T mask = window_mask(c, p);
+      if (mask != nil) {
+        v = c.sel(mask, v, c.k(-HUGE_VAL, t));
+        if (idx != nil) idx = c.sel(mask, idx, c.k_int(-1, DType::Int32));
+      }
+      std::vector<T> r{v};
+      if (with_indices) r.push_back(idx);
+      return r;
+    };
+  };
+  register_lowering("max_pooling_nd", max_forward(false));
+  register_lowering("max_pooling_nd_return_indices", max_forward(true));
+
+  // max_pooling_nd_gather(x, source): x read at each window's argmax in source
+  register_lowering("max_pooling_nd_gather", [](LowerCtx& c) {
+    Pool p = make_pool(c, c.in_types[1].shape);
+    const DType t = c.in_dtype(0);
+    if (has_empty_dim(p)) return std::vector<T>{c.fill(0, TensorType{t, p.out_view})};
+    T v = c.reshape(c.in[1], p.view);
+    T x = c.reshape(c.in[0], p.view);
+    max_scan(c, p, v, x);
+    T mask = window_mask(c, p);
+    if (mask != nil) x = c.sel(mask, x, c.k(0, t));
+    return std::vector<T>{x};
+  });
+
+  // max_pooling_nd_gradient(dy, source): dy added at each window's argmax in source
+  register_lowering("max_pooling_nd_gradient", [](LowerCtx& c) {
+    const Shape& src = c.in_types[1].shape;
+    Pool p = make_pool(c, src);
+    const DType t = c.in_dtype(0);
+    if (has_empty_dim(p)) return std::vector<T>{c.fill(0, c.out())};
+    T v = c.reshape(c.in[1], p.view);
+    T idx = plane_index(c, p);
+    max_scan(c, p, v, idx);
+    int64_t in_plane = 1, out_plane = 1;
+    for (auto& D : p.dims) {
+      in_plane *= D.n;
+      out_plane *= D.out;
+    }
+    T dy = to_f32(c, c.reshape(c.in[0], p.out_view));
+    T mask = window_mask(c, p);
+    if (mask != nil) {  // windows of padding only route nothing
+      dy = c.sel(mask, dy, c.k(0, DType::Float32));
+      idx = c.sel(mask, idx, c.k_int(0, DType::Int32));
+    }
+    dy = c.reshape(c.broadcast(dy, p.out_view), Shape{p.B, out_plane});
+    idx = c.reshape(c.broadcast(idx, p.out_view), Shape{p.B, out_plane});
+    T zeros = c.fill(0, TensorType{DType::Float32, Shape{p.B, in_plane}});
+    T dx = [c.g scatterAlongAxis:1 withDataTensor:zeros updatesTensor:dy indicesTensor:idx mode:MPSGraphScatterModeAdd
+                            name:nil];  // 12.3
+    return std::vector<T>{c.raw_cast(dx, t)};
+  });
+
+  // avg_pooling_nd / sum_pooling_nd (source)
+  for (const char* name : {"avg_pooling_nd", "sum_pooling_nd"})
+    register_lowering(name, [](LowerCtx& c) {
+      Pool p = make_pool(c, c.in_types[0].shape);
+      T x = to_f32(c, c.reshape(c.in[0], p.view));
+      return std::vector<T>{c.raw_cast(linear_pool(c, p, x, linear_mode(c)), c.in_dtype(0))};
+    });
+
+  // avg_pooling_nd_gradient / sum_pooling_nd_gradient (dy, source): source gives the shape only
+  for (const char* name : {"avg_pooling_nd_gradient", "sum_pooling_nd_gradient"})
+    register_lowering(name, [](LowerCtx& c) {
+      Pool p = make_pool(c, c.in_types[1].shape);
+      T dy = to_f32(c, c.reshape(c.in[0], p.out_view));
+      return std::vector<T>{c.raw_cast(linear_pool_gradient(c, p, dy, linear_mode(c)), c.in_dtype(0))};
+    });
+}
+
+}  // namespace mg::metal

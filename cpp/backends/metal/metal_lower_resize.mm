@@ -1,0 +1,182 @@
+// Lowerings of resize and resize_gradient (cpp/core/ops/resize.cpp, layouts in resize_geom.h).
+//
+// Both are compositions with indices and weights fixed at compile time, computed exactly as the
+// CPU kernel's plan (cpp/backends/cpu/kernels_resize.cpp): nearest rounds the source
+// coordinate in exact rational arithmetic with nearest_rounding_mode, bilinear clamps the
+// coordinate and blends two neighbours. MPSGraph's resize ops (resizeTensor:size:mode:...,
+// resizeNearestWithTensor:...nearestRoundingMode:..., resizeBilinearWithTensor:... and their
+// gradients) compute the coordinate in floating point, so exact ties (center_result at a
+// half-way point, e.g. 2x downsampling with round_prefer_ceil) may round either way, and their
+// clamping of negative half-pixel coordinates is not documented; PyTorch's MPS backend moved to
+// the scaleOffset variants after such mismatches. The composition cannot differ from the CPU:
+//   resize:   x seen as (outer, H, W, inner); along W then along H: nearest is one gather with
+//             the index table (gatherWithUpdatesTensor:indicesTensor:axis:batchDimensions:);
+//             bilinear gathers both neighbours and blends w0 * a + w1 * b with the CPU's float
+//             weights, W first and then H, the CPU kernel's order of operations.
+//   gradient: the transpose, along H then W: the weighted dy scattered into zeros with
+//             scatterWithDataTensor:updatesTensor:indicesTensor:axis:mode: (Add), which sums
+//             repeated indices.
+// float16 / bfloat16 run in float32 and round once, as the CPU kernel computes in float.
+#include <algorithm>
+
+#include "backends/metal/metal_internal.h"
+#include "core/ops/resize_geom.h"
+
+namespace mg::metal {
+
+namespace {
+
+using T = MPSGraphTensor*;
+
+// The CPU plan of one axis (kernels_resize.cpp: make_axis / nearest_index).
+struct Axis {
+  std::vector<int64_t> i0, i1;
+  std::vector<float> w0, w1;
+};
+
+int64_t floor_div(int64_t p, int64_t q) {  // q > 0
+  int64_t d = p / q;
+  return (p % q != 0 && p < 0) ? d - 1 : d;
+}
+
+int64_t nearest_index(int64_t d, int64_t n, int64_t m, bool align, bool center, const std::string& mode) {
+  int64_t p, q;
+  if (align) {
+    p = m > 1 ? d * (n - 1) : 0;
+    q = m > 1 ? m - 1 : 1;
+  } else if (center) {
+    p = (2 * d + 1) * n - m;
+    q = 2 * m;
+  } else {
+    p = d * n;
+    q = m;
+  }
+  const int64_t fl = floor_div(p, q), r2 = 2 * (p - fl * q);
+  int64_t i = fl;
+  if (mode == "floor") i = fl;
+  else if (mode == "ceil") i = r2 ? fl + 1 : fl;
+  else if (mode == "round_prefer_ceil") i = r2 >= q ? fl + 1 : fl;
+  else if (mode == "round_prefer_floor") i = r2 > q ? fl + 1 : fl;
+  else if (mode == "round_to_even") i = r2 > q ? fl + 1 : r2 < q ? fl : (fl % 2 == 0 ? fl : fl + 1);
+  else if (mode == "round_to_odd") i = r2 > q ? fl + 1 : r2 < q ? fl : (fl % 2 != 0 ? fl : fl + 1);
+  return std::min(std::max<int64_t>(i, 0), n - 1);
+}
+
+Axis make_axis(int64_t n, int64_t m, bool bilinear, bool align, bool center, const std::string& rounding) {
+  Axis a;
+  for (int64_t d = 0; d < m; ++d) {
+    if (!bilinear) {
+      a.i0.push_back(nearest_index(d, n, m, align, center, rounding));
+      continue;
+    }
+    double src;
+    if (align) src = m > 1 ? double(d) * double(n - 1) / double(m - 1) : 0.0;
+    else if (center) src = std::max((double(d) + 0.5) * double(n) / double(m) - 0.5, 0.0);
+    else src = double(d) * double(n) / double(m);
+    int64_t i0 = std::min(int64_t(src), n - 1);
+    double w = std::min(std::max(src - double(i0), 0.0), 1.0);
+    a.i0.push_back(i0);
+    a.i1.push_back(i0 < n - 1 ? i0 + 1 : i0);
+    const float w1 = float(w);  // the CPU kernel: C(w1), C(1) - w1 with C = float
+    a.w1.push_back(w1);
+    a.w0.push_back(1.0f - w1);
+  }
+  return a;
+}
+
+struct Plan {
+  Shape view;  // (outer, H, W, inner)
+  int64_t OH = 0, OW = 0;
+  bool bilinear = true;
+  Axis y, x;
+};
+
+Plan make_plan(LowerCtx& c, const Shape& src, const Shape& dst) {
+  c.only_attrs({"size", "mode", "center_result", "align_corners", "data_layout", "nearest_rounding_mode"});
+  const std::string layout = node_attr<std::string>(c.node, "data_layout");
+  ops::ResizeLayout lay = ops::resize_layout(layout);
+  if (!lay.rank || int(src.size()) != lay.rank || dst.size() != src.size())
+    c.fail(ErrorKind::Value, "bad resize layout '" + layout + "' for the shapes");
+  const size_t h = size_t(lay.h);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < h; ++i) outer *= src[i];
+  for (size_t i = h + 2; i < src.size(); ++i) inner *= src[i];
+  Plan p;
+  p.view = {outer, src[h], src[h + 1], inner};
+  p.OH = dst[h];
+  p.OW = dst[h + 1];
+  const int64_t lim = int64_t(1) << 60;
+  if (src[h] > 0 && src[h + 1] > 0 && ((2 * p.OH + 1) > lim / src[h] || (2 * p.OW + 1) > lim / src[h + 1]))
+    c.fail(ErrorKind::NotImplemented, "sizes too large for exact index arithmetic");
+  const std::string mode = node_attr<std::string>(c.node, "mode");
+  if (mode != "bilinear" && mode != "nearest") c.fail(ErrorKind::NotImplemented, "resize mode '" + mode + "'");
+  p.bilinear = mode == "bilinear";
+  const bool align = node_attr<bool>(c.node, "align_corners"), center = node_attr<bool>(c.node, "center_result");
+  const std::string& rounding = node_attr<std::string>(c.node, "nearest_rounding_mode");
+  p.y = make_axis(src[h], p.OH, p.bilinear, align, center, rounding);
+  p.x = make_axis(src[h + 1], p.OW, p.bilinear, align, center, rounding);
+  return p;
+}
+
+T index_table(LowerCtx& c, const std::vector<int64_t>& idx) {
+  return c.constant_ints(idx, Shape{int64_t(idx.size())}, DType::Int32);
+}
+
+// A weight vector shaped to broadcast along `axis` of the 4-d view.
+T weights(LowerCtx& c, const std::vector<float>& w, size_t axis) {
+  std::vector<double> v(w.begin(), w.end());
+  Shape s{1, 1, 1, 1};
+  s[axis] = int64_t(w.size());
+  return c.constant_vector(v, s, DType::Float32);
+}
+
+T gather(LowerCtx& c, T x, const std::vector<int64_t>& idx, size_t axis) {
+  return [c.g gatherWithUpdatesTensor:x indicesTensor:index_table(c, idx) axis:NSUInteger(axis) batchDimensions:0 name:nil];
+}
+
+T scatter_add(LowerCtx& c, T updates, const std::vector<int64_t>& idx, size_t axis, const Shape& to) {
+  T zeros = c.fill(0, TensorType{DType::Float32, to});
+  return [c.g scatterWithDataTensor:zeros
+                      updatesTensor:updates
+                      indicesTensor:index_table(c, idx)
+                               axis:NSInteger(axis)
+                               mode:MPSGraphScatterModeAdd
+                               name:nil];
+}
+
+// resize along one axis of the view (float32).
+T resample(LowerCtx& c, T x, const Plan& p, const Axis& a, size_t axis) {
+  if (!p.bilinear) return gather(c, x, a.i0, axis);
+  T lo = gather(c, x, a.i0, axis), hi = gather(c, x, a.i1, axis);
+  return c.add(c.mul(weights(c, a.w0, axis), lo), c.mul(weights(c, a.w1, axis), hi));
+}
+
+// its transpose: g (axis of the output size) back to `to` (axis of the input size)
+T resample_transpose(LowerCtx& c, T g, const Plan& p, const Axis& a, size_t axis, const Shape& to) {
+  if (!p.bilinear) return scatter_add(c, g, a.i0, axis, to);
+  return c.add(scatter_add(c, c.mul(weights(c, a.w0, axis), g), a.i0, axis, to),
+               scatter_add(c, c.mul(weights(c, a.w1, axis), g), a.i1, axis, to));
+}
+
+}  // namespace
+
+void register_resize_lowerings() {
+  register_lowering("resize", [](LowerCtx& c) {
+    Plan p = make_plan(c, c.in_types[0].shape, c.out().shape);
+    T x = c.reshape(c.in[0], p.view);
+    if (p.bilinear) x = c.raw_cast(x, DType::Float32);  // nearest only moves elements
+    x = resample(c, x, p, p.x, 2);  // W first, as the CPU blends within a row first
+    x = resample(c, x, p, p.y, 1);
+    return std::vector<T>{c.raw_cast(x, c.out().dtype)};
+  });
+
+  register_lowering("resize_gradient", [](LowerCtx& c) {
+    Plan p = make_plan(c, c.in_types[1].shape, c.in_types[0].shape);
+    T g = c.raw_cast(c.reshape(c.in[0], Shape{p.view[0], p.OH, p.OW, p.view[3]}), DType::Float32);
+    g = resample_transpose(c, g, p, p.y, 1, Shape{p.view[0], p.view[1], p.OW, p.view[3]});
+    g = resample_transpose(c, g, p, p.x, 2, p.view);
+    return std::vector<T>{c.raw_cast(g, c.out().dtype)};
+  });
+}
+
+}  // namespace mg::metal
