@@ -29,7 +29,8 @@ def close(got, want, rtol=1e-5, atol=1e-5):
 RNG = np.random.default_rng(7)
 SHAPES_AXES = [((), None), ((5,), 0), ((3, 4), None), ((3, 4), 0), ((3, 4), -1), ((2, 3, 4, 5), (0, 2)),
                ((2, 3, 4, 5), (1, 3)), ((2, 3, 4, 5), (3, 0)), ((4, 1, 3), 1), ((0, 3), 1), ((0, 3), 0),
-               ((70000,), 0), ((3, 40000), 1), ((40000, 3), 0), ((5, 300, 7), (0, 2))]
+               ((70000,), 0), ((3, 40000), 1), ((40000, 3), 0), ((5, 300, 7), (0, 2)), ((600, 300), 0),
+               ((2, 50, 4100), 1)]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "int64", "uint8"])
@@ -63,7 +64,7 @@ def test_reductions(dtype, shape, axes):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "int64"])
 @pytest.mark.parametrize("shape,axis", [((7,), 0), ((3, 4, 5), 1), ((3, 4, 5), -1), ((0, 4), 1), ((100000,), 0),
-                                        ((2, 60000), 1)])
+                                        ((2, 60000), 1), ((50000, 3), 0), ((600, 300), 0), ((3, 5000, 7), 1)])
 def test_arg_reductions(dtype, shape, axis):
     dt = np.dtype(dtype)
     x = RNG.integers(-3, 4, shape).astype(dt)  # many ties: the first index wins

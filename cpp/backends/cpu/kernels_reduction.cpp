@@ -33,6 +33,10 @@ struct Dim {
   int64_t len, stride;
 };
 
+// Outputs accumulated together when the inner dim is kept: whole input rows where they fit
+// (long sequential reads are several times faster than strided blocks).
+constexpr int64_t kBlock = 4096;
+
 std::vector<int64_t> offsets_of(const std::vector<Dim>& dims) {  // all dims but the last
   std::vector<int64_t> off{0};
   for (size_t d = 0; d + 1 < dims.size(); ++d) {
@@ -78,13 +82,22 @@ ReducePlan make_plan(const Shape& shape, const std::vector<int64_t>& axes) {
   p.kept_off = offsets_of(kept);
   p.red_off = offsets_of(reduced);
   p.inner_kept = !kept.empty() && p.k_stride == 1;
-  int threads = num_threads();
-  if (p.num_out < threads && p.num_red >= 32768 && p.num_out * p.num_red >= 65536)
-    p.chunks = int(std::min<int64_t>(threads, p.num_red / 16384));
+  // Split the reduce range over threads when the outputs alone cannot keep them busy:
+  // few outputs, or (inner dim kept) few row blocks. Partials cost chunks * num_out accumulators.
+  const int64_t threads = num_threads();
+  const int64_t work = p.num_out * p.num_red;
+  if (!p.inner_kept) {
+    if (p.num_out < threads && p.num_red >= 32768 && work >= 65536)
+      p.chunks = int(std::min<int64_t>(threads, p.num_red / 16384));
+  } else {
+    int64_t units = int64_t(p.kept_off.size()) * ((p.k_len + kBlock - 1) / kBlock);
+    if (units < threads && work >= 65536 && p.num_red >= 2 && p.num_out * threads * 16 <= (int64_t(32) << 20))
+      p.chunks = int(std::min<int64_t>(threads, std::max<int64_t>(1, work / 32768)));
+    p.chunks = int(std::min<int64_t>(p.chunks, p.num_red));
+  }
   return p;
 }
 
-constexpr int64_t kBlock = 2048;  // most outputs accumulated together when the inner dim is kept
 
 // Reduces a contiguous run q[0..n) (reduce indices r0..) into a, with eight independent
 // lanes so that the loop vectorises; lanes are combined at the end (ties resolve by index).
@@ -108,8 +121,15 @@ inline void lanes(const P& pol, typename P::Acc& a, const S* q, int64_t n, int64
 
 // Accumulates reduce indices [rb, re) into acc[0..nb) for the outputs whose input base
 // offsets are base + j (nb > 1 needs the inner dim kept, stride 1).
+// Not inlined: run_plan calls it from three places, and one vectorised copy per policy keeps
+// the build fast (a call per output row costs nothing next to the row's work).
+#if defined(_MSC_VER)
+#define MG_NOINLINE __declspec(noinline)
+#else
+#define MG_NOINLINE __attribute__((noinline))
+#endif
 template <class S, class P>
-inline void accumulate(const P& pol, const ReducePlan& p, const S* x, int64_t base, int64_t o0, int64_t nb, int64_t rb,
+MG_NOINLINE void accumulate(const P& pol, const ReducePlan& p, const S* x, int64_t base, int64_t o0, int64_t nb, int64_t rb,
                        int64_t re, typename P::Acc* acc) {
   int64_t s = rb / p.r_len, i = rb % p.r_len, r = rb;
   while (r < re) {
@@ -378,23 +398,44 @@ void run_plan(const P& pol, const ReducePlan& p, const S* x, typename P::Acc* pa
     return;
   }
   auto base_of = [&](int64_t o) { return p.kept_off[size_t(o / p.k_len)] + (o % p.k_len) * p.k_stride; };
-  if (p.chunks > 1) {  // few outputs: split the reduce range, combine partials in order
+  const int64_t nblk = (p.k_len + kBlock - 1) / kBlock;
+  const int64_t outer = int64_t(p.kept_off.size());
+  // Reduce indices [rb, re) of every output into out[o] (inner dim kept: blocks of rows).
+  auto reduce_range = [&](int64_t rb, int64_t re, int64_t ub, int64_t ue, Acc* out) {
+    Acc acc[kBlock];
+    for (int64_t u = ub; u < ue; ++u) {
+      int64_t t = u / nblk, jb = (u % nblk) * kBlock;
+      int64_t nb = std::min(kBlock, p.k_len - jb);
+      for (int64_t j = 0; j < nb; ++j) acc[j] = pol.init();
+      int64_t o0 = t * p.k_len + jb;
+      accumulate(pol, p, x, p.kept_off[size_t(t)] + jb, o0, nb, rb, re, acc);
+      for (int64_t j = 0; j < nb; ++j) out[o0 + j] = acc[j];
+    }
+  };
+  if (p.chunks > 1) {  // split the reduce range, combine the partials in order
     const int64_t per = (p.num_red + p.chunks - 1) / p.chunks;
     parallel_for(p.chunks, 1, [&](int64_t cb, int64_t ce) {
       for (int64_t c = cb; c < ce; ++c) {
-        int64_t rb = c * per, re = std::min(p.num_red, rb + per);
-        for (int64_t o = 0; o < p.num_out; ++o) {
-          Acc a = pol.init();
-          if (rb < re) accumulate(pol, p, x, base_of(o), o, 1, rb, re, &a);
-          partial[c * p.num_out + o] = a;
+        int64_t rb = std::min(p.num_red, c * per), re = std::min(p.num_red, rb + per);
+        Acc* part = partial + c * p.num_out;
+        if (p.inner_kept) {
+          reduce_range(rb, re, 0, outer * nblk, part);
+        } else {
+          for (int64_t o = 0; o < p.num_out; ++o) {
+            Acc a = pol.init();
+            if (rb < re) accumulate(pol, p, x, base_of(o), o, 1, rb, re, &a);
+            part[o] = a;
+          }
         }
       }
     });
-    for (int64_t o = 0; o < p.num_out; ++o) {
-      Acc a = partial[o];
-      for (int c = 1; c < p.chunks; ++c) pol.combine(a, partial[c * p.num_out + o]);
-      pol.emit(o, a);
-    }
+    parallel_for(p.num_out, 16384, [&](int64_t ob, int64_t oe) {
+      for (int64_t o = ob; o < oe; ++o) {
+        Acc a = partial[o];
+        for (int c = 1; c < p.chunks; ++c) pol.combine(a, partial[c * p.num_out + o]);
+        pol.emit(o, a);
+      }
+    });
     return;
   }
   if (!p.inner_kept) {
@@ -408,19 +449,12 @@ void run_plan(const P& pol, const ReducePlan& p, const S* x, typename P::Acc* pa
     });
     return;
   }
-  // blocks of whole input rows (long sequential reads), but enough of them for every thread
-  const int64_t outer = int64_t(p.kept_off.size());
-  int64_t blk = std::min(kBlock, p.k_len);
-  if (outer * ((p.k_len + blk - 1) / blk) < num_threads() && p.num_out * p.num_red >= 65536)
-    blk = std::max<int64_t>(std::min<int64_t>(64, p.k_len), (p.k_len + num_threads() - 1) / num_threads());
-  const int64_t nblk = (p.k_len + blk - 1) / blk;
-  const int64_t units = outer * nblk;
-  int64_t grain = std::max<int64_t>(1, 32768 / (p.num_red * blk));
-  parallel_for(units, grain, [&](int64_t ub, int64_t ue) {
+  int64_t grain = std::max<int64_t>(1, 32768 / (p.num_red * std::min(kBlock, p.k_len)));
+  parallel_for(outer * nblk, grain, [&](int64_t ub, int64_t ue) {
     Acc acc[kBlock];
     for (int64_t u = ub; u < ue; ++u) {
-      int64_t t = u / nblk, jb = (u % nblk) * blk;
-      int64_t nb = std::min(blk, p.k_len - jb);
+      int64_t t = u / nblk, jb = (u % nblk) * kBlock;
+      int64_t nb = std::min(kBlock, p.k_len - jb);
       for (int64_t j = 0; j < nb; ++j) acc[j] = pol.init();
       int64_t o0 = t * p.k_len + jb;
       accumulate(pol, p, x, p.kept_off[size_t(t)] + jb, o0, nb, 0, p.num_red, acc);
