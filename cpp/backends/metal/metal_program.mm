@@ -88,7 +88,13 @@ bool overlaps(const Array& a, const Array& b) {
 // CPU, then embedded as constants.
 std::vector<MPSGraphTensor*> evaluate_shape_only(const Graph& G, const Node& n, LowerCtx& c) {
   const std::string& op = n.op->name;
-  const bool like_is_shape_only = op == "sum_to_like" || op == "slice_gradient" || op == "tile_gradient";
+  // the input that only gives a shape (its values are never read), or -1
+  const size_t shape_only = (op == "sum_to_like" || op == "slice_gradient" || op == "tile_gradient" ||
+                             op == "avg_pooling_nd_gradient" || op == "sum_pooling_nd_gradient" ||
+                             op == "resize_gradient" || op == "pad_gradient")
+                                ? 1
+                            : (op == "convolution_data_gradient" || op == "convolution_weights_gradient") ? 2
+                                                                                                          : size_t(-1);
   std::vector<std::shared_ptr<const Array>> args;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     const ValueRef v = n.inputs[i];
@@ -98,7 +104,7 @@ std::vector<MPSGraphTensor*> evaluate_shape_only(const Graph& G, const Node& n, 
       args.push_back(Array::empty(t.dtype, t.shape));
     } else if (src.op->name == "constant") {
       args.push_back(node_attr<std::shared_ptr<const Array>>(src, "value"));
-    } else if (like_is_shape_only && i == 1) {
+    } else if (i == shape_only) {
       auto dummy = Array::empty(t.dtype, t.shape);
       std::memset(dummy->data(), 0, dummy->nbytes());
       args.push_back(dummy);
