@@ -152,7 +152,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m mpsgraph", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default=None, help="cpu, metal or cuda (default: the best available)")
-    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--epochs", type=int, default=None, help="default: 30 for the MLP, 12 for the CNN")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -169,7 +169,8 @@ def main(argv=None):
         return 0
     accs = {}
     for model in (["mlp", "cnn"] if args.model == "both" else [args.model]):
-        accs[model] = train(model, device, args.epochs, args.batch, args.lr, args.quiet)
+        epochs = args.epochs or {"mlp": 30, "cnn": 12}[model]
+        accs[model] = train(model, device, epochs, args.batch, args.lr, args.quiet)
         print()
     if len(accs) == 2:
         print(f"CNN {accs['cnn'] * 100:.2f}% vs MLP {accs['mlp'] * 100:.2f}% test accuracy")

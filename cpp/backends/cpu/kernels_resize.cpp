@@ -14,10 +14,7 @@ namespace mg::cpu {
 
 namespace {
 
-struct Axis {
-  std::vector<int64_t> i0, i1;
-  std::vector<double> w1;  // weight of i1 (bilinear); i0 gets 1 - w1
-};
+using Axis = ops::ResizeAxis;
 
 struct ResizePlan {
   int64_t outer = 1, H = 0, W = 0, inner = 1, OH = 0, OW = 0;
@@ -25,54 +22,6 @@ struct ResizePlan {
   Axis y, x;
 };
 
-int64_t floor_div(int64_t p, int64_t q) {  // q > 0
-  int64_t d = p / q;
-  return (p % q != 0 && p < 0) ? d - 1 : d;
-}
-
-// Source index for output index d: the coordinate p / q rounded by `mode`.
-int64_t nearest_index(int64_t d, int64_t n, int64_t m, bool align, bool center, const std::string& mode) {
-  int64_t p, q;
-  if (align) {
-    p = m > 1 ? d * (n - 1) : 0;
-    q = m > 1 ? m - 1 : 1;
-  } else if (center) {
-    p = (2 * d + 1) * n - m;
-    q = 2 * m;
-  } else {
-    p = d * n;
-    q = m;
-  }
-  const int64_t fl = floor_div(p, q), r2 = 2 * (p - fl * q);
-  int64_t i = fl;
-  if (mode == "floor") i = fl;
-  else if (mode == "ceil") i = r2 ? fl + 1 : fl;
-  else if (mode == "round_prefer_ceil") i = r2 >= q ? fl + 1 : fl;
-  else if (mode == "round_prefer_floor") i = r2 > q ? fl + 1 : fl;
-  else if (mode == "round_to_even") i = r2 > q ? fl + 1 : r2 < q ? fl : (fl % 2 == 0 ? fl : fl + 1);
-  else if (mode == "round_to_odd") i = r2 > q ? fl + 1 : r2 < q ? fl : (fl % 2 != 0 ? fl : fl + 1);
-  return std::min(std::max<int64_t>(i, 0), n - 1);
-}
-
-Axis make_axis(int64_t n, int64_t m, bool bilinear, bool align, bool center, const std::string& rounding) {
-  Axis a;
-  for (int64_t d = 0; d < m; ++d) {
-    if (!bilinear) {
-      a.i0.push_back(nearest_index(d, n, m, align, center, rounding));
-      continue;
-    }
-    double src;
-    if (align) src = m > 1 ? double(d) * double(n - 1) / double(m - 1) : 0.0;
-    else if (center) src = std::max((double(d) + 0.5) * double(n) / double(m) - 0.5, 0.0);
-    else src = double(d) * double(n) / double(m);
-    int64_t i0 = std::min(int64_t(src), n - 1);
-    double w = std::min(std::max(src - double(i0), 0.0), 1.0);
-    a.i0.push_back(i0);
-    a.i1.push_back(i0 < n - 1 ? i0 + 1 : i0);
-    a.w1.push_back(w);
-  }
-  return a;
-}
 
 ResizePlan make_plan(const KernelCtx& c, const Shape& src, const Shape& dst) {
   ResizePlan p;
@@ -93,8 +42,8 @@ ResizePlan make_plan(const KernelCtx& c, const Shape& src, const Shape& dst) {
   bool align = node_attr<bool>(c.node, "align_corners"), center = node_attr<bool>(c.node, "center_result");
   const std::string& rounding = node_attr<std::string>(c.node, "nearest_rounding_mode");
   if (p.H > 0 && p.W > 0) {
-    p.y = make_axis(p.H, p.OH, p.bilinear, align, center, rounding);
-    p.x = make_axis(p.W, p.OW, p.bilinear, align, center, rounding);
+    p.y = ops::resize_axis(p.H, p.OH, p.bilinear, align, center, rounding);
+    p.x = ops::resize_axis(p.W, p.OW, p.bilinear, align, center, rounding);
   }
   return p;
 }
