@@ -3,10 +3,10 @@
 // One engine serves every reduction. The factory collapses the input's dims into a "kept"
 // space and a "reduced" space (adjacent dims of one kind merged, size-1 dims dropped) and
 // precomputes offset tables for all but the innermost dim of each space. A run then either
-// reduces contiguous runs per output (the innermost input dim is reduced) or accumulates
-// whole rows of outputs at once (the innermost input dim is kept). When there are few
-// outputs and much to reduce, the reduction range is split over threads and the partial
-// results combined in order. Each op is a small policy (init / add / combine / emit),
+// reduces contiguous runs per output (the innermost input dim is reduced; vectorised lanes)
+// or accumulates blocks of whole input rows into a row of accumulators (the innermost input
+// dim is kept). When the outputs alone cannot keep the threads busy, the reduction range is
+// split over threads and the partial results combined in order. Each op is a small policy (init / add / combine / emit),
 // instantiated only for the dtypes it accepts.
 #include <algorithm>
 #include <cmath>
@@ -98,7 +98,6 @@ ReducePlan make_plan(const Shape& shape, const std::vector<int64_t>& axes) {
   return p;
 }
 
-
 // Reduces a contiguous run q[0..n) (reduce indices r0..) into a, with eight independent
 // lanes so that the loop vectorises; lanes are combined at the end (ties resolve by index).
 template <class P, class S>
@@ -129,8 +128,8 @@ inline void lanes(const P& pol, typename P::Acc& a, const S* q, int64_t n, int64
 #define MG_NOINLINE __attribute__((noinline))
 #endif
 template <class S, class P>
-MG_NOINLINE void accumulate(const P& pol, const ReducePlan& p, const S* x, int64_t base, int64_t o0, int64_t nb, int64_t rb,
-                       int64_t re, typename P::Acc* acc) {
+MG_NOINLINE void accumulate(const P& pol, const ReducePlan& p, const S* x, int64_t base, int64_t o0, int64_t nb,
+                            int64_t rb, int64_t re, typename P::Acc* acc) {
   int64_t s = rb / p.r_len, i = rb % p.r_len, r = rb;
   while (r < re) {
     int64_t iend = std::min(p.r_len, i + (re - r));
