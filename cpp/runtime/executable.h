@@ -34,6 +34,7 @@ class Executable {
 
  private:
   struct Compiled {
+    std::vector<TensorType> feed_types;  // the concrete signature it was specialised for
     Specialised sg;
     std::unique_ptr<Program> program;
     std::vector<TensorType> out_types;
