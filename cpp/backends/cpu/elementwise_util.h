@@ -57,6 +57,18 @@ inline To convert(From v) {
   } else return To(v);  // integer to integer wraps (two's complement), as numpy
 }
 
+// Calls f(S{}) for a floating storage type S; other dtypes are a clear error naming op.
+template <class F>
+KernelFn dispatch_float(const KernelCtx& c, const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::Float32: return f(float{});
+    case DType::Float64: return f(double{});
+    case DType::Float16: return f(half_t{});
+    case DType::BFloat16: return f(bfloat16_t{});
+    default: raise(ErrorKind::Type, op, c.node.name, std::string("no CPU kernel for dtype ") + dtype_name(t));
+  }
+}
+
 // A broadcast iteration space over up to 3 inputs, collapsed to as few dims as possible.
 struct BroadcastPlan {
   int nin = 0;

@@ -163,17 +163,6 @@ void for_planes(const PoolPlan& p, Body&& body) {
   });
 }
 
-template <class F>
-KernelFn dispatch_float(const KernelCtx& c, DType t, F&& f) {
-  switch (t) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    case DType::Float16: return f(half_t{});
-    case DType::BFloat16: return f(bfloat16_t{});
-    default: raise(ErrorKind::Type, "pooling", c.node.name, std::string("no CPU kernel for dtype ") + dtype_name(t));
-  }
-}
-
 template <class S>
 KernelFn max_forward(std::shared_ptr<const PoolPlan> pp, bool with_indices, DType idx) {
   return [pp, with_indices, idx](const void* const* in, void* const* out) {
@@ -286,7 +275,7 @@ void register_pooling_kernels() {
     return [with_indices](const KernelCtx& c) -> KernelFn {
       auto plan = std::make_shared<const PoolPlan>(make_plan(c, c.in[0].shape));
       DType idx = with_indices ? c.out[1].dtype : DType::Int32;
-      return dispatch_float(c, c.in[0].dtype,
+      return dispatch_float(c, "pooling", c.in[0].dtype,
                             [&](auto tag) { return max_forward<decltype(tag)>(plan, with_indices, idx); });
     };
   };
@@ -294,21 +283,21 @@ void register_pooling_kernels() {
   register_kernel("max_pooling_nd_return_indices", fwd_max(true));
   register_kernel("max_pooling_nd_gather", [](const KernelCtx& c) -> KernelFn {
     auto plan = std::make_shared<const PoolPlan>(make_plan(c, c.in[1].shape));
-    return dispatch_float(c, c.in[0].dtype, [&](auto tag) { return max_gather<decltype(tag)>(plan); });
+    return dispatch_float(c, "pooling", c.in[0].dtype, [&](auto tag) { return max_gather<decltype(tag)>(plan); });
   });
   register_kernel("max_pooling_nd_gradient", [](const KernelCtx& c) -> KernelFn {
     auto plan = std::make_shared<const PoolPlan>(make_plan(c, c.in[1].shape));
-    return dispatch_float(c, c.in[0].dtype, [&](auto tag) { return max_scatter<decltype(tag)>(plan); });
+    return dispatch_float(c, "pooling", c.in[0].dtype, [&](auto tag) { return max_scatter<decltype(tag)>(plan); });
   });
   auto fwd_linear = [](const KernelCtx& c) -> KernelFn {
     auto plan = std::make_shared<const PoolPlan>(make_plan(c, c.in[0].shape));
     int mode = linear_mode(c.node);
-    return dispatch_float(c, c.in[0].dtype, [&](auto tag) { return linear_forward<decltype(tag)>(plan, mode); });
+    return dispatch_float(c, "pooling", c.in[0].dtype, [&](auto tag) { return linear_forward<decltype(tag)>(plan, mode); });
   };
   auto bwd_linear = [](const KernelCtx& c) -> KernelFn {
     auto plan = std::make_shared<const PoolPlan>(make_plan(c, c.in[1].shape));
     int mode = linear_mode(c.node);
-    return dispatch_float(c, c.in[0].dtype, [&](auto tag) { return linear_scatter<decltype(tag)>(plan, mode); });
+    return dispatch_float(c, "pooling", c.in[0].dtype, [&](auto tag) { return linear_scatter<decltype(tag)>(plan, mode); });
   };
   register_kernel("avg_pooling_nd", fwd_linear);
   register_kernel("sum_pooling_nd", fwd_linear);

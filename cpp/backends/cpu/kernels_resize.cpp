@@ -134,27 +134,16 @@ KernelFn resize_backward(std::shared_ptr<const ResizePlan> pp) {
   };
 }
 
-template <class F>
-KernelFn dispatch_float(const KernelCtx& c, DType t, F&& f) {
-  switch (t) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    case DType::Float16: return f(half_t{});
-    case DType::BFloat16: return f(bfloat16_t{});
-    default: raise(ErrorKind::Type, "resize", c.node.name, std::string("no CPU kernel for dtype ") + dtype_name(t));
-  }
-}
-
 }  // namespace
 
 void register_resize_kernels() {
   register_kernel("resize", [](const KernelCtx& c) -> KernelFn {
     auto plan = std::make_shared<const ResizePlan>(make_plan(c, c.in[0].shape, c.out[0].shape));
-    return dispatch_float(c, c.in[0].dtype, [&](auto tag) { return resize_forward<decltype(tag)>(plan); });
+    return dispatch_float(c, "resize", c.in[0].dtype, [&](auto tag) { return resize_forward<decltype(tag)>(plan); });
   });
   register_kernel("resize_gradient", [](const KernelCtx& c) -> KernelFn {
     auto plan = std::make_shared<const ResizePlan>(make_plan(c, c.in[1].shape, c.in[0].shape));
-    return dispatch_float(c, c.in[0].dtype, [&](auto tag) { return resize_backward<decltype(tag)>(plan); });
+    return dispatch_float(c, "resize", c.in[0].dtype, [&](auto tag) { return resize_backward<decltype(tag)>(plan); });
   });
 }
 

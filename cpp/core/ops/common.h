@@ -37,6 +37,11 @@ ValueRef zeros_like(Graph& g, ValueRef like);
 ValueRef ones_like(Graph& g, ValueRef like);
 ValueRef scalar_like(Graph& g, double v, ValueRef like);            // rank-0 constant of like's dtype
 
+// Shorthands for composites' decompositions.
+inline ValueRef un(Graph& g, const char* op, ValueRef a) { return call(g, op, {a}); }
+inline ValueRef bin(Graph& g, const char* op, ValueRef a, ValueRef b) { return call(g, op, {a, b}); }
+inline ValueRef k(Graph& g, double v, ValueRef like) { return scalar_like(g, v, like); }
+
 void register_memory_ops();
 void register_autodiff_ops();
 void register_nn_ops();

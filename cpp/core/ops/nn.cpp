@@ -13,9 +13,6 @@ ValueRef reduce(Graph& g, const char* op, ValueRef x, std::vector<int64_t> axes,
   if (!axes.empty()) a["axes"] = axes;
   return call(g, op, {x}, a);
 }
-ValueRef k(Graph& g, double v, ValueRef like) { return scalar_like(g, v, like); }
-ValueRef bin(Graph& g, const char* op, ValueRef a, ValueRef b) { return call(g, op, {a, b}); }
-ValueRef un(Graph& g, const char* op, ValueRef a) { return call(g, op, {a}); }
 
 std::vector<TensorType> same_as_first_float(InferCtx& c) {
   require_class(c, 0, kFloat);

@@ -6,8 +6,6 @@ namespace mg::ops {
 
 namespace {
 
-ValueRef k(Graph& g, double v, ValueRef like) { return scalar_like(g, v, like); }
-ValueRef bin(Graph& g, const char* op, ValueRef a, ValueRef b) { return call(g, op, {a, b}); }
 
 ValueRef mean_over(Graph& g, ValueRef x, const std::vector<int64_t>& axes) {
   return call(g, "mean", {x}, {{"axes", axes}, {"keep_dims", true}});

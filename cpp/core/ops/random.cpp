@@ -9,9 +9,6 @@ namespace mg::ops {
 
 namespace {
 
-ValueRef k(Graph& g, double v, ValueRef like) { return scalar_like(g, v, like); }
-ValueRef bin(Graph& g, const char* op, ValueRef a, ValueRef b) { return call(g, op, {a, b}); }
-ValueRef un(Graph& g, const char* op, ValueRef a) { return call(g, op, {a}); }
 
 int64_t seed_of(const Attrs& a, int64_t salt) {
   int64_t s = a.count("seed") ? std::get<int64_t>(a.at("seed")) : 0;
