@@ -157,6 +157,7 @@ struct Slot {
   int64_t index = 0;  // feed / variable / output index, or arena buffer
   std::shared_ptr<const Array> constant;
   size_t nbytes = 0;
+  TensorType type;  // Var: the type compiled for
 };
 
 struct Step {
@@ -192,8 +193,7 @@ class CpuProgram final : public Program {
         continue;
       }
       if (op == "read_variable") {
-        slot_of[{int32_t(id), 0}] = new_slot({SlotKind::Var, node_attr<int64_t>(n, "variable"), nullptr, 0});
-        var_types_.push_back({node_attr<int64_t>(n, "variable"), n.outputs[0]});
+        slot_of[{int32_t(id), 0}] = new_slot({SlotKind::Var, node_attr<int64_t>(n, "variable"), nullptr, 0, n.outputs[0]});
         continue;
       }
       if (op == "assign_variable") {
@@ -249,15 +249,13 @@ class CpuProgram final : public Program {
       if (sl.kind == SlotKind::Feed) ptr_[s] = inputs[size_t(sl.index)]->data();
       else if (sl.kind == SlotKind::Output) ptr_[s] = outputs[size_t(sl.index)]->data();
       else if (sl.kind == SlotKind::Var) {
-        held.push_back(vars_->get(sl.index));
-        ptr_[s] = held.back()->data();
+        held.push_back(vars_->get(sl.index));  // one read: the value checked is the value used
+        const Array& v = *held.back();
+        if (v.dtype != sl.type.dtype || v.shape != sl.type.shape)
+          raise(ErrorKind::Value, "read_variable", "", "variable now holds " + type_str({v.dtype, v.shape}) +
+                                                           " but the executable was compiled for " + type_str(sl.type));
+        ptr_[s] = v.data();
       }
-    }
-    for (auto& vt : var_types_) {
-      auto v = vars_->get(vt.first);
-      if (v->dtype != vt.second.dtype || v->shape != vt.second.shape)
-        raise(ErrorKind::Value, "read_variable", "", "variable now holds " + type_str({v->dtype, v->shape}) +
-                                                         " but the executable was compiled for " + type_str(vt.second));
     }
     const bool profile = profiling_enabled();
     for (auto& st : steps_) {
@@ -330,7 +328,6 @@ class CpuProgram final : public Program {
   std::vector<Step> steps_;
   std::vector<Copy> copies_;
   std::vector<AssignStep> assigns_;
-  std::vector<std::pair<int64_t, TensorType>> var_types_;
   std::vector<std::shared_ptr<Buffer>> arena_;
   std::vector<void*> ptr_;
   std::mutex mu_;
