@@ -6,6 +6,18 @@
     y = g.reduction_sum(g.relu(x) * 2.0, axes=1)
     print(g.run({x: np.ones((2, 3), np.float32)}, [y])[y])
 """
+import sys as _sys
+
+if _sys.platform.startswith("linux"):
+    # _core needs libscipy_openblas; load it from the installed scipy_openblas32 package so
+    # the extension finds it wherever pip put that package (not only beside this one).
+    import ctypes as _ctypes
+    import os as _os
+
+    import scipy_openblas32 as _openblas
+
+    _ctypes.CDLL(_os.path.join(_openblas.get_lib_dir(), "lib" + _openblas.get_library() + ".so"),
+                 mode=_ctypes.RTLD_GLOBAL)
 from . import _core
 from ._dtypes import (DType, as_dtype, bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16,
                       bfloat16, float32, float64)
