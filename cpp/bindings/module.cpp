@@ -283,6 +283,10 @@ py::dict schema_dict(const OpDef& op) {
   py::list ins;
   for (auto& i : op.inputs) ins.append(py::make_tuple(i.name, i.variadic, i.optional));
   d["inputs"] = ins;
+  py::list roles;  // per input: data, shape_only, index or predicate
+  for (auto& i : op.inputs) roles.append(input_role_name(i.role));
+  d["input_roles"] = roles;
+  d["composite"] = op.composite();
   py::list attrs;
   for (auto& a : op.attrs) {
     py::dict ad;
@@ -522,10 +526,14 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("set_profiling", &set_profiling, "Times every kernel of every run (CPU backend) until turned off.");
   m.def("take_profile", [] {
-    py::dict d;
-    for (auto& kv : take_profile()) d[py::str(kv.first)] = py::make_tuple(kv.second.seconds, kv.second.calls);
-    return d;
-  }, "Returns {op: (seconds, calls)} since the last call, and clears it.");
+    ProfileTotals t = take_profile();
+    auto as_dict = [](const std::map<std::string, OpProfile>& m) {
+      py::dict d;
+      for (auto& kv : m) d[py::str(kv.first)] = py::make_tuple(kv.second.seconds, kv.second.calls);
+      return d;
+    };
+    return py::make_tuple(as_dict(t.graph_ops), as_dict(t.kernels));
+  }, "Returns ({graph op: (seconds, calls)}, {kernel op: (seconds, calls)}) since the last call, and clears them.");
   m.def("devices", [] {
     std::vector<std::string> r;
     for (auto& d : available_devices()) r.push_back(d.str());

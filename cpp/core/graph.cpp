@@ -1,5 +1,6 @@
 #include "core/graph.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/registry.h"
@@ -84,32 +85,43 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
   InferCtx ctx(op, node_name, in, attrs);
   ctx.absent = absent;
   std::vector<TensorType> outs = op.infer(ctx);
-  if (op.expand) {
-    name_counts_[op.name]++;
-    const int32_t first_new = int32_t(nodes_.size());
-    std::vector<ValueRef> r = op.expand(*this, inputs, attrs);
-    if (r.size() != outs.size())
-      raise(ErrorKind::Runtime, op.name, node_name, "decomposition gave the wrong number of outputs");
-    for (size_t k = 0; k < r.size(); ++k) {
-      const TensorType& t = type(r[k]);
-      if (t.dtype != outs[k].dtype || t.shape.size() != outs[k].shape.size())
-        raise(ErrorKind::Runtime, op.name, node_name,
-              "decomposition gave " + type_str(t) + " where inference said " + type_str(outs[k]));
-      Node& made = nodes_[size_t(r[k].node)];
-      if (r[k].node >= first_new && made.outputs.size() == 1) made.name = r.size() == 1 ? node_name : node_name + ":" + std::to_string(k);
-    }
-    return r;
-  }
   Node n;
   n.op = &op;
   n.name = node_name;
-  n.inputs = inputs;
   n.attrs = std::move(attrs);
   n.outputs = std::move(outs);
+  n.origin_op = &op;
+  n.origin_name = node_name;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!absent[i]) n.inputs.push_back(inputs[i]);
+  if (std::find(absent.begin(), absent.end(), 1) != absent.end()) n.absent = std::move(absent);
   name_counts_[op.name]++;
+  if (op.expand && expand_ && expand_(n)) return expand_node(n, inputs);
   int32_t id = append(std::move(n));
   std::vector<ValueRef> r;
   for (size_t i = 0; i < nodes_[size_t(id)].outputs.size(); ++i) r.push_back({id, int32_t(i)});
+  return r;
+}
+
+std::vector<ValueRef> Graph::expand_node(const Node& n, const std::vector<ValueRef>& inputs) {
+  const OpDef& op = *n.op;
+  const int32_t first_new = int32_t(nodes_.size());
+  std::vector<ValueRef> r = op.expand(*this, inputs, n.attrs);
+  if (r.size() != n.outputs.size())
+    raise(ErrorKind::Runtime, op.name, n.name, "decomposition gave the wrong number of outputs");
+  for (size_t k = 0; k < r.size(); ++k) {
+    const TensorType& t = type(r[k]);
+    if (t.dtype != n.outputs[k].dtype || t.shape.size() != n.outputs[k].shape.size())
+      raise(ErrorKind::Runtime, op.name, n.name,
+            "decomposition gave " + type_str(t) + " where inference said " + type_str(n.outputs[k]));
+  }
+  // nested composites were expanded first; the outermost one is what the user wrote
+  for (size_t id = size_t(first_new); id < nodes_.size(); ++id) {
+    Node& made = nodes_[id];
+    made.name = n.name + "/" + made.name;
+    made.origin_op = n.origin_op;
+    made.origin_name = n.origin_name;
+  }
   return r;
 }
 
@@ -117,6 +129,15 @@ ValueRef Graph::add1(const std::string& op, const std::vector<ValueRef>& inputs,
   auto r = add(op, inputs, std::move(attrs), name);
   if (r.size() != 1) raise(ErrorKind::Runtime, op, name, "expected a single output");
   return r[0];
+}
+
+std::vector<ValueRef> schema_inputs(const Node& n) {
+  if (n.absent.empty()) return n.inputs;
+  std::vector<ValueRef> r;
+  size_t k = 0;
+  for (char a : n.absent) r.push_back(a ? ValueRef{} : n.inputs.at(k++));
+  for (; k < n.inputs.size(); ++k) r.push_back(n.inputs[k]);
+  return r;
 }
 
 int32_t Graph::append(Node n) {

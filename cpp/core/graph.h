@@ -2,6 +2,8 @@
 #pragma once
 #include <atomic>
 #include <deque>
+#include <functional>
+#include <stdexcept>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,10 +39,18 @@ struct Node {
   int32_t id = -1;
   const OpDef* op = nullptr;
   std::string name;
-  std::vector<ValueRef> inputs;
+  std::vector<ValueRef> inputs;   // the inputs given (absent optional ones left out)
   Attrs attrs;
   std::vector<TensorType> outputs;
+  std::vector<char> absent;       // per schema input: an optional input not given (empty: none)
+  // The graph-level op this node implements: itself, or the composite whose decomposition
+  // made it at specialisation (profiles and pictures name what the user wrote).
+  const OpDef* origin_op = nullptr;
+  std::string origin_name;
 };
+
+// A node's inputs in schema order, with an invalid ref where an optional one is absent.
+std::vector<ValueRef> schema_inputs(const Node& n);
 
 // Variable state shared by a graph and the executables compiled from it. Reads in one
 // run see the value from before the run: an assign replaces the Array, it never writes
@@ -89,7 +99,14 @@ class Graph {
   // Appends an already-checked node (used by passes building specialised graphs).
   int32_t append(Node n);
 
+  // Composites for which this returns true are expanded into their decomposition as they
+  // are added (specialisation sets it from the backend); by default every composite stays.
+  using ExpandPredicate = std::function<bool(const Node&)>;
+  void set_expand(ExpandPredicate p) { expand_ = std::move(p); }
+
  private:
+  std::vector<ValueRef> expand_node(const Node& n, const std::vector<ValueRef>& inputs);
+  ExpandPredicate expand_;
   uint64_t uid_;
   std::deque<Node> nodes_;  // deque: references stay valid while rules append nodes
   std::unordered_map<std::string, int> name_counts_;

@@ -36,6 +36,18 @@ void register_op(OpDef def) {
   table()[n] = std::move(p);
 }
 
+const char* input_role_name(InputRole r) {
+  switch (r) {
+    case InputRole::Data: return "data";
+    case InputRole::ShapeOnly: return "shape_only";
+    case InputRole::Index: return "index";
+    case InputRole::Predicate: return "predicate";
+  }
+  return "data";
+}
+
+const InputSpec& OpDef::input_spec(size_t i) const { return inputs.at(std::min(i, inputs.size() - 1)); }
+
 const OpDef* find_op(const std::string& name) {
   ensure_registered();
   auto it = table().find(name);

@@ -11,10 +11,20 @@
 
 namespace mg {
 
+// What a backend may assume about an input's values.
+enum class InputRole {
+  Data,       // read as values
+  ShapeOnly,  // only its type is used (sum_to_like's `like`, gradients' shape sources)
+  Index,      // integer positions into another input (gather, one_hot); never a scalar's dtype source
+  Predicate,  // a bool mask choosing between values (select); never a scalar's dtype source
+};
+const char* input_role_name(InputRole r);
+
 struct InputSpec {
   std::string name;
   bool variadic = false;  // takes a list of tensors (concat, stack)
-  bool optional = false;  // may be absent (an invalid ValueRef); composite ops only
+  bool optional = false;  // may be absent; composite ops only (the node records which are)
+  InputRole role = InputRole::Data;
 };
 
 struct AttrSpec {
@@ -65,10 +75,12 @@ class GradCtx {
 
 using InferFn = std::function<std::vector<TensorType>(InferCtx&)>;
 using GradFn = std::function<std::vector<ValueRef>(GradCtx&)>;  // one per input; invalid = none
-// Value of an op known from input types alone (shape_of); lets specialisation fold it.
-// A composite op builds itself from other ops at graph-building time: its node never
-// reaches backends, and its gradient is that of its decomposition.
+// A composite op's decomposition into other ops. The composite node stays in the graph
+// until specialisation, where each backend either runs it natively or has it expanded;
+// without a gradient rule of its own, its gradient is that of its decomposition.
+// `inputs` holds one entry per schema input (an invalid ref for an absent optional one).
 using ExpandFn = std::function<std::vector<ValueRef>(Graph&, const std::vector<ValueRef>& inputs, const Attrs& attrs)>;
+// Value of an op known from input types alone (shape_of); lets specialisation fold it.
 using FoldTypesFn = std::function<std::shared_ptr<Array>(const std::vector<TensorType>&, const Attrs&)>;
 
 enum class Differentiable { Unset, Yes, No };
@@ -87,7 +99,9 @@ struct OpDef {
   std::vector<std::string> aliases;  // extra Python names (numpy style)
   std::string family;        // "elementwise", "reduction", ... for docs and tables
   FoldTypesFn fold_types;
-  ExpandFn expand;
+  ExpandFn expand;           // set: a composite (see ExpandFn)
+  bool composite() const { return bool(expand); }
+  const InputSpec& input_spec(size_t i) const;  // variadic inputs share the last spec
 };
 
 // Registers a definition. Refuses float-capable ops with neither a gradient rule nor an

@@ -39,23 +39,10 @@ bool attrs_equal(const Attrs& a, const Attrs& b) {
 
 }  // namespace
 
-Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
-                       const std::vector<TensorType>& feed_types, const std::vector<ValueRef>& targets,
-                       const std::vector<int32_t>& target_ops, ConstantEvaluator* evaluator,
-                       const SpecialiseOptions& opts) {
-  const size_t n = src.size();
-  std::vector<int> feed_of(n, -1);
-  for (size_t i = 0; i < feed_nodes.size(); ++i) {
-    int32_t id = feed_nodes[i];
-    if (id < 0 || size_t(id) >= n) raise(ErrorKind::Value, "run", "", "feed refers to no node of this graph");
-    const Node& ph = src.node(id);
-    if (ph.op->name != "placeholder")
-      raise(ErrorKind::Value, "run", ph.name, "only placeholders can be fed, not a '" + ph.op->name + "' tensor");
-    check_feed(ph, feed_types[i]);
-    feed_of[size_t(id)] = int(i);
-  }
+namespace {
 
-  // prune: mark what the targets need
+std::vector<char> live_nodes(const Graph& src, const std::vector<ValueRef>& targets, const std::vector<int32_t>& target_ops) {
+  const size_t n = src.size();
   std::vector<char> live(n, 0);
   std::vector<int32_t> stack;
   for (auto& t : targets) {
@@ -73,10 +60,38 @@ Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
     live[size_t(id)] = 1;
     for (auto& v : src.node(id).inputs) stack.push_back(v.node);
   }
+  return live;
+}
+
+std::vector<TensorType> infer_node(const Graph& g, const Node& d, Attrs& attrs) {
+  std::vector<ValueRef> ins = schema_inputs(d);
+  std::vector<TensorType> in;
+  std::vector<char> absent(ins.size(), 0);
+  for (size_t i = 0; i < ins.size(); ++i) {
+    absent[i] = !ins[i].valid();
+    in.push_back(absent[i] ? TensorType{} : g.type(ins[i]));
+  }
+  InferCtx ctx(*d.op, d.name, in, attrs);
+  ctx.absent = absent;
+  return d.op->infer(ctx);
+}
+
+// Fold, merge and fix shapes over a graph whose composites are already resolved.
+Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars, const std::vector<int32_t>& feed_nodes,
+                           const std::vector<TensorType>& feed_types, const std::vector<ValueRef>& targets,
+                           const std::vector<int32_t>& target_ops, ConstantEvaluator* evaluator,
+                           const SpecialiseOptions& opts) {
+  const size_t n = src.size();
+  std::vector<int> feed_of(n, -1);
+  for (size_t i = 0; i < feed_nodes.size(); ++i) {
+    if (feed_nodes[i] >= 0) feed_of[size_t(feed_nodes[i])] = int(i);  // -1: pruned
+  }
+
+  std::vector<char> live = live_nodes(src, targets, target_ops);
 
   Specialised out;
   out.graph = std::make_shared<Graph>();
-  out.vars = src.variables();
+  out.vars = std::move(vars);
   Graph& dst = *out.graph;
   const OpDef& constant_op = get_op("constant");
   std::vector<std::vector<ValueRef>> map(n);
@@ -94,6 +109,8 @@ Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
     c.name = name;
     c.attrs["value"] = value;
     c.outputs = {{value->dtype, value->shape}};
+    c.origin_op = &constant_op;
+    c.origin_name = name;
     return append(std::move(c));
   };
 
@@ -104,6 +121,9 @@ Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
     d.op = s.op;
     d.name = s.name;
     d.attrs = s.attrs;
+    d.absent = s.absent;
+    d.origin_op = s.origin_op;
+    d.origin_name = s.origin_name;
     for (auto& v : s.inputs) d.inputs.push_back(map[size_t(v.node)][size_t(v.index)]);
     if (s.op->name == "placeholder") {
       if (feed_of[id] < 0) raise(ErrorKind::Value, "run", s.name, "no feed for placeholder of type " + type_str(s.outputs[0]));
@@ -116,8 +136,7 @@ Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
     }
     std::vector<TensorType> in;
     for (auto& v : d.inputs) in.push_back(dst.type(v));
-    InferCtx ctx(*s.op, s.name, in, d.attrs);
-    d.outputs = s.op->infer(ctx);
+    d.outputs = infer_node(dst, d, d.attrs);
     for (auto& t : d.outputs)
       if (!shape_known(t.shape))
         raise(ErrorKind::Value, s.op->name, s.name, "output shape " + shape_str(t.shape) + " is still unknown after specialisation");
@@ -167,6 +186,62 @@ Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
   out.feeds.resize(feed_nodes.size(), -1);
   for (auto& t : targets) out.targets.push_back(map[size_t(t.node)][size_t(t.index)]);
   for (auto id : target_ops) out.target_ops.push_back(map[size_t(id)][0].node);
+  return out;
+}
+
+}  // namespace
+
+Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
+                       const std::vector<TensorType>& feed_types, const std::vector<ValueRef>& targets,
+                       const std::vector<int32_t>& target_ops, ConstantEvaluator* evaluator,
+                       const CompositePredicate& native, const SpecialiseOptions& opts) {
+  const size_t n = src.size();
+  std::vector<int> feed_of(n, -1);
+  for (size_t i = 0; i < feed_nodes.size(); ++i) {
+    int32_t id = feed_nodes[i];
+    if (id < 0 || size_t(id) >= n) raise(ErrorKind::Value, "run", "", "feed refers to no node of this graph");
+    const Node& ph = src.node(id);
+    if (ph.op->name != "placeholder")
+      raise(ErrorKind::Value, "run", ph.name, "only placeholders can be fed, not a '" + ph.op->name + "' tensor");
+    check_feed(ph, feed_types[i]);
+    feed_of[size_t(id)] = int(i);
+  }
+  std::vector<char> live = live_nodes(src, targets, target_ops);
+
+  // Pass 1: the live nodes with the feeds' types, composites the backend does not run
+  // natively expanded (recursively) into their decompositions.
+  Graph expanded;
+  expanded.set_expand([&native](const Node& c) { return !native || !native(c); });
+  std::vector<std::vector<ValueRef>> map(n);
+  std::vector<int32_t> new_feeds(feed_nodes.size(), -1);
+  for (size_t id = 0; id < n; ++id) {
+    if (!live[id]) continue;
+    const Node& s = src.node(int32_t(id));
+    std::vector<ValueRef> ins = schema_inputs(s);
+    for (auto& v : ins)
+      if (v.valid()) v = map[size_t(v.node)][size_t(v.index)];
+    Attrs attrs = s.attrs;
+    if (s.op->name == "placeholder" && feed_of[id] >= 0) attrs["shape"] = feed_types[size_t(feed_of[id])].shape;
+    const int32_t before = int32_t(expanded.size());
+    map[id] = expanded.add(s.op->name, ins, attrs, s.name);
+    if (map[id].empty()) map[id].push_back({int32_t(expanded.size()) - 1, 0});  // an operation: keep its id
+    if (s.op->name == "placeholder" && feed_of[id] >= 0) new_feeds[size_t(feed_of[id])] = before;
+  }
+  std::vector<ValueRef> new_targets;
+  for (auto& t : targets) new_targets.push_back(map[size_t(t.node)][size_t(t.index)]);
+  std::vector<int32_t> new_target_ops;
+  for (auto id : target_ops) new_target_ops.push_back(map[size_t(id)][0].node);
+  // unused feeds stay unused
+  std::vector<int32_t> pass2_feeds;
+  std::vector<TensorType> pass2_types;
+  for (size_t i = 0; i < feed_nodes.size(); ++i) {
+    pass2_feeds.push_back(new_feeds[i]);
+    pass2_types.push_back(feed_types[i]);
+  }
+  // Pass 2: fold constants, merge common subexpressions.
+  Specialised out =
+      fold_and_merge(expanded, src.variables(), pass2_feeds, pass2_types, new_targets, new_target_ops, evaluator, opts);
+  out.evaluator = evaluator;
   return out;
 }
 

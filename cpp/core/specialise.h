@@ -1,6 +1,7 @@
 // Specialisation: fix every shape from the feeds, prune to the targets, fold constants
 // and merge common subexpressions. The result is what backends compile.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -8,7 +9,8 @@
 
 namespace mg {
 
-// Evaluates one node on constant inputs (implemented by the CPU backend; core knows none).
+// Evaluates one node on constant inputs (a backend implements it; core knows none, and
+// the runtime passes one in).
 class ConstantEvaluator {
  public:
   virtual ~ConstantEvaluator() = default;
@@ -22,6 +24,7 @@ struct Specialised {
   std::vector<int32_t> feeds;            // node per feed, in feed order (-1 if unused)
   std::vector<ValueRef> targets;
   std::vector<int32_t> target_ops;
+  ConstantEvaluator* evaluator = nullptr;  // the one specialisation used; backends may use it too
 };
 
 struct SpecialiseOptions {
@@ -30,10 +33,14 @@ struct SpecialiseOptions {
   int64_t fold_max_elements = 1 << 16;  // larger results stay computed at run time
 };
 
+// Says whether a backend runs a composite node natively; the others are expanded into
+// their decompositions at specialisation.
+using CompositePredicate = std::function<bool(const Node&)>;
+
 Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
                        const std::vector<TensorType>& feed_types, const std::vector<ValueRef>& targets,
                        const std::vector<int32_t>& target_ops, ConstantEvaluator* evaluator,
-                       const SpecialiseOptions& opts = {});
+                       const CompositePredicate& native = nullptr, const SpecialiseOptions& opts = {});
 
 // Checks a concrete feed against a placeholder's declared type; throws naming both.
 void check_feed(const Node& placeholder, const TensorType& feed);

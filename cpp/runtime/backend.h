@@ -36,6 +36,18 @@ class Backend {
   virtual std::string unavailable_reason() const { return ""; }
   virtual std::unique_ptr<Program> compile(const Specialised& sg) = 0;
   virtual std::shared_ptr<Array> allocate(DType dtype, const Shape& shape) { return Array::empty(dtype, shape); }
+  // Composite nodes this backend runs as one kernel or lowering; the others are expanded
+  // into their decompositions at specialisation.
+  virtual bool implements_composite(const Node& node) const { return false; }
+  // Evaluates nodes on host constants for specialisation (the CPU backend has one).
+  virtual ConstantEvaluator* constant_evaluator() { return nullptr; }
+};
+
+// Each backend, or its stub where it is not built, registers itself from its own
+// translation unit: `static const RegisterBackend reg(DeviceKind::CPU, make_cpu_backend);`.
+using BackendFactory = std::unique_ptr<Backend> (*)();
+struct RegisterBackend {
+  RegisterBackend(DeviceKind kind, BackendFactory make);
 };
 
 // Returns the backend for a device; throws a clear error naming the device when that
@@ -44,7 +56,7 @@ Backend& backend_for(const Device& d);
 std::vector<Device> available_devices();
 Device default_device();
 
-// The CPU backend evaluates constants for specialisation on every device.
-ConstantEvaluator& cpu_constant_evaluator();
+// The host's constant evaluator (the CPU backend's), used to specialise for every device.
+ConstantEvaluator& host_constant_evaluator();
 
 }  // namespace mg

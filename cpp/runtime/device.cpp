@@ -1,14 +1,13 @@
 #include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "runtime/backend.h"
 
 namespace mg {
-
-namespace cpu { std::unique_ptr<Backend> make_cpu_backend(); }
-// Each is defined by its backend, or by that backend's stub when it is not built.
-std::unique_ptr<Backend> make_metal_backend();
-std::unique_ptr<Backend> make_cuda_backend();
 
 static const char* kind_name(DeviceKind k) {
   switch (k) {
@@ -49,20 +48,36 @@ Device parse_device(const std::string& s) {
 }
 
 namespace {
+constexpr int kKinds = 3;
 struct Backends {
-  std::unique_ptr<Backend> cpu = cpu::make_cpu_backend();
-  std::unique_ptr<Backend> metal = make_metal_backend();
-  std::unique_ptr<Backend> cuda = make_cuda_backend();
+  std::mutex mu;
+  BackendFactory make[kKinds] = {};
+  std::unique_ptr<Backend> made[kKinds];
 };
 Backends& backends() {
   static Backends b;
   return b;
 }
+// The backend of a kind, made on first use; nullptr where none registered.
+Backend* find_backend(DeviceKind kind) {
+  Backends& b = backends();
+  std::lock_guard<std::mutex> l(b.mu);
+  const int k = int(kind);
+  if (!b.made[k] && b.make[k]) b.made[k] = b.make[k]();
+  return b.made[k].get();
+}
 }  // namespace
 
-Backend& backend_for(const Device& d) {
+RegisterBackend::RegisterBackend(DeviceKind kind, BackendFactory make) {
   Backends& b = backends();
-  Backend* be = d.kind == DeviceKind::CPU ? b.cpu.get() : d.kind == DeviceKind::Metal ? b.metal.get() : b.cuda.get();
+  std::lock_guard<std::mutex> l(b.mu);
+  if (b.make[int(kind)]) throw std::logic_error(std::string("two backends registered for ") + kind_name(kind));
+  b.make[int(kind)] = make;
+}
+
+Backend& backend_for(const Device& d) {
+  Backend* be = find_backend(d.kind);
+  if (!be) raise(ErrorKind::Runtime, "device", "", "device '" + d.str() + "' is not available: no backend of this kind is built");
   if (!be->available())
     raise(ErrorKind::Runtime, "device", "", "device '" + d.str() + "' is not available: " + be->unavailable_reason());
   if (d.index != 0) raise(ErrorKind::Runtime, "device", "", "device '" + d.str() + "' is not available: only index 0 is supported");
@@ -71,11 +86,17 @@ Backend& backend_for(const Device& d) {
 
 std::vector<Device> available_devices() {
   std::vector<Device> r;
-  Backends& b = backends();
-  if (b.metal->available()) r.push_back({DeviceKind::Metal, 0});
-  if (b.cuda->available()) r.push_back({DeviceKind::CUDA, 0});
-  r.push_back({DeviceKind::CPU, 0});
+  for (DeviceKind k : {DeviceKind::Metal, DeviceKind::CUDA, DeviceKind::CPU}) {
+    Backend* be = find_backend(k);
+    if (be && be->available()) r.push_back({k, 0});
+  }
   return r;
+}
+
+ConstantEvaluator& host_constant_evaluator() {
+  ConstantEvaluator* e = backend_for({DeviceKind::CPU, 0}).constant_evaluator();
+  if (!e) raise(ErrorKind::Runtime, "device", "", "the cpu backend has no constant evaluator");
+  return *e;
 }
 
 Device default_device() { return available_devices().front(); }

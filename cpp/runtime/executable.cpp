@@ -62,7 +62,9 @@ Executable::Compiled& Executable::compiled_for(const std::vector<TensorType>& ty
   }
   auto c = std::make_unique<Compiled>();
   c->feed_types = types;
-  c->sg = specialise(*graph_, feeds_, types, targets_, target_ops_, &cpu_constant_evaluator());
+  Backend* be = backend_;
+  c->sg = specialise(*graph_, feeds_, types, targets_, target_ops_, &host_constant_evaluator(),
+                     [be](const Node& n) { return be->implements_composite(n); });
   c->program = backend_->compile(c->sg);
   for (auto& t : c->sg.targets) c->out_types.push_back(c->sg.graph->type(t));
   c->pool.resize(c->out_types.size());

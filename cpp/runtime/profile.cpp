@@ -8,8 +8,8 @@ namespace mg {
 namespace {
 std::atomic<bool> g_on{false};
 std::mutex g_mu;
-std::map<std::string, OpProfile>& table() {
-  static std::map<std::string, OpProfile> t;
+ProfileTotals& table() {
+  static ProfileTotals t;
   return t;
 }
 }  // namespace
@@ -17,17 +17,20 @@ std::map<std::string, OpProfile>& table() {
 bool profiling_enabled() { return g_on.load(std::memory_order_relaxed); }
 void set_profiling(bool on) { g_on = on; }
 
-void record_profile(const char* op, double seconds) {
+void record_profile(const char* kernel_op, const char* graph_op, double seconds) {
   std::lock_guard<std::mutex> l(g_mu);
-  auto& e = table()[op];
-  e.seconds += seconds;
-  e.calls += 1;
+  auto& k = table().kernels[kernel_op];
+  k.seconds += seconds;
+  k.calls += 1;
+  auto& g = table().graph_ops[graph_op];
+  g.seconds += seconds;
+  g.calls += 1;
 }
 
-std::map<std::string, OpProfile> take_profile() {
+ProfileTotals take_profile() {
   std::lock_guard<std::mutex> l(g_mu);
-  auto r = std::move(table());
-  table().clear();
+  ProfileTotals r = std::move(table());
+  table() = ProfileTotals{};
   return r;
 }
 

@@ -12,7 +12,12 @@ struct OpProfile {
 
 bool profiling_enabled();
 void set_profiling(bool on);
-void record_profile(const char* op, double seconds);
-std::map<std::string, OpProfile> take_profile();  // returns and clears the totals
+// kernel_op: what ran; graph_op: the op of the graph the user built that it belongs to
+// (a composite such as softmax, or the kernel's op itself).
+void record_profile(const char* kernel_op, const char* graph_op, double seconds);
+struct ProfileTotals {
+  std::map<std::string, OpProfile> graph_ops, kernels;
+};
+ProfileTotals take_profile();  // returns and clears the totals
 
 }  // namespace mg

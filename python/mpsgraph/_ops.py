@@ -98,7 +98,8 @@ def _make_method(schema):
         params.append(inspect.Parameter(a["name"], inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
     params.append(inspect.Parameter("name", inspect.Parameter.KEYWORD_ONLY, default=None))
     sig = inspect.Signature(params)
-    ref_inputs = [n for n, _, _ in inputs if n not in ("predicate", "condition", "indices", "updates_indices")]
+    # scalars take their dtype from a data input, never from an index or a predicate
+    ref_inputs = [n for (n, _, _), role in zip(inputs, schema["input_roles"]) if role in ("data", "shape_only")]
 
     def method(self, *args, **kwargs):
         try:

@@ -1,8 +1,13 @@
-"""Per-op profiling: time spent in each op kind across runs.
+"""Per-op profiling: time spent in each op across runs.
 
     with mg.profiler.profile() as prof:
         exe.run(inputs)
-    print(prof.table())
+    print(prof.table())                 # per op of the graph you built (softmax, conv2d, ...)
+    print(prof.table(kernels=True))     # per kernel that ran (a composite's pieces)
+
+Composite ops (softmax, the losses, the convolution and pooling front ends, the
+normalisations, ...) are reported under their own names, whether the backend ran them as
+one kernel or as their decomposition.
 """
 import contextlib
 
@@ -11,12 +16,14 @@ from . import _core
 
 class Profile:
     def __init__(self):
-        self.ops = {}  # op -> (seconds, calls)
+        self.ops = {}      # graph-level op -> (seconds, calls)
+        self.kernels = {}  # kernel op -> (seconds, calls)
 
-    def table(self, top=20):
-        total = sum(s for s, _ in self.ops.values()) or 1.0
-        rows = sorted(self.ops.items(), key=lambda kv: -kv[1][0])[:top]
-        lines = [f"{'op':<32}{'calls':>8}{'total ms':>12}{'share':>8}"]
+    def table(self, top=20, kernels=False):
+        data = self.kernels if kernels else self.ops
+        total = sum(s for s, _ in data.values()) or 1.0
+        rows = sorted(data.items(), key=lambda kv: -kv[1][0])[:top]
+        lines = [f"{'kernel' if kernels else 'op':<32}{'calls':>8}{'total ms':>12}{'share':>8}"]
         for op, (s, n) in rows:
             lines.append(f"{op:<32}{n:>8}{s * 1e3:>12.3f}{s / total * 100:>7.1f}%")
         return "\n".join(lines)
@@ -32,4 +39,5 @@ def profile():
         yield prof
     finally:
         _core.set_profiling(False)
-        prof.ops = dict(_core.take_profile())
+        graph_ops, kernels = _core.take_profile()
+        prof.ops, prof.kernels = dict(graph_ops), dict(kernels)

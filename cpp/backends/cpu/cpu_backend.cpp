@@ -162,7 +162,8 @@ struct Slot {
 
 struct Step {
   KernelFn fn;
-  const char* op = "";
+  const char* op = "";        // the kernel's op
+  const char* graph_op = "";  // the graph-level op it implements (a composite, or op itself)
   std::vector<int> in, out;
   std::vector<const void*> in_ptr;
   std::vector<void*> out_ptr;
@@ -206,6 +207,7 @@ class CpuProgram final : public Program {
       for (auto& v : n.inputs) in.push_back(g.type(v));
       Step st;
       st.op = n.op->name.c_str();  // registry entries live as long as the process
+      st.graph_op = (n.origin_op ? n.origin_op : n.op)->name.c_str();
       st.fn = (*f)(KernelCtx{n, in, n.outputs});
       for (auto& v : n.inputs) st.in.push_back(slot_of.at(v));
       for (size_t k = 0; k < n.outputs.size(); ++k) {
@@ -264,7 +266,7 @@ class CpuProgram final : public Program {
       if (profile) {
         auto t0 = std::chrono::steady_clock::now();
         st.fn(st.in_ptr.data(), st.out_ptr.data());
-        record_profile(st.op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        record_profile(st.op, st.graph_op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       } else {
         st.fn(st.in_ptr.data(), st.out_ptr.data());
       }
@@ -333,13 +335,6 @@ class CpuProgram final : public Program {
   std::mutex mu_;
 };
 
-class CpuBackend final : public Backend {
- public:
-  DeviceKind kind() const override { return DeviceKind::CPU; }
-  bool available() const override { return true; }
-  std::unique_ptr<Program> compile(const Specialised& sg) override { return std::make_unique<CpuProgram>(sg); }
-};
-
 class CpuEvaluator final : public ConstantEvaluator {
  public:
   std::vector<std::shared_ptr<Array>> evaluate(const Node& node,
@@ -362,15 +357,21 @@ class CpuEvaluator final : public ConstantEvaluator {
   }
 };
 
+class CpuBackend final : public Backend {
+ public:
+  DeviceKind kind() const override { return DeviceKind::CPU; }
+  bool available() const override { return true; }
+  std::unique_ptr<Program> compile(const Specialised& sg) override { return std::make_unique<CpuProgram>(sg); }
+  ConstantEvaluator* constant_evaluator() override { return &evaluator_; }
+
+ private:
+  CpuEvaluator evaluator_;
+};
+
+const RegisterBackend registered(DeviceKind::CPU, make_cpu_backend);
+
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
 }  // namespace mg::cpu
-
-namespace mg {
-ConstantEvaluator& cpu_constant_evaluator() {
-  static cpu::CpuEvaluator e;
-  return e;
-}
-}  // namespace mg

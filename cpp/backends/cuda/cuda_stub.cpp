@@ -15,6 +15,7 @@ class CudaStub final : public Backend {
     raise(ErrorKind::Runtime, "device", "", "the CUDA backend is not built");
   }
 };
-}  // namespace
 std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaStub>(); }
+const RegisterBackend registered(DeviceKind::CUDA, make_cuda_backend);
+}  // namespace
 }  // namespace mg

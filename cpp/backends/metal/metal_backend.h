@@ -9,10 +9,6 @@
 #include "core/specialise.h"
 #include "runtime/backend.h"
 
-namespace mg {
-std::unique_ptr<Backend> make_metal_backend();  // declared for runtime/device.cpp
-}
-
 namespace mg::metal {
 
 // One Metal GPU: id<MTLDevice> (MTLCreateSystemDefaultDevice), its MTLCommandQueue and the

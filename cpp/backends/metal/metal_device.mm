@@ -1,5 +1,5 @@
 // The Metal device (MTLDevice + MTLCommandQueue), MTLBuffer-backed Arrays, and the Backend
-// that runtime/device.cpp asks for through make_metal_backend().
+// that registers itself with the runtime (RegisterBackend).
 #include <unistd.h>
 
 #include "backends/metal/metal_internal.h"
@@ -118,5 +118,8 @@ class MetalBackend final : public Backend {
 }  // namespace mg::metal
 
 namespace mg {
+namespace {
 std::unique_ptr<Backend> make_metal_backend() { return std::make_unique<metal::MetalBackend>(); }
+const RegisterBackend registered(DeviceKind::Metal, make_metal_backend);
+}  // namespace
 }  // namespace mg

@@ -77,6 +77,9 @@ class LowerCtx {
   // with the number of earlier runs of this program (stateful ops such as random_uniform_like
   // key their numbers on it). Created on first use; raises where the program has none.
   MPSGraphTensor* run_counter();
+  // Evaluates nodes on host constants at compile time (the one specialisation used).
+  ConstantEvaluator* host_evaluator = nullptr;
+  ConstantEvaluator& evaluator() const;
 
   const TensorType& out(size_t k = 0) const { return out_types.at(k); }
   DType in_dtype(size_t i = 0) const { return in_types.at(i).dtype; }

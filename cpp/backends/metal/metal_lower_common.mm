@@ -122,6 +122,11 @@ MPSGraphTensor* LowerCtx::run_counter() {
   return run_counter_();
 }
 
+ConstantEvaluator& LowerCtx::evaluator() const {
+  if (!host_evaluator) fail(ErrorKind::Runtime, "internal error: the metal program was compiled without a constant evaluator");
+  return *host_evaluator;
+}
+
 void LowerCtx::fail(ErrorKind kind, const std::string& msg) const { raise(kind, op, node.name, msg); }
 
 void LowerCtx::needs_macos(const char* version, const std::string& what) const {

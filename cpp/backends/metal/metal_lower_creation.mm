@@ -14,7 +14,7 @@ using T = MPSGraphTensor*;
 
 std::vector<T> evaluate_at_compile_time(LowerCtx& c) {
   if (!c.in.empty()) c.fail(ErrorKind::NotImplemented, "is not implemented on the metal backend (it has tensor inputs)");
-  std::vector<std::shared_ptr<Array>> values = cpu_constant_evaluator().evaluate(c.node, {});
+  std::vector<std::shared_ptr<Array>> values = c.evaluator().evaluate(c.node, {});
   if (values.size() != c.out_types.size())
     c.fail(ErrorKind::NotImplemented, "is not implemented on the metal backend (no compile-time evaluation)");
   std::vector<T> outs;

@@ -88,13 +88,6 @@ bool overlaps(const Array& a, const Array& b) {
 // CPU, then embedded as constants.
 std::vector<MPSGraphTensor*> evaluate_shape_only(const Graph& G, const Node& n, LowerCtx& c) {
   const std::string& op = n.op->name;
-  // the input that only gives a shape (its values are never read), or -1
-  const size_t shape_only = (op == "sum_to_like" || op == "slice_gradient" || op == "tile_gradient" ||
-                             op == "avg_pooling_nd_gradient" || op == "sum_pooling_nd_gradient" ||
-                             op == "resize_gradient" || op == "pad_gradient")
-                                ? 1
-                            : (op == "convolution_data_gradient" || op == "convolution_weights_gradient") ? 2
-                                                                                                          : size_t(-1);
   std::vector<std::shared_ptr<const Array>> args;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     const ValueRef v = n.inputs[i];
@@ -104,7 +97,7 @@ std::vector<MPSGraphTensor*> evaluate_shape_only(const Graph& G, const Node& n, 
       args.push_back(Array::empty(t.dtype, t.shape));
     } else if (src.op->name == "constant") {
       args.push_back(node_attr<std::shared_ptr<const Array>>(src, "value"));
-    } else if (i == shape_only) {
+    } else if (n.op->input_spec(i).role == InputRole::ShapeOnly) {  // values never read
       auto dummy = Array::empty(t.dtype, t.shape);
       std::memset(dummy->data(), 0, dummy->nbytes());
       args.push_back(dummy);
@@ -113,7 +106,7 @@ std::vector<MPSGraphTensor*> evaluate_shape_only(const Graph& G, const Node& n, 
             "a zero-size input next to a computed non-empty one is not implemented on the metal backend");
     }
   }
-  std::vector<std::shared_ptr<Array>> values = cpu_constant_evaluator().evaluate(n, args);
+  std::vector<std::shared_ptr<Array>> values = c.evaluator().evaluate(n, args);
   if (values.size() != n.outputs.size())
     raise(ErrorKind::NotImplemented, op, n.name, "cannot evaluate this zero-size case on the metal backend");
   std::vector<MPSGraphTensor*> outs;
@@ -277,6 +270,7 @@ void MetalProgram::build(const Specialised& sg) {
     }
     std::vector<MPSGraphTensor*> outs;
     LowerCtx c(g, n, std::move(ins), std::move(in_types), &keep_alive_, run_counter);
+    c.host_evaluator = sg.evaluator;
     if (any_empty_in) {
       outs = evaluate_shape_only(G, n, c);
     } else {

@@ -15,6 +15,7 @@ class MetalStub final : public Backend {
     raise(ErrorKind::Runtime, "device", "", "the Metal backend is not built");
   }
 };
-}  // namespace
 std::unique_ptr<Backend> make_metal_backend() { return std::make_unique<MetalStub>(); }
+const RegisterBackend registered(DeviceKind::Metal, make_metal_backend);
+}  // namespace
 }  // namespace mg

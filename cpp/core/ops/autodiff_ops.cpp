@@ -26,7 +26,7 @@ void register_autodiff_ops() {
   register_op({.name = "sum_to_like",
                .doc = "Sums x down to the shape of `like` (which must broadcast to x's shape): the gradient of "
                       "broadcasting. Shapes may be known only at run time.",
-               .inputs = {{"x"}, {"like"}},
+               .inputs = {{"x"}, {"like", false, false, InputRole::ShapeOnly}},
                .infer = [](InferCtx& c) {
                  const Shape& xs = c.in[0].shape;
                  const Shape& ls = c.in[1].shape;
@@ -46,13 +46,13 @@ void register_autodiff_ops() {
                .family = "autodiff"});
   register_op({.name = "broadcast_like",
                .doc = "Broadcasts x to the broadcast shape of x and `like` (numpy rules), known at run time.",
-               .inputs = {{"x"}, {"like"}},
+               .inputs = {{"x"}, {"like", false, false, InputRole::ShapeOnly}},
                .infer = [](InferCtx& c) { return std::vector<TensorType>{{c.in[0].dtype, c.broadcast({0, 1})}}; },
                .grad = [](GradCtx& c) { return std::vector<ValueRef>{sum_to_like(c.g, c.dy[0], c.x(0)), ValueRef{}}; },
                .family = "autodiff"});
   register_op({.name = "full_like",
                .doc = "A tensor of `like`'s shape filled with value, of `like`'s dtype unless dtype is given.",
-               .inputs = {{"like"}},
+               .inputs = {{"like", false, false, InputRole::ShapeOnly}},
                .attrs = {attr("value", AttrKind::Float), optional_attr("dtype", AttrKind::DType)},
                .infer = [](InferCtx& c) {
                  DType d = c.has("dtype") ? c.dtype("dtype") : c.in[0].dtype;

@@ -618,7 +618,7 @@ void register_convolution_ops() {
                       "source; also the transposed convolution): incoming_gradient (N, O, *out), weights (O, C/groups, "
                       "*kernel) -> (N, C, *in). The source's spatial dims come from `like` (the forward source, or any "
                       "tensor of its shape), or from output_padding / source_spatial_shape.",
-               .inputs = {{"incoming_gradient"}, {"weights"}, {"like"}},
+               .inputs = {{"incoming_gradient"}, {"weights"}, {"like", false, false, InputRole::ShapeOnly}},
                .attrs = dg_attrs,
                .infer = infer_data_gradient,
                .grad = [](GradCtx& c) {
@@ -635,7 +635,7 @@ void register_convolution_ops() {
                .doc = "Gradient of convolution with respect to its weights: incoming_gradient (N, O, *out), source "
                       "(N, C, *in) -> (O, C/groups, *kernel). The kernel's dims come from `like` (the forward weights, "
                       "or any tensor of their shape) or kernel_spatial_shape.",
-               .inputs = {{"incoming_gradient"}, {"source"}, {"like"}},
+               .inputs = {{"incoming_gradient"}, {"source"}, {"like", false, false, InputRole::ShapeOnly}},
                .attrs = wg_attrs,
                .infer = infer_weights_gradient,
                .grad = [](GradCtx& c) {

@@ -243,7 +243,7 @@ void register_elementwise_ops() {
 
   register_op({.name = "select",
                .doc = "predicate ? x : y, broadcasting all three. The predicate is bool, or nonzero means true.",
-               .inputs = {{"predicate"}, {"true_tensor"}, {"false_tensor"}},
+               .inputs = {{"predicate", false, false, InputRole::Predicate}, {"true_tensor"}, {"false_tensor"}},
                .infer = [](InferCtx& c) {
                  c.same_dtype(1, 2);
                  return std::vector<TensorType>{{c.in[1].dtype, c.broadcast({0, 1, 2})}};

@@ -376,7 +376,7 @@ void register_pooling_ops() {
                  .family = "pooling"});
     register_op({.name = grad_name,
                  .doc = gdoc,
-                 .inputs = {{"dy"}, {"source"}},
+                 .inputs = {{"dy"}, {"source", false, false, InputRole::ShapeOnly}},
                  .attrs = attrs,
                  .infer = [](InferCtx& c) {
                    Shape pooled = primitive_pooled(c, 1);

@@ -74,7 +74,7 @@ void register_random_ops() {
   register_op({.name = "random_uniform_like",
                .doc = "Uniform numbers in [0, 1) shaped like `like` (Philox-4x32-10 keyed by seed; each run of an "
                       "executable advances the counter, so runs draw fresh numbers).",
-               .inputs = {{"like"}},
+               .inputs = {{"like", false, false, InputRole::ShapeOnly}},
                .attrs = {attr("seed", AttrKind::Int, int64_t(0)), optional_attr("dtype", AttrKind::DType)},
                .infer = like_type,
                .grad = no_grad_through_randomness(),
@@ -169,6 +169,9 @@ void register_random_ops() {
                  if (!(r >= 0 && r < 1)) c.fail(ErrorKind::Value, "rate must be in [0, 1), got " + std::to_string(r));
                  return std::vector<TensorType>{c.in[0]};
                },
+               // the mask depends only on shape, seed and run, so dropout of dy with the same
+               // attributes applies the forward's mask (and draws nothing new to keep)
+               .grad = [](GradCtx& c) { return std::vector<ValueRef>{call(c.g, "dropout", {c.dy[0]}, c.node.attrs)}; },
                .family = "random",
                .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
                  ValueRef x = in[0];

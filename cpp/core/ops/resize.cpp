@@ -104,7 +104,7 @@ void register_resize_ops() {
                .doc = "Gradient of resize (same attributes): dy spread back onto source's shape with the "
                       "transposed weights (MPSGraph's resizeWithGradientTensor:input:...). source gives only the "
                       "shape. Linear: its gradient w.r.t. dy is resize.",
-               .inputs = {{"dy"}, {"source"}},
+               .inputs = {{"dy"}, {"source", false, false, InputRole::ShapeOnly}},
                .attrs = resize_attrs(),
                .infer = [](InferCtx& c) {
                  require_class(c, 1, kFloat);

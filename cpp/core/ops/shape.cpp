@@ -493,7 +493,7 @@ void register_shape_ops() {
        .doc = "The gradient of strided_slice: a tensor of `like`'s shape that is zero except where the slice "
               "(same attributes) takes elements, which hold dy. MPSGraph's sliceGradientTensor. Its own "
               "gradient is strided_slice.",
-       .inputs = {{"dy"}, {"like"}},
+       .inputs = {{"dy"}, {"like", false, false, InputRole::ShapeOnly}},
        .attrs = slice_attr_specs(),
        .infer = [](InferCtx& c) {
          Shape fwd = strided_slice_shape(c, c.in[1].shape, slice_attrs(c));
@@ -677,7 +677,7 @@ void register_shape_ops() {
        .doc = "The gradient of pad: each element of dy is added to the element of `like` (shape only) that pad "
               "(same left_padding, right_padding and mode) copied there; constant padding drops the border. "
               "MPSGraph's padGradientWithIncomingGradientTensor. Its own gradient is pad.",
-       .inputs = {{"dy"}, {"like"}},
+       .inputs = {{"dy"}, {"like", false, false, InputRole::ShapeOnly}},
        .attrs = {attr("left_padding", AttrKind::Ints, AttrNone{}, "elements before, per dim"),
                  attr("right_padding", AttrKind::Ints, AttrNone{}, "elements after, per dim"),
                  attr("mode", AttrKind::String, std::string("constant"),
@@ -801,7 +801,7 @@ void register_shape_ops() {
               "on_value where its position equals the index and off_value elsewhere. An index outside "
               "[0, depth) (negative included) gives off_value everywhere, as TensorFlow and MPSGraph do "
               "(MPSGraph's oneHotWithIndicesTensor:depth:axis:dataType:onValue:offValue:). Not differentiable.",
-       .inputs = {{"indices"}},
+       .inputs = {{"indices", false, false, InputRole::Index}},
        .attrs = {attr("depth", AttrKind::Int, AttrNone{}, "size of the new dim (>= 0)"),
                  attr("axis", AttrKind::Int, int64_t(-1), "position of the new dim in the result, in [-rank-1, rank]"),
                  attr("dtype", AttrKind::DType, DType::Float32, "result dtype"),
@@ -847,7 +847,7 @@ void register_shape_ops() {
   reg({.name = "tile_gradient",
        .doc = "The gradient of tile: sums the tiles of dy back to `like`'s shape (MPSGraph's "
               "tileGradientWithIncomingGradientTensor). Its own gradient is tile.",
-       .inputs = {{"dy"}, {"like"}},
+       .inputs = {{"dy"}, {"like", false, false, InputRole::ShapeOnly}},
        .attrs = {attr("multiples", AttrKind::Ints)},
        .infer = [](InferCtx& c) {
          require_class(c, 0, kNumeric);
