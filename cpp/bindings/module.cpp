@@ -405,7 +405,21 @@ PYBIND11_MODULE(_core, m) {
             return r;
           })
       .def_property_readonly("device", [](const Executable& e) { return e.device().str(); })
-      .def_property_readonly("num_specializations", &Executable::num_specialisations);
+      .def_property_readonly("num_specializations", &Executable::num_specialisations)
+      .def("memory_plan", [](const Executable& e) {
+            py::list r;
+            for (auto& p : e.memory_plan()) {
+              py::dict d;
+              d["node"] = p.node;
+              d["op"] = p.op;
+              d["storage"] = p.storage;
+              d["buffer"] = p.buffer;
+              d["nbytes"] = p.nbytes;
+              d["alias_of"] = p.alias_of.empty() ? py::object(py::none()) : py::object(py::str(p.alias_of));
+              r.append(d);
+            }
+            return r;
+          });
 
   py::class_<PyGraph>(m, "Graph")
       .def(py::init<>())

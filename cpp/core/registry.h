@@ -100,6 +100,7 @@ struct OpDef {
   std::string family;        // "elementwise", "reduction", ... for docs and tables
   FoldTypesFn fold_types;
   ExpandFn expand;           // set: a composite (see ExpandFn)
+  bool view = false;         // output 0 is input 0's bytes under another shape: backends may alias it
   bool composite() const { return bool(expand); }
   const InputSpec& input_spec(size_t i) const;  // variadic inputs share the last spec
 };

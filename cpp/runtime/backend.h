@@ -19,10 +19,20 @@ struct Device {
 };
 Device parse_device(const std::string& s);  // throws ValueError for unknown names
 
+// One value of a compiled program and where it lives (Executable.memory_plan()).
+struct PlanEntry {
+  std::string node, op;
+  std::string storage;     // feed, constant, variable, arena, output, scratch, view
+  int64_t buffer = -1;     // arena buffer (arena, scratch, views of them), feed or output index
+  size_t nbytes = 0;
+  std::string alias_of;    // view: the node whose bytes it shares
+};
+
 // A compiled executable's backend half: every shape fixed, buffers planned.
 class Program {
  public:
   virtual ~Program() = default;
+  virtual std::vector<PlanEntry> memory_plan() const { return {}; }
   // inputs in feed order, outputs (already allocated, of the target types) in target order.
   virtual void run(const std::vector<std::shared_ptr<Array>>& inputs,
                    const std::vector<std::shared_ptr<Array>>& outputs) = 0;

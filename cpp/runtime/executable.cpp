@@ -6,10 +6,19 @@ namespace mg {
 
 static constexpr size_t kMaxSpecialisations = 16;
 
-std::string signature_key(const std::vector<TensorType>& types) {
-  std::string k;
-  for (auto& t : types) k += type_str(t) + ";";
-  return k;
+size_t ExecutableKeyHash::operator()(const ExecutableKey& k) const {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(uint64_t(k.device.kind) * 31 + uint64_t(k.device.index));
+  for (auto f : k.feeds) mix(uint64_t(f));
+  for (auto& t : k.feed_types) {
+    mix(uint64_t(t.dtype));
+    for (auto d : t.shape) mix(uint64_t(d));
+    mix(0xfeedull);
+  }
+  for (auto& t : k.targets) mix((uint64_t(uint32_t(t.node)) << 32) | uint32_t(t.index));
+  for (auto o : k.target_ops) mix(uint64_t(o) ^ 0x5eedull);
+  return size_t(h);
 }
 
 Executable::Executable(std::shared_ptr<Graph> graph, std::vector<int32_t> feeds, std::vector<TensorType> feed_types,
@@ -51,13 +60,11 @@ size_t Executable::num_specialisations() const {
 }
 
 Executable::Compiled& Executable::compiled_for(const std::vector<TensorType>& types) {
-  // the run path: the most recent signature again needs no key string
-  if (!compiled_.empty() && compiled_.front().second->feed_types == types) return *compiled_.front().second;
-  std::string key = signature_key(types);
+  // at most kMaxSpecialisations entries, the most recent first: a linear search is cheapest
   for (auto it = compiled_.begin(); it != compiled_.end(); ++it) {
-    if (it->first == key) {
-      compiled_.splice(compiled_.begin(), compiled_, it);
-      return *compiled_.front().second;
+    if ((*it)->feed_types == types) {
+      if (it != compiled_.begin()) compiled_.splice(compiled_.begin(), compiled_, it);
+      return *compiled_.front();
     }
   }
   auto c = std::make_unique<Compiled>();
@@ -68,9 +75,15 @@ Executable::Compiled& Executable::compiled_for(const std::vector<TensorType>& ty
   c->program = backend_->compile(c->sg);
   for (auto& t : c->sg.targets) c->out_types.push_back(c->sg.graph->type(t));
   c->pool.resize(c->out_types.size());
-  compiled_.emplace_front(key, std::move(c));
+  compiled_.emplace_front(std::move(c));
   if (compiled_.size() > kMaxSpecialisations) compiled_.pop_back();
-  return *compiled_.front().second;
+  return *compiled_.front();
+}
+
+std::vector<PlanEntry> Executable::memory_plan() const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (compiled_.empty()) return {};
+  return compiled_.front()->program->memory_plan();
 }
 
 std::shared_ptr<Array> Executable::take_output(Compiled& c, size_t k) {
@@ -127,12 +140,18 @@ std::shared_ptr<Executable> ExecutableCache::get(const std::shared_ptr<Graph>& g
                                                  const std::vector<TensorType>& feed_types,
                                                  const std::vector<ValueRef>& targets,
                                                  const std::vector<int32_t>& target_ops, const Device& device) {
-  std::string key = device.str() + "|" + signature_key(feed_types) + "|";
-  for (auto f : feeds) key += std::to_string(f) + ",";
-  key += "|";
-  for (auto& t : targets) key += std::to_string(t.node) + ":" + std::to_string(t.index) + ",";
-  key += "|";
-  for (auto o : target_ops) key += std::to_string(o) + ",";
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!lru_.empty()) {  // the same run again: compare in place, copy nothing
+      const ExecutableKey& k = lru_.front().first;
+      if (k.device == device && k.feeds == feeds && k.feed_types == feed_types && k.targets == targets &&
+          k.target_ops == target_ops) {
+        ++hits_;
+        return lru_.front().second;
+      }
+    }
+  }
+  ExecutableKey key{device, feeds, feed_types, targets, target_ops};
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = index_.find(key);

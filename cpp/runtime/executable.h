@@ -2,7 +2,7 @@
 // and the bounded LRU cache that Graph.run uses.
 #pragma once
 #include <list>
-#include <map>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +29,8 @@ class Executable {
   const std::vector<ValueRef>& targets() const { return targets_; }
   const std::vector<int32_t>& target_ops() const { return target_ops_; }
   const Device& device() const { return device_; }
+  // Where each value of the most recently used specialisation lives (empty before one).
+  std::vector<PlanEntry> memory_plan() const;
   std::vector<TensorType> target_types() const;  // declared (may hold unknown dims)
   size_t num_specialisations() const;
 
@@ -51,11 +53,28 @@ class Executable {
   Device device_;
   Backend* backend_;
   mutable std::mutex mu_;
-  std::list<std::pair<std::string, std::unique_ptr<Compiled>>> compiled_;  // LRU, front = newest
+  std::list<std::unique_ptr<Compiled>> compiled_;  // LRU by feed types, front = newest
 };
 
 struct CacheInfo {
   size_t hits = 0, misses = 0, size = 0, capacity = 0;
+};
+
+// What Graph.run's cache keys an executable on. Compared field by field; the most
+// recent key is checked first, so a repeated Graph.run builds no string and hashes nothing.
+struct ExecutableKey {
+  Device device;
+  std::vector<int32_t> feeds;
+  std::vector<TensorType> feed_types;
+  std::vector<ValueRef> targets;
+  std::vector<int32_t> target_ops;
+  bool operator==(const ExecutableKey& o) const {
+    return device == o.device && feeds == o.feeds && feed_types == o.feed_types && targets == o.targets &&
+           target_ops == o.target_ops;
+  }
+};
+struct ExecutableKeyHash {
+  size_t operator()(const ExecutableKey& k) const;
 };
 
 // Graph.run's cache: one Executable per (targets, target ops, feeds, feed types, device).
@@ -73,10 +92,8 @@ class ExecutableCache {
   mutable std::mutex mu_;
   size_t capacity_;
   size_t hits_ = 0, misses_ = 0;
-  std::list<std::pair<std::string, std::shared_ptr<Executable>>> lru_;
-  std::map<std::string, decltype(lru_)::iterator> index_;
+  std::list<std::pair<ExecutableKey, std::shared_ptr<Executable>>> lru_;
+  std::unordered_map<ExecutableKey, decltype(lru_)::iterator, ExecutableKeyHash> index_;
 };
-
-std::string signature_key(const std::vector<TensorType>& types);
 
 }  // namespace mg

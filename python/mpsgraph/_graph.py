@@ -74,6 +74,14 @@ TensorData.__repr__ = _td_repr
 TensorData.__len__ = lambda self: self.shape[0] if self.shape else (_ for _ in ()).throw(TypeError("len() of a 0-d TensorData"))
 
 
+def feed_value(value, dtype=None, op="run"):
+    """What the C++ run path takes for a feed: a plain numpy array of a builtin dtype goes
+    as it is (C++ wraps it once, without a copy); anything else becomes TensorData here."""
+    if type(value) is np.ndarray and value.dtype.isbuiltin == 1:  # not bfloat16 (2: user-defined)
+        return value
+    return as_tensor_data(value, dtype, op)
+
+
 def as_tensor_data(value, dtype=None, op="run"):
     """TensorData for a feed: TensorData, numpy/buffer/DLPack objects in place; Python lists
     and scalars through numpy (with the placeholder's dtype when given)."""
@@ -392,7 +400,7 @@ class Graph:
         for t, value in (feeds or {}).items():
             self._check_tensor(t, op, "feed key")
             nodes.append(t.node)
-            datas.append(as_tensor_data(value, t.dtype))
+            datas.append(feed_value(value, t.dtype))
         return nodes, datas
 
     def _targets(self, targets, target_operations, op):
@@ -466,6 +474,12 @@ class Executable:
     def num_specializations(self):
         return self._exe.num_specializations
 
+    def memory_plan(self):
+        """Where each value of the most recent specialisation lives, one dict per value:
+        node, op, storage ('feed', 'constant', 'variable', 'arena', 'output', 'scratch' or
+        'view': the same bytes as node `alias_of`, no copy), buffer index and nbytes."""
+        return self._exe.memory_plan()
+
     def _inputs(self, inputs):
         if isinstance(inputs, dict):
             missing = [t.name for t in self.feed_tensors if t not in inputs]
@@ -475,7 +489,7 @@ class Executable:
         inputs = list(inputs)
         if len(inputs) != len(self.feed_tensors):
             raise GraphValueError(f"[run] expected {len(self.feed_tensors)} inputs in the order of feed_tensors, got {len(inputs)}")
-        return [as_tensor_data(v, t.dtype) for v, t in zip(inputs, self.feed_tensors)]
+        return [feed_value(v, t.dtype) for v, t in zip(inputs, self.feed_tensors)]
 
     def run(self, inputs=(), out=None):
         """Runs with inputs (a list in feed_tensors order, or a dict); returns a list of

@@ -104,6 +104,9 @@ class Variable(Tensor):
 class Executable:
     @property
     def device(self) -> Any: ...
+    def memory_plan(self) -> Any:
+        """Where each value of the most recent specialisation lives, one dict per value:"""
+        ...
     @property
     def num_specializations(self) -> Any: ...
     def run(self, inputs: Any = ..., out: Any = ...) -> Any:

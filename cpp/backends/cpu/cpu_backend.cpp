@@ -158,6 +158,9 @@ struct Slot {
   std::shared_ptr<const Array> constant;
   size_t nbytes = 0;
   TensorType type;  // Var: the type compiled for
+  std::string node;  // the node that made it (for memory_plan)
+  std::string op;
+  bool scratch = false;
 };
 
 struct Step {
@@ -179,22 +182,32 @@ class CpuProgram final : public Program {
       slots_.push_back(std::move(s));
       return int(slots_.size() - 1);
     };
-    std::vector<int> last_use;  // per slot: last step reading it
+    auto is_target = [&](ValueRef v) {
+      for (size_t t = 0; t < sg.targets.size(); ++t)
+        if (sg.targets[t] == v && !target_taken[t]) return true;
+      return false;
+    };
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
+      if (n.op->view && !is_target({int32_t(id), 0})) {  // same bytes, another shape: no copy
+        slot_of[{int32_t(id), 0}] = slot_of.at(n.inputs[0]);
+        views_.push_back({n.name, op, slot_of.at(n.inputs[0])});
+        continue;
+      }
       if (op == "placeholder") {
         auto it = std::find(sg.feeds.begin(), sg.feeds.end(), int32_t(id));
-        slot_of[{int32_t(id), 0}] = new_slot({SlotKind::Feed, it - sg.feeds.begin(), nullptr, 0});
+        slot_of[{int32_t(id), 0}] = new_slot({SlotKind::Feed, it - sg.feeds.begin(), nullptr, 0, {}, n.name, op});
         continue;
       }
       if (op == "constant") {
         slot_of[{int32_t(id), 0}] =
-            new_slot({SlotKind::Const, 0, node_attr<std::shared_ptr<const Array>>(n, "value"), 0});
+            new_slot({SlotKind::Const, 0, node_attr<std::shared_ptr<const Array>>(n, "value"), 0, {}, n.name, op});
         continue;
       }
       if (op == "read_variable") {
-        slot_of[{int32_t(id), 0}] = new_slot({SlotKind::Var, node_attr<int64_t>(n, "variable"), nullptr, 0, n.outputs[0]});
+        slot_of[{int32_t(id), 0}] =
+            new_slot({SlotKind::Var, node_attr<int64_t>(n, "variable"), nullptr, 0, n.outputs[0], n.name, op});
         continue;
       }
       if (op == "assign_variable") {
@@ -208,7 +221,8 @@ class CpuProgram final : public Program {
       Step st;
       st.op = n.op->name.c_str();  // registry entries live as long as the process
       st.graph_op = (n.origin_op ? n.origin_op : n.op)->name.c_str();
-      st.fn = (*f)(KernelCtx{n, in, n.outputs});
+      KernelCtx kctx{n, in, n.outputs};
+      st.fn = (*f)(kctx);
       for (auto& v : n.inputs) st.in.push_back(slot_of.at(v));
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         ValueRef v{int32_t(id), int32_t(k)};
@@ -223,7 +237,16 @@ class CpuProgram final : public Program {
         int s = out_index >= 0 ? new_slot({SlotKind::Output, out_index, nullptr, nbytes})
                                : new_slot({SlotKind::Arena, -1, nullptr, nbytes});
         slot_of[v] = s;
+        slots_[size_t(s)].node = n.name;
+        slots_[size_t(s)].op = op;
         st.out.push_back(s);
+      }
+      for (size_t nbytes : kctx.scratch_bytes) {  // written and read within this step only
+        Slot sc{SlotKind::Arena, -1, nullptr, nbytes};
+        sc.node = n.name;
+        sc.op = op;
+        sc.scratch = true;
+        st.out.push_back(new_slot(std::move(sc)));
       }
       st.in_ptr.resize(st.in.size());
       st.out_ptr.resize(st.out.size());
@@ -280,6 +303,24 @@ class CpuProgram final : public Program {
     }
   }
 
+ std::vector<PlanEntry> memory_plan() const override {
+    static const char* kinds[] = {"feed", "constant", "variable", "arena", "output"};
+    std::vector<PlanEntry> r;
+    for (auto& sl : slots_) {
+      PlanEntry e{sl.node, sl.op, sl.scratch ? "scratch" : kinds[int(sl.kind)], -1, sl.nbytes, ""};
+      if (sl.kind == SlotKind::Arena) e.buffer = sl.index;
+      if (sl.kind == SlotKind::Feed || sl.kind == SlotKind::Output) e.buffer = sl.index;
+      r.push_back(std::move(e));
+    }
+    for (auto& v : views_) {
+      const Slot& sl = slots_[size_t(v.slot)];
+      PlanEntry e{v.node, v.op, "view", -1, sl.nbytes, sl.node};
+      if (sl.kind == SlotKind::Arena) e.buffer = sl.index;
+      r.push_back(std::move(e));
+    }
+    return r;
+  }
+
  private:
   // Arena buffers are reused once their last reader has run (best fit by size).
   void plan_memory() {
@@ -320,6 +361,11 @@ class CpuProgram final : public Program {
     int slot, out;
     size_t nbytes;
   };
+  struct View {
+    std::string node, op;
+    int slot;  // the slot it shares
+  };
+  std::vector<View> views_;
   struct AssignStep {
     int64_t var;
     int slot;
@@ -343,7 +389,8 @@ class CpuEvaluator final : public ConstantEvaluator {
     if (!f) return {};
     std::vector<TensorType> in;
     for (auto& a : inputs) in.push_back({a->dtype, a->shape});
-    KernelFn fn = (*f)(KernelCtx{node, in, node.outputs});
+    KernelCtx kctx{node, in, node.outputs};
+    KernelFn fn = (*f)(kctx);
     std::vector<const void*> ip;
     for (auto& a : inputs) ip.push_back(a->data());
     std::vector<std::shared_ptr<Array>> outs;
@@ -351,6 +398,11 @@ class CpuEvaluator final : public ConstantEvaluator {
     for (auto& t : node.outputs) {
       outs.push_back(Array::empty(t.dtype, t.shape));
       op.push_back(outs.back()->data());
+    }
+    std::vector<std::shared_ptr<Buffer>> scratch;
+    for (size_t nbytes : kctx.scratch_bytes) {
+      scratch.push_back(Buffer::allocate(nbytes));
+      op.push_back(scratch.back()->data);
     }
     fn(ip.data(), op.data());
     return outs;

@@ -16,6 +16,13 @@ struct KernelCtx {
   const Node& node;
   const std::vector<TensorType>& in;
   const std::vector<TensorType>& out;
+  // Scratch space a kernel needs while it runs: part of the memory plan (reused by later
+  // steps), 64-byte aligned, passed to the kernel after its outputs. Returns its index in `out`.
+  size_t scratch(size_t nbytes) const {
+    scratch_bytes.push_back(nbytes);
+    return out.size() + scratch_bytes.size() - 1;
+  }
+  mutable std::vector<size_t> scratch_bytes;
 };
 using KernelFactory = std::function<KernelFn(const KernelCtx&)>;
 

@@ -8,7 +8,7 @@
 // them by the weights with BLAS; the data gradient multiplies by the transposed weights and
 // scatters the columns back (col2im); the weights gradient accumulates dy @ columns^T. 1x1
 // convolutions with unit strides and no padding use the source as the column matrix.
-// float16/bfloat16 compute in float32 scratch allocated here. Small products go over the
+// float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
 // project's pool as (image x group, tile) units with BLAS on the calling thread; large ones run
 // one image at a time with parallel gathers and BLAS's own threads.
 #include <algorithm>
@@ -234,9 +234,10 @@ void over_channels(const Plan& p, int64_t pt, F&& f) {
 }
 
 template <class T>
-struct Scratch {
-  std::vector<std::vector<T>> col;  // per slot
-  std::vector<std::vector<T>> acc;  // weights gradient partial sums of slots 1..
+struct Scratch {  // in the program's memory plan (KernelCtx::scratch)
+  T* col = nullptr;  // slots * col_elems
+  T* acc = nullptr;  // nacc * out_elems: weights gradient partial sums of slots 1..
+  int64_t nacc = 0;
 };
 
 // One tile [p0, p1) of one item. in0/in1/out: forward (x, w) -> y; data (dy, w) -> dx;
@@ -277,8 +278,8 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
   if (empty_work || p.kind == Kind::Weights) std::fill(out, out + out_elems, T(0));  // weights: accumulated
   if (empty_work) return;
   auto run_unit = [&](int64_t u, int slot) {
-    T* col = s.col[size_t(slot)].data();
-    T* o = p.kind == Kind::Weights && slot > 0 ? s.acc[size_t(slot - 1)].data() : out;
+    T* col = s.col + slot * p.col_elems;
+    T* o = p.kind == Kind::Weights && slot > 0 ? s.acc + (slot - 1) * out_elems : out;
     const int64_t item = p.tiles_parallel ? u / p.ntiles : u;
     const int64_t t0 = p.tiles_parallel ? u % p.ntiles : 0, t1 = p.tiles_parallel ? t0 + 1 : p.ntiles;
     if (p.kind == Kind::Data && !p.direct) {  // col2im accumulates: clear the item's planes first
@@ -292,25 +293,34 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
     return;
   }
   if (p.kind == Kind::Weights)
-    for (auto& a : s.acc) std::fill(a.begin(), a.end(), T(0));
+    std::fill(s.acc, s.acc + s.nacc * out_elems, T(0));
   parallel_for(p.slots, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t sl = s0; sl < s1; ++sl)
       for (int64_t u = sl; u < p.units(); u += p.slots) run_unit(u, int(sl));
   });
-  if (p.kind == Kind::Weights && !s.acc.empty()) {
+  if (p.kind == Kind::Weights && s.nacc > 0) {
     parallel_for(out_elems, 65536, [&](int64_t b, int64_t e) {
-      for (auto& a : s.acc)
-        for (int64_t i = b; i < e; ++i) out[i] += a[size_t(i)];
+      for (int64_t a = 0; a < s.nacc; ++a)
+        for (int64_t i = b; i < e; ++i) out[i] += s.acc[a * out_elems + i];
     });
   }
 }
 
+// Scratch requests: (col index, acc index, number of partial sums) into the kernel's `out`.
+struct ScratchPlan {
+  size_t col, acc;
+  int64_t nacc;
+};
 template <class T>
-std::shared_ptr<Scratch<T>> make_scratch(const Plan& p, int64_t out_elems) {
-  auto s = std::make_shared<Scratch<T>>();
-  s->col.assign(size_t(p.slots), std::vector<T>(size_t(p.col_elems)));
-  if (p.kind == Kind::Weights && p.ours) s->acc.assign(size_t(p.slots - 1), std::vector<T>(size_t(out_elems)));
-  return s;
+ScratchPlan plan_scratch(const KernelCtx& c, const Plan& p, int64_t out_elems) {
+  const int64_t nacc = p.kind == Kind::Weights && p.ours ? p.slots - 1 : 0;
+  const size_t col = c.scratch(size_t(p.slots * p.col_elems) * sizeof(T));
+  const size_t acc = c.scratch(size_t(nacc * out_elems) * sizeof(T));
+  return {col, acc, nacc};
+}
+template <class T>
+Scratch<T> scratch_of(const ScratchPlan& sp, void* const* out) {
+  return {static_cast<T*>(out[sp.col]), static_cast<T*>(out[sp.acc]), sp.nacc};
 }
 
 template <class S>  // half_t or bfloat16_t
@@ -327,24 +337,26 @@ void from_float(const float* src, S* dst, int64_t n) {
 }
 
 template <class T>
-KernelFn native(const Plan& p, int64_t out_elems) {
-  auto s = make_scratch<T>(p, out_elems);
-  return [p, s, out_elems](const void* const* in, void* const* out) {
-    execute<T>(p, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), static_cast<T*>(out[0]), out_elems, *s);
+KernelFn native(const KernelCtx& c, const Plan& p, int64_t out_elems) {
+  const ScratchPlan sp = plan_scratch<T>(c, p, out_elems);
+  return [p, sp, out_elems](const void* const* in, void* const* out) {
+    Scratch<T> s = scratch_of<T>(sp, out);
+    execute<T>(p, static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), static_cast<T*>(out[0]), out_elems, s);
   };
 }
 
 template <class S>
-KernelFn via_float(const Plan& p, int64_t n0, int64_t n1, int64_t out_elems) {
-  auto s = make_scratch<float>(p, out_elems);
-  auto f0 = std::make_shared<std::vector<float>>(size_t(n0));
-  auto f1 = std::make_shared<std::vector<float>>(size_t(n1));
-  auto fo = std::make_shared<std::vector<float>>(size_t(out_elems));
-  return [p, s, f0, f1, fo, n0, n1, out_elems](const void* const* in, void* const* out) {
-    to_float(static_cast<const S*>(in[0]), f0->data(), n0);
-    to_float(static_cast<const S*>(in[1]), f1->data(), n1);
-    execute<float>(p, f0->data(), f1->data(), fo->data(), out_elems, *s);
-    from_float(fo->data(), static_cast<S*>(out[0]), out_elems);
+KernelFn via_float(const KernelCtx& c, const Plan& p, int64_t n0, int64_t n1, int64_t out_elems) {
+  const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
+  const size_t i0 = c.scratch(size_t(n0) * sizeof(float)), i1 = c.scratch(size_t(n1) * sizeof(float)),
+               io = c.scratch(size_t(out_elems) * sizeof(float));
+  return [p, sp, i0, i1, io, n0, n1, out_elems](const void* const* in, void* const* out) {
+    float *f0 = static_cast<float*>(out[i0]), *f1 = static_cast<float*>(out[i1]), *fo = static_cast<float*>(out[io]);
+    to_float(static_cast<const S*>(in[0]), f0, n0);
+    to_float(static_cast<const S*>(in[1]), f1, n1);
+    Scratch<float> s = scratch_of<float>(sp, out);
+    execute<float>(p, f0, f1, fo, out_elems, s);
+    from_float(fo, static_cast<S*>(out[0]), out_elems);
   };
 }
 
@@ -359,10 +371,10 @@ KernelFactory factory(Kind kind) {
     Plan p = make_plan(kind, c.node, *src, *w, *dy);
     const int64_t n0 = num_elements(c.in[0].shape), n1 = num_elements(c.in[1].shape), no = num_elements(c.out[0].shape);
     switch (c.out[0].dtype) {
-      case DType::Float32: return native<float>(p, no);
-      case DType::Float64: return native<double>(p, no);
-      case DType::Float16: return via_float<half_t>(p, n0, n1, no);
-      case DType::BFloat16: return via_float<bfloat16_t>(p, n0, n1, no);
+      case DType::Float32: return native<float>(c, p, no);
+      case DType::Float64: return native<double>(c, p, no);
+      case DType::Float16: return via_float<half_t>(c, p, n0, n1, no);
+      case DType::BFloat16: return via_float<bfloat16_t>(c, p, n0, n1, no);
       default:
         raise(ErrorKind::Type, c.node.op->name, c.node.name,
               std::string("expects a floating-point dtype, got ") + dtype_name(c.out[0].dtype));

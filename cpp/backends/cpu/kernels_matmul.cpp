@@ -166,14 +166,14 @@ KernelFn matmul_factory(const KernelCtx& c) {
         blas_batches<S>(p, static_cast<const S*>(in[0]), static_cast<const S*>(in[1]), static_cast<S*>(out[0]));
       };
     } else if constexpr (std::is_same_v<S, half_t> || std::is_same_v<S, bfloat16_t>) {
-      auto xf = std::make_shared<std::vector<float>>(size_t(p.x_elems));
-      auto yf = std::make_shared<std::vector<float>>(size_t(p.y_elems));
-      auto of = std::make_shared<std::vector<float>>(size_t(p.out_elems));
-      return [p, xf, yf, of](const void* const* in, void* const* out) {
-        to_float(static_cast<const S*>(in[0]), xf->data(), p.x_elems);
-        to_float(static_cast<const S*>(in[1]), yf->data(), p.y_elems);
-        blas_batches<float>(p, xf->data(), yf->data(), of->data());
-        from_float(of->data(), static_cast<S*>(out[0]), p.out_elems);
+      const size_t xs = c.scratch(size_t(p.x_elems) * sizeof(float)), ys = c.scratch(size_t(p.y_elems) * sizeof(float)),
+                   os = c.scratch(size_t(p.out_elems) * sizeof(float));
+      return [p, xs, ys, os](const void* const* in, void* const* out) {
+        float *xf = static_cast<float*>(out[xs]), *yf = static_cast<float*>(out[ys]), *of = static_cast<float*>(out[os]);
+        to_float(static_cast<const S*>(in[0]), xf, p.x_elems);
+        to_float(static_cast<const S*>(in[1]), yf, p.y_elems);
+        blas_batches<float>(p, xf, yf, of);
+        from_float(of, static_cast<S*>(out[0]), p.out_elems);
       };
     } else if constexpr (std::is_same_v<S, bool>) {
       raise(ErrorKind::Type, c.node.op->name, c.node.name, "no cpu kernel for bool");

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <memory>
 
+#include <stdexcept>
+
 #include "backends/cpu/elementwise_util.h"
 
 namespace mg::cpu {
@@ -490,12 +492,13 @@ Prepared prepare(const KernelCtx& c) {
 
 // Builds a KernelFn running policy P (made by make(out_ptr)) over the plan.
 template <class S, class Make>
-KernelFn simple_kernel(const ReducePlan& plan, Make make) {
+KernelFn simple_kernel(const KernelCtx& c, const ReducePlan& plan, Make make) {
   using P = decltype(make(nullptr));
-  auto partial = std::make_shared<std::vector<typename P::Acc>>(plan.chunks > 1 ? size_t(plan.chunks * plan.num_out) : 0);
+  using Acc = typename P::Acc;
+  const size_t partial = c.scratch((plan.chunks > 1 ? size_t(plan.chunks * plan.num_out) : 0) * sizeof(Acc));
   return [plan, make, partial](const void* const* in, void* const* out) {
     P pol = make(out[0]);
-    run_plan(pol, plan, static_cast<const S*>(in[0]), partial->data());
+    run_plan(pol, plan, static_cast<const S*>(in[0]), static_cast<Acc*>(out[partial]));
   };
 }
 
@@ -525,20 +528,24 @@ KernelFn dispatch_reduce(const KernelCtx& c, const Prepared& pr, Make make) {
       KernelFn f = make(float{});
       int64_t n_in = num_elements(c.in[0].shape), n_out = num_elements(c.out[0].shape);
       bool conv_out = pr.out == pr.in;
-      auto xin = std::make_shared<std::vector<float>>(size_t(n_in));
-      auto xout = std::make_shared<std::vector<float>>(conv_out ? size_t(n_out) : 0);
-      return [f, xin, xout, n_in, n_out, conv_out](const void* const* in, void* const* out) {
+      const size_t xin = c.scratch(size_t(n_in) * sizeof(float));
+      const size_t xout = c.scratch(conv_out ? size_t(n_out) * sizeof(float) : 0);
+      const size_t nptr = c.out.size() + c.scratch_bytes.size();  // f's scratch comes after out[0] too
+      if (nptr > 8) throw std::logic_error("dispatch_reduce: too many scratch buffers");
+      return [f, xin, xout, n_in, n_out, conv_out, nptr](const void* const* in, void* const* out) {
         const S* x = static_cast<const S*>(in[0]);
-        float* xf = xin->data();
+        float* xf = static_cast<float*>(out[xin]);
         parallel_for(n_in, 65536, [&](int64_t b, int64_t e) {
           for (int64_t i = b; i < e; ++i) xf[i] = Num<S>::ld(x[i]);
         });
         const void* fin[1] = {xf};
-        void* fout[1] = {conv_out ? static_cast<void*>(xout->data()) : out[0]};
+        void* fout[8];
+        for (size_t k = 0; k < nptr; ++k) fout[k] = out[k];
+        if (conv_out) fout[0] = out[xout];
         f(fin, fout);
         if (conv_out) {
           S* o = static_cast<S*>(out[0]);
-          const float* of = xout->data();
+          const float* of = static_cast<const float*>(out[xout]);
           for (int64_t i = 0; i < n_out; ++i) o[i] = Num<S>::st(of[i]);
         }
       };
@@ -556,7 +563,7 @@ KernelFn sum_kernel(const KernelCtx& c) {
     if constexpr (std::is_same_v<S0, bool>) no_kernel(c);
     else {
       using S = UnsignedOf<S0>;  // wrapping sums and products agree for signed and unsigned
-      return simple_kernel<S>(pr.plan, [](void* o) { return SumP<S, Prod>{static_cast<S*>(o)}; });
+      return simple_kernel<S>(c, pr.plan, [](void* o) { return SumP<S, Prod>{static_cast<S*>(o)}; });
     }
   });
 }
@@ -569,7 +576,7 @@ KernelFn ext_kernel(const KernelCtx& c) {
   return dispatch_reduce(c, pr, [&](auto tag) -> KernelFn {
     using S0 = decltype(tag);
     using S = std::conditional_t<std::is_same_v<S0, bool>, uint8_t, S0>;  // bool: 0/1 bytes
-    return simple_kernel<S>(pr.plan, [](void* o) { return ExtP<S, Max>{static_cast<S*>(o)}; });
+    return simple_kernel<S>(c, pr.plan, [](void* o) { return ExtP<S, Max>{static_cast<S*>(o)}; });
   });
 }
 
@@ -580,7 +587,7 @@ KernelFn logic_kernel(const KernelCtx& c) {
     using S0 = decltype(tag);
     // bool and integers: a nonzero test on the unsigned type of the same width
     using S = UnsignedOf<S0>;
-    return simple_kernel<S>(pr.plan, [](void* o) { return LogicP<S, And>{static_cast<bool*>(o)}; });
+    return simple_kernel<S>(c, pr.plan, [](void* o) { return LogicP<S, And>{static_cast<bool*>(o)}; });
   });
 }
 
@@ -593,7 +600,7 @@ KernelFn arg_kernel(const KernelCtx& c) {
   return dispatch_reduce(c, pr, [&](auto tag) -> KernelFn {
     using S = decltype(tag);
     if constexpr (std::is_same_v<S, bool>) no_kernel(c);
-    else return simple_kernel<S>(pr.plan, [out64](void* o) { return ArgP<S, Max>{o, out64}; });
+    else return simple_kernel<S>(c, pr.plan, [out64](void* o) { return ArgP<S, Max>{o, out64}; });
   });
 }
 
@@ -603,7 +610,7 @@ KernelFn mean_kernel(const KernelCtx& c) {
   return dispatch_reduce(c, pr, [&](auto tag) -> KernelFn {
     using S = decltype(tag);
     if constexpr (!std::is_floating_point_v<S>) no_kernel(c);
-    else return simple_kernel<S>(pr.plan, [n](void* o) { return MeanP<S>{o, false, n}; });
+    else return simple_kernel<S>(c, pr.plan, [n](void* o) { return MeanP<S>{o, false, n}; });
   });
 }
 
@@ -616,12 +623,14 @@ KernelFn variance_kernel(const KernelCtx& c) {
     else {
       const ReducePlan plan = pr.plan;
       size_t np = plan.chunks > 1 ? size_t(plan.chunks * plan.num_out) : 0;
-      auto mean = std::make_shared<std::vector<double>>(size_t(std::max<int64_t>(plan.num_out, 0)));
-      auto partial = std::make_shared<std::vector<double>>(np);
+      const size_t mean = c.scratch(size_t(std::max<int64_t>(plan.num_out, 0)) * sizeof(double));
+      const size_t partial = c.scratch(np * sizeof(double));
       return [plan, n, mean, partial](const void* const* in, void* const* out) {
         const S* x = static_cast<const S*>(in[0]);
-        run_plan(MeanP<S>{mean->data(), true, n}, plan, x, partial->data());
-        run_plan(VarP<S>{static_cast<S*>(out[0]), mean->data(), n}, plan, x, partial->data());
+        double* m = static_cast<double*>(out[mean]);
+        double* p = static_cast<double*>(out[partial]);
+        run_plan(MeanP<S>{m, true, n}, plan, x, p);
+        run_plan(VarP<S>{static_cast<S*>(out[0]), m, n}, plan, x, p);
       };
     }
   });
@@ -636,13 +645,14 @@ KernelFn logsumexp_kernel(const KernelCtx& c) {
       // pass 1 is reduction_maximum's own loop (the max is exact in S); pass 2 sums exp(x - max)
       const ReducePlan plan = pr.plan;
       size_t np = plan.chunks > 1 ? size_t(plan.chunks * plan.num_out) : 0;
-      auto mx = std::make_shared<std::vector<S>>(size_t(std::max<int64_t>(plan.num_out, 0)));
-      auto pmax = std::make_shared<std::vector<S>>(np);
-      auto psum = std::make_shared<std::vector<double>>(np);
+      const size_t mx = c.scratch(size_t(std::max<int64_t>(plan.num_out, 0)) * sizeof(S));
+      const size_t pmax = c.scratch(np * sizeof(S));
+      const size_t psum = c.scratch(np * sizeof(double));
       return [plan, mx, pmax, psum](const void* const* in, void* const* out) {
         const S* x = static_cast<const S*>(in[0]);
-        run_plan(ExtP<S, true>{mx->data()}, plan, x, pmax->data());
-        run_plan(LseP<S>{static_cast<S*>(out[0]), mx->data()}, plan, x, psum->data());
+        S* m = static_cast<S*>(out[mx]);
+        run_plan(ExtP<S, true>{m}, plan, x, static_cast<S*>(out[pmax]));
+        run_plan(LseP<S>{static_cast<S*>(out[0]), m}, plan, x, static_cast<double*>(out[psum]));
       };
     }
   });

@@ -65,7 +65,8 @@ void register_autodiff_ops() {
                .inputs = {{"x"}},
                .infer = [](InferCtx& c) { return std::vector<TensorType>{c.in[0]}; },
                .grad = [](GradCtx&) { return std::vector<ValueRef>{ValueRef{}}; },
-               .family = "autodiff"});
+               .family = "autodiff",
+               .view = true});
 }
 
 }  // namespace mg::ops

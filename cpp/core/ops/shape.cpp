@@ -279,7 +279,8 @@ void register_shape_ops() {
          }
          return one(x.dtype, t);
        },
-       .grad = [](GradCtx& c) { return std::vector<ValueRef>{reshape_like(c.g, c.dy[0], c.x(0))}; }});
+       .grad = [](GradCtx& c) { return std::vector<ValueRef>{reshape_like(c.g, c.dy[0], c.x(0))}; },
+       .view = true});
 
   reg({.name = "reshape_like",
        .doc = "Reshapes x to the shape of `like` (known at run time); element counts must match.",
@@ -293,7 +294,8 @@ void register_shape_ops() {
                                         std::to_string(m) + " elements)");
          return one(c.in[0].dtype, c.in[1].shape);
        },
-       .grad = [](GradCtx& c) { return std::vector<ValueRef>{reshape_like(c.g, c.dy[0], c.x(0)), ValueRef{}}; }});
+       .grad = [](GradCtx& c) { return std::vector<ValueRef>{reshape_like(c.g, c.dy[0], c.x(0)), ValueRef{}}; },
+       .view = true});
 
   // ---------------- transpose ----------------
   reg({.name = "transpose",
@@ -380,7 +382,8 @@ void register_shape_ops() {
          }
          return one(c.in[0].dtype, out);
        },
-       .grad = [](GradCtx& c) { return std::vector<ValueRef>{reshape_like(c.g, c.dy[0], c.x(0))}; }});
+       .grad = [](GradCtx& c) { return std::vector<ValueRef>{reshape_like(c.g, c.dy[0], c.x(0))}; },
+       .view = true});
 
   reg({.name = "squeeze",
        .doc = "Removes dims of size 1: those in `axes`, or without axes every dim that is statically 1 "
@@ -408,7 +411,8 @@ void register_shape_ops() {
          }
          return one(c.in[0].dtype, out);
        },
-       .grad = [](GradCtx& c) { return std::vector<ValueRef>{reshape_like(c.g, c.dy[0], c.x(0))}; }});
+       .grad = [](GradCtx& c) { return std::vector<ValueRef>{reshape_like(c.g, c.dy[0], c.x(0))}; },
+       .view = true});
 
   // ---------------- broadcast ----------------
   reg({.name = "broadcast_to",
@@ -906,7 +910,8 @@ void register_shape_ops() {
          const Shape& s = c.in[0].shape;
          return one(c.in[0].dtype, {product(c, s, 0, size_t(a)), product(c, s, size_t(a), s.size())});
        },
-       .grad = [](GradCtx& c) { return std::vector<ValueRef>{reshape_like(c.g, c.dy[0], c.x(0))}; }});
+       .grad = [](GradCtx& c) { return std::vector<ValueRef>{reshape_like(c.g, c.dy[0], c.x(0))}; },
+       .view = true});
 
   reg({.name = "flatten",
        .doc = "Reshapes to 1-D.",
@@ -916,7 +921,8 @@ void register_shape_ops() {
          return one(c.in[0].dtype, {product(c, s, 0, s.size())});
        },
        .grad = [](GradCtx& c) { return std::vector<ValueRef>{reshape_like(c.g, c.dy[0], c.x(0))}; },
-       .aliases = {"ravel"}});
+       .aliases = {"ravel"},
+       .view = true});
 
   // ---------------- shape_of ----------------
   reg({.name = "shape_of",
