@@ -7,6 +7,7 @@
 
 #include "bindings/dlpack.h"
 #include "core/autodiff.h"
+#include "core/expand.h"
 #include "core/graph.h"
 #include "core/registry.h"
 #include "runtime/executable.h"
@@ -301,6 +302,75 @@ py::dict schema_dict(const OpDef& op) {
   return d;
 }
 
+// ---------- graph inspection (pictures, printing) ----------
+
+py::object ref_py(ValueRef v) { return v.valid() ? py::object(py::make_tuple(v.node, v.index)) : py::object(py::none()); }
+
+py::list refs_py(const std::vector<ValueRef>& vs) {
+  py::list r;
+  for (auto& v : vs) r.append(ref_py(v));
+  return r;
+}
+
+py::list types_py(const std::vector<TensorType>& ts) {
+  py::list r;
+  for (auto& t : ts) r.append(py::make_tuple(shape_tuple(t.shape), t.dtype));
+  return r;
+}
+
+py::dict attrs_py(const Attrs& attrs) {
+  py::dict d;
+  for (auto& kv : attrs) d[py::str(kv.first)] = attr_to_py(kv.second);
+  return d;
+}
+
+// One node: inputs in schema order (None where an optional one is absent), outputs as
+// (shape, dtype), and the graph-level op it implements (itself unless made by a composite).
+py::dict node_py(const Node& n) {
+  py::dict d;
+  d["id"] = n.id;
+  d["op"] = n.op->name;
+  d["name"] = n.name;
+  d["inputs"] = refs_py(schema_inputs(n));
+  d["outputs"] = types_py(n.outputs);
+  d["attrs"] = attrs_py(n.attrs);
+  d["composite"] = n.op->composite();
+  d["origin"] = py::make_tuple(n.origin_op ? n.origin_op->name : n.op->name, n.origin_name);
+  return d;
+}
+
+py::list nodes_py(const Graph& g) {
+  py::list r;
+  for (size_t i = 0; i < g.size(); ++i) r.append(node_py(g.node(int32_t(i))));
+  return r;
+}
+
+py::dict expansion_py(const Expansion& e) {
+  py::dict d;
+  d["nodes"] = nodes_py(*e.graph);
+  py::list groups;
+  for (auto& gr : e.groups) {
+    py::dict x;
+    x["op"] = gr.op->name;
+    x["name"] = gr.name;
+    x["attrs"] = attrs_py(gr.attrs);
+    x["inputs"] = refs_py(gr.inputs);
+    x["outputs"] = types_py(gr.types);
+    x["results"] = refs_py(gr.outputs);
+    x["first"] = gr.first;
+    x["end"] = gr.end;
+    x["parent"] = gr.parent;
+    x["source"] = gr.source;
+    groups.append(x);
+  }
+  d["groups"] = groups;
+  py::list sources;
+  for (size_t i = 0; i < e.outputs.size(); ++i) sources.append(py::make_tuple(refs_py(e.outputs[i]), e.first[i], e.end[i]));
+  d["sources"] = sources;
+  d["kept"] = e.kept;
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -458,6 +528,13 @@ PYBIND11_MODULE(_core, m) {
             for (auto& kv : g.graph->node(n).attrs) d[py::str(kv.first)] = attr_to_py(kv.second);
             return d;
           })
+      .def("nodes", [](const PyGraph& g) { return nodes_py(*g.graph); },
+           "Every node as a dict: id, op, name, inputs ((node, index) or None), outputs ((shape, dtype)), "
+           "attrs, composite, origin ((op, name) of the graph-level op it implements).")
+      .def("expanded", [](const PyGraph& g) { return expansion_py(expand_composites(*g.graph)); },
+           "The graph with every composite expanded: {nodes, groups (one per expanded composite: op, name, "
+           "attrs, inputs, outputs, results, first, end, parent, source), sources (per source node: "
+           "(outputs, first, end) in the expanded nodes), kept (composites left folded)}.")
       .def("num_outputs", [](const PyGraph& g, int32_t n) { return g.graph->node(n).outputs.size(); })
       .def("output_type", [](const PyGraph& g, int32_t n, int32_t i) {
             g.graph->check_ref({n, i}, "tensor");

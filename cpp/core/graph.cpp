@@ -122,6 +122,7 @@ std::vector<ValueRef> Graph::expand_node(const Node& n, const std::vector<ValueR
     made.origin_op = n.origin_op;
     made.origin_name = n.origin_name;
   }
+  if (expanded_) expanded_(n, first_new, int32_t(nodes_.size()), r);
   return r;
 }
 

@@ -103,10 +103,17 @@ class Graph {
   // are added (specialisation sets it from the backend); by default every composite stays.
   using ExpandPredicate = std::function<bool(const Node&)>;
   void set_expand(ExpandPredicate p) { expand_ = std::move(p); }
+  // Told when a composite's expansion is complete: its decomposition made the nodes
+  // [first, end) of this graph and its outputs are `outputs`. Composites nested in a
+  // decomposition are told before the one holding them (pictures group nodes by it).
+  using ExpandObserver = std::function<void(const Node& composite, int32_t first, int32_t end,
+                                            const std::vector<ValueRef>& outputs)>;
+  void set_expand_observer(ExpandObserver o) { expanded_ = std::move(o); }
 
  private:
   std::vector<ValueRef> expand_node(const Node& n, const std::vector<ValueRef>& inputs);
   ExpandPredicate expand_;
+  ExpandObserver expanded_;
   uint64_t uid_;
   std::deque<Node> nodes_;  // deque: references stay valid while rules append nodes
   std::unordered_map<std::string, int> name_counts_;

@@ -6,7 +6,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import _core
+from . import _core, _viz
 from ._devices import resolve
 from ._dtypes import as_dtype, to_numpy_dtype, float32, int32, bool_, is_floating
 
@@ -455,6 +455,43 @@ class Graph:
     @property
     def operations(self):
         return [Operation(self, n) for n in range(len(self._g))]
+
+    # -- reading the graph (layout in _viz.py) --
+    def format(self, expand_composites=False, max_nodes=None, targets=None):
+        """The graph as text, one line per node: name: dtype[shape] = op(inputs, attr=value).
+
+        Nodes come in creation order; None marks a dim known only at run time;
+        attributes show where they differ from the defaults; constants and variables show
+        their value when tiny. Composites (softmax, gelu, ...) show as one line;
+        expand_composites=True lists each one's decomposition indented under it, as
+        backends without a native kernel for it run it. max_nodes bounds the listing
+        (first and last lines around an ellipsis; repr(g) uses it); targets (tensors or
+        operations) keeps only the nodes they need."""
+        return _viz.graph_format(self, expand_composites, max_nodes, targets)
+
+    def __str__(self):
+        return self.format()
+
+    def __repr__(self):
+        return self.format(max_nodes=_viz.REPR_NODES)
+
+    def to_dot(self, expand_composites=False, targets=None):
+        """Graphviz DOT source of the graph (composites as clusters with expand_composites=True).
+
+        A node per op (op, name, output types; placeholders, constants and variables
+        drawn apart), edges labelled with shapes. With expand_composites=True each
+        composite is a cluster holding its decomposition. targets (tensors or
+        operations) keeps only the nodes they need, and draws them bold."""
+        return _viz.graph_to_dot(self, expand_composites, targets)
+
+    def to_svg(self, expand_composites=False, targets=None):
+        """The to_dot() picture as SVG text, drawn by Graphviz (raises naming what to install).
+
+        Uses the `graphviz` Python package when installed, else the `dot` program."""
+        return _viz.render_svg(self.to_dot(expand_composites, targets))
+
+    def _repr_svg_(self):
+        return _viz.repr_svg(self)
 
 
 class Executable:
