@@ -88,3 +88,54 @@ def test_reference_helpers_are_independent_of_mpsgraph():
     pw = cf.int_ref(cf._ipow)
     np.testing.assert_array_equal(pw(np.array([2, 3, -1, 2, 1], i8), np.array([7, 5, -3, -1, -9], i8)),
                                   np.array([-128, -13, -1, 0, 1], i8))
+
+
+def _all_finite_half_values(dtype):
+    """Every finite value of the format with its bit pattern, from the bits (no library cast):
+    float16 by numpy's exact widening, bfloat16 as the upper half of a float32."""
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    with np.errstate(invalid="ignore"):  # the NaN patterns
+        return _sorted_finite(_half_bits_to_float64(bits, dtype), bits)
+
+
+def _half_bits_to_float64(bits, dtype):
+    if dtype == "float16":
+        return bits.astype(np.uint16).view(np.float16).astype(np.float64)
+    return (bits << 16).view(np.float32).astype(np.float64)
+
+
+def _sorted_finite(vals, bits):
+    keep = np.isfinite(vals) & ~((vals == 0) & np.signbit(vals))  # one zero: +0.0
+    order = np.argsort(vals[keep], kind="stable")
+    return vals[keep][order], bits[keep][order]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_round_to_half_is_correctly_rounded(dtype):
+    """The float64 -> float16/bfloat16 reference (conformance.round_to_half) against a search
+    of all values of the format: nearest value, ties to the even bit pattern, overflow to inf at
+    max + half an ulp, subnormals, signed zeros, NaN and inf."""
+    vals, bits = _all_finite_half_values(dtype)
+    rng = np.random.default_rng(5)
+    mids = (vals[:-1] + vals[1:]) / 2  # exact in float64
+    top = vals[-1] + (vals[-1] - vals[-2]) / 2  # the overflow threshold
+    xs = np.concatenate([vals, mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf),
+                         rng.uniform(-1, 1, 3000) * 10.0 ** rng.integers(-45, 40, 3000),
+                         [top, np.nextafter(top, 0), 1e300, 5e-324, 2.0 ** -150, 2.0 ** -25, 2.0 ** -24 * 1.5]])
+    xs = xs[np.abs(xs) < 1e300]
+    xs = np.concatenate([xs, -xs, [1e300, -1e300]])
+    want = np.empty(xs.shape)
+    a = np.abs(xs)
+    i = np.clip(np.searchsorted(vals, a), 1, len(vals) - 1)  # vals[i-1] < a <= vals[i] (non-negative part)
+    lo, hi = vals[i - 1], vals[i]
+    pick_hi = (hi - a < a - lo) | ((hi - a == a - lo) & (bits[i] % 2 == 0))
+    want = np.where(pick_hi, hi, lo)
+    want = np.where(a >= top, np.inf, np.where(a > vals[-1], vals[-1], want))
+    want = np.where(a <= 0, 0.0, want)
+    want = np.copysign(want, xs)
+    got = cf.round_to_half(xs, dtype).astype(np.float64)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(xs))
+    special = cf.round_to_half(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0]), dtype).astype(np.float64)
+    assert np.isnan(special[0]) and list(special[1:3]) == [np.inf, -np.inf]
+    assert np.signbit(special[3]) and not np.signbit(special[4])
