@@ -1,5 +1,6 @@
-"""Runs the conformance table (tests/conformance.py): every row x dtype x available device,
-with static placeholder shapes and again with every placeholder dim None."""
+"""Runs the conformance table (tests/conformance.py, tests/conformance_nn.py): every row x dtype x
+available device, with static placeholder shapes and again with every placeholder dim None; and
+the finite-difference gradient checks of every row with a Grad spec (float64, CPU)."""
 import numpy as np
 import pytest
 
@@ -9,6 +10,13 @@ import conformance as cf
 DEVICES = [str(d) for d in mg.devices()]
 
 
+def _skip_reason(row, dev):
+    for kind, reason in row.skip_devices.items():
+        if dev.startswith(kind):
+            return f"{row.name} does not run on {dev}: {reason}"
+    return None
+
+
 def _params():
     for r in cf.ROWS:
         variants = ["static"] + (["none"] if r.none_variant and r.nin > 0 else [])
@@ -16,13 +24,31 @@ def _params():
             for dev in DEVICES:
                 if dt == "float64" and not dev.startswith("cpu"):
                     continue  # float64 is CPU-only: test_float64_is_refused_off_cpu checks the refusal
+                reason = _skip_reason(r, dev)
+                marks = [pytest.mark.skip(reason=reason)] if reason else []
+                if dt in r.known_bugs:
+                    marks.append(pytest.mark.xfail(strict=True, reason=r.known_bugs[dt]))
                 for v in variants:
-                    yield pytest.param(r, dt, dev, v, id=f"{r.name}-{dt}-{dev}-{v}")
+                    yield pytest.param(r, dt, dev, v, id=f"{r.name}-{dt}-{dev}-{v}", marks=marks)
 
 
 @pytest.mark.parametrize("row,dtype,device,variant", list(_params()))
 def test_op(row, dtype, device, variant):
     cf.check_row(row, dtype, device, none_dims=variant == "none")
+
+
+def _grad_params():
+    for r in cf.ROWS:
+        if r.grad is None:
+            continue
+        for entry, unknown in cf.grad_entries(r):
+            yield pytest.param(r, entry, unknown, id=f"{r.name}-{entry}{'-none' if unknown else ''}")
+
+
+@pytest.mark.parametrize("row,entry,unknown_dims", list(_grad_params()))
+def test_gradient(row, entry, unknown_dims):
+    """Finite differences (float64, CPU) of the row's Grad cases."""
+    cf.check_row_gradient(row, entry, unknown_dims=unknown_dims)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -58,6 +84,30 @@ def test_every_registered_elementwise_op_has_a_row():
     assert not missing, f"elementwise ops without a conformance row: {missing}"
 
 
+# the families whose ops are all rows of the table, with gradient checks where differentiable
+NN_FAMILIES = ("activation", "nn", "normalization", "convolution", "pooling", "resize", "optimizer", "random")
+
+
+def _family_ops(families):
+    return [s for s in mg.op_schemas() if s["family"] in families and s["python_method"]]
+
+
+def test_every_nn_family_op_has_a_row():
+    covered = cf.covered_ops()
+    missing = sorted(s["name"] for s in _family_ops(NN_FAMILIES) if s["name"] not in covered)
+    assert not missing, f"ops of {NN_FAMILIES} without a conformance row: {missing}"
+
+
+def test_every_differentiable_nn_family_op_has_a_gradient_check():
+    """A row with finite-difference cases (random draws have no inputs to differentiate: their
+    gradient behaviour has its own tests in test_gradients.py)."""
+    checked = {n for r in cf.ROWS if r.grad is not None and r.grad.cases
+               for n in ((r.op,) if isinstance(r.op, str) else ()) + r.covers}
+    missing = sorted(s["name"] for s in _family_ops(NN_FAMILIES) if s["family"] != "random"
+                     and s["differentiable"] == "yes" and s["name"] not in checked)
+    assert not missing, f"differentiable ops without finite-difference rows: {missing}"
+
+
 def test_rows_are_well_formed():
     names = [r.name for r in cf.ROWS]
     assert len(names) == len(set(names)), "row names must be unique (they are test ids)"
@@ -67,6 +117,12 @@ def test_rows_are_well_formed():
         for d in r.dtypes:
             assert d in cf.ALL, (r.name, d)
             assert cf.cases_for(r, d), f"{r.name}: no case for {d}"
+        if r.grad is not None:
+            assert "float64" in r.dtypes, f"{r.name}: gradient checks run in float64"
+            for entry, _ in cf.grad_entries(r):
+                cf._grad_case(r, entry)  # every entry names exactly one case
+            assert r.grad.cases or (r.grad.vjp and isinstance(r.ref, cf.TorchRef)), \
+                f"{r.name}: a Grad spec that checks nothing"
 
 
 def test_reference_helpers_are_independent_of_mpsgraph():
