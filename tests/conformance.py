@@ -288,16 +288,21 @@ class TorchRef:
         outs = self.fn(*self._tensors(arrays), **attrs)
         return tuple(o.detach().numpy() for o in _as_tuple(outs))
 
-    def vjp(self, arrays, attrs, wrt, dys):
-        """Gradients of sum_k(dys[k] * output_k) with respect to arrays[i] for i in wrt."""
+    def value_and_vjp(self, arrays, attrs, wrt):
+        """The outputs (numpy) and a function dys -> the gradients of sum_k(dys[k] * output_k)
+        with respect to arrays[i] for i in wrt (one forward pass for both)."""
         torch = torch_module()
         ts = self._tensors(arrays, wrt)
         outs = _as_tuple(self.fn(*ts, **attrs))
-        loss = sum((outs[k] * torch.from_numpy(dy)).sum() for k, dy in dys.items())
-        if not getattr(loss, "requires_grad", False):
-            return [np.zeros_like(arrays[i]) for i in wrt]
-        gs = torch.autograd.grad(loss, [ts[i] for i in wrt], allow_unused=True)
-        return [np.zeros_like(arrays[i]) if gi is None else gi.detach().numpy() for i, gi in zip(wrt, gs)]
+
+        def vjp(dys):
+            loss = sum((outs[k] * torch.from_numpy(dy)).sum() for k, dy in dys.items())
+            if not getattr(loss, "requires_grad", False):
+                return [np.zeros_like(arrays[i]) for i in wrt]
+            gs = torch.autograd.grad(loss, [ts[i] for i in wrt], allow_unused=True)
+            return [np.zeros_like(arrays[i]) if gi is None else gi.detach().numpy() for i, gi in zip(wrt, gs)]
+
+        return tuple(o.detach().numpy() for o in outs), vjp
 
 
 # ----------------------------------------------------------------------------------------
@@ -381,6 +386,26 @@ def reference(row, arrays, attrs):
         return _as_tuple(row.ref(*args, **attrs))
 
 
+# The static and the None-dims variants of a row draw the same inputs: their references
+# (PyTorch's in particular) are computed once. Holds one (row, dtype) at a time.
+_REF_CACHE = {"key": None, "cases": {}}
+
+
+def _cached_reference(row, dtype, ci, arrays, attrs, vjp_wrt):
+    """(reference outputs, vjp function or None, slot for the vjp's result) of case ci."""
+    if _REF_CACHE["key"] != (row.name, dtype):
+        _REF_CACHE["key"], _REF_CACHE["cases"] = (row.name, dtype), {}
+    entry = _REF_CACHE["cases"].get(ci)
+    if entry is None:
+        if vjp_wrt is not None:
+            with np.errstate(all="ignore"):
+                ref, fn = row.ref.value_and_vjp([ref_input(a, "f64") for a in arrays], attrs, vjp_wrt)
+        else:
+            ref, fn = reference(row, arrays, attrs), None
+        entry = _REF_CACHE["cases"][ci] = [ref, fn, None]
+    return entry
+
+
 def cases_for(row, dtype):
     return [c for c in row.cases if c.dtypes is None or dtype in c.dtypes]
 
@@ -440,9 +465,10 @@ def check_row(row, dtype, device, none_dims=False):
         label = _case_label(ci, case, arrays)
         attrs = case_attrs(row, case, dtype)
         try:
-            ref = reference(row, arrays, attrs)
+            entry = _cached_reference(row, dtype, ci, arrays, attrs, _float_wrt(row, arrays) if vjp else None)
         except Exception as e:  # a bad table entry, not a library bug
             raise AssertionError(f"{row.name}/{dtype} {label}: the reference failed: {e!r}") from e
+        ref = entry[0]
         out_dts = row.out_dtypes_for(dtype, len(ref))
         try:
             ts = []
@@ -474,7 +500,7 @@ def check_row(row, dtype, device, none_dims=False):
             pending.append((f"{label} output {k}", t, want, out_dt, _default_tol(row, dtype, out_dt, exact)))
         if vjp:
             try:
-                pending += _vjp_pending(row, g, ts, outs, ref, arrays, attrs, dtype, rng, label)
+                pending += _vjp_pending(row, g, ts, outs, entry, arrays, dtype, rng, label)
             except Exception as e:
                 failures.append(f"{label}: gradients raised {type(e).__name__}: {e}")
     if pending:
@@ -494,8 +520,9 @@ def check_row(row, dtype, device, none_dims=False):
                              f"{len(failures)} failing case(s):\n" + "\n".join(failures))
 
 
-def _vjp_pending(row, g, ts, outs, ref, arrays, attrs, dtype, rng, label):
+def _vjp_pending(row, g, ts, outs, entry, arrays, dtype, rng, label):
     """mpsgraph's gradients of sum(dy * output) for one case, with torch.autograd's as the wants."""
+    ref, vjp_fn, _ = entry
     wrt = _float_wrt(row, arrays)
     fl = [k for k, t in enumerate(outs) if t.dtype.name in FLOATS]
     if not wrt or not fl:
@@ -506,10 +533,11 @@ def _vjp_pending(row, g, ts, outs, ref, arrays, attrs, dtype, rng, label):
         term = g.reduction_sum(outs[k] * g.constant(dys[k]), keep_dims=False)
         loss = term if loss is None else loss + term
     grads = g.gradients(loss, [ts[i] for i in wrt])
-    want = row.ref.vjp([ref_input(a, "f64") for a in arrays], attrs, wrt,
-                       {k: dy.astype(np.float64) for k, dy in dys.items()})
+    if entry[2] is None:  # the same dys in both variants (the same draws from the same seed)
+        entry[2] = vjp_fn({k: dy.astype(np.float64) for k, dy in dys.items()})
     tol = row.grad.vjp_tol.get(dtype, _default_tol(row, dtype, dtype, False))
-    return [(f"{label} d/d input {i}", grads[ts[i]], _round_ref(w, dtype), dtype, tol) for i, w in zip(wrt, want)]
+    return [(f"{label} d/d input {i}", grads[ts[i]], _round_ref(w, dtype), dtype, tol)
+            for i, w in zip(wrt, entry[2])]
 
 
 def grad_entries(row):
@@ -1604,42 +1632,79 @@ def covered_ops():
 
 # ----------------------------------------------------------------------------------------
 # pad modes, pad_gradient, space/depth, band_part, one_hot (issue 4; appended after the
-# exactness marks, so data-movement rows say exact=True themselves)
+# exactness marks, so data-movement rows say exact=True themselves). Values against numpy
+# (and PyTorch's F.pad, pixel_(un)shuffle, tril/triu, one_hot), gradients by finite differences.
+
+_PAD_NP_MODE = {"clamp_to_edge": "edge", "periodic": "wrap", "circular": "wrap"}
 
 
 def _pad_mode_ref(x, left_padding, right_padding, mode):
     pads = list(zip(left_padding, right_padding))
-    return np.pad(x, pads, mode={"clamp_to_edge": "edge", "periodic": "wrap", "circular": "wrap"}.get(mode, mode))
+    return np.pad(x, pads, mode=_PAD_NP_MODE.get(mode, mode))
 
 
+# (shape, left, right); each mode takes those its limits allow (reflect: < dim; symmetric and
+# wrap: <= dim; edge: a non-empty dim)
+_PAD_CASES = [
+    ((5,), (2,), (3,)), ((5,), (0,), (4,)), ((4,), (3,), (0,)), ((3, 4), (1, 2), (2, 3)), ((3, 4), (0, 3), (2, 0)),
+    ((2, 3, 4), (1, 0, 2), (1, 2, 3)), ((2, 3, 4), (0, 0, 0), (0, 0, 0)), ((1, 2, 3, 5), (0, 1, 2, 4), (0, 1, 1, 3)),
+    ((6, 70), (5, 40), (4, 69)), ((2, 1), (0, 1), (0, 0)), ((0, 3), (0, 2), (0, 1)), ((3, 0), (2, 0), (1, 0)),
+]
+_PAD_LIMIT = {"reflect": lambda n: n - 1, "symmetric": lambda n: n, "wrap": lambda n: n,
+              "edge": lambda n: 10 ** 9 if n else 0, "constant": lambda n: 10 ** 9}
+
+
+def _pad_fits(shape, left, right, mode):
+    return all(l <= _PAD_LIMIT[mode](n) and r <= _PAD_LIMIT[mode](n) for n, l, r in zip(shape, left, right))
+
+
+_PAD_MODES = ("reflect", "symmetric", "edge", "wrap")
 shape_row("pad_modes", "pad", _pad_mode_ref, [
-    Case(((3, 4),), {"left_padding": (2, 1), "right_padding": (1, 3), "mode": "reflect"}),
-    Case(((3, 4),), {"left_padding": (3, 0), "right_padding": (2, 4), "mode": "symmetric"}),
-    Case(((3, 4),), {"left_padding": (4, 1), "right_padding": (0, 6), "mode": "edge"}),
-    Case(((3, 4),), {"left_padding": (3, 2), "right_padding": (1, 4), "mode": "wrap"}),
-    Case(((2, 3, 5),), {"left_padding": (1, 0, 4), "right_padding": (0, 2, 3), "mode": "reflect"}),
-    Case(((2, 1, 3),), {"left_padding": (0, 2, 1), "right_padding": (1, 3, 2), "mode": "clamp_to_edge"}),
-    Case(((4,),), {"left_padding": (0,), "right_padding": (0,), "mode": "symmetric"}),
-    Case(((0, 3),), {"left_padding": (0, 2), "right_padding": (0, 1), "mode": "reflect"}, label="zero-size"),
-    Case(((5, 33),), {"left_padding": (2, 32), "right_padding": (4, 30), "mode": "periodic"})], exact=True)
+    Case((sh,), {"left_padding": l, "right_padding": r, "mode": m}) for m in _PAD_MODES for sh, l, r in _PAD_CASES
+    if _pad_fits(sh, l, r, m)] + [
+    Case(((2, 1, 3),), {"left_padding": (0, 2, 1), "right_padding": (1, 3, 2), "mode": "clamp_to_edge"}, label="alias"),
+    Case(((5, 33),), {"left_padding": (2, 32), "right_padding": (4, 30), "mode": "periodic"}, label="alias"),
+    Case(((3, 4),), {"left_padding": (1, 2), "right_padding": (2, 1), "mode": "circular"}, label="alias")] + [
+    Case(((3, 4),), {"left_padding": (2, 1), "right_padding": (1, 3), "mode": m}, label="fd " + m)
+    for m in _PAD_MODES], exact=True,
+    grad=Grad(cases=tuple("fd " + m for m in _PAD_MODES), second_order=True,
+              unknown_dims=tuple("fd " + m for m in _PAD_MODES)))
+
+
+def _t_pad(x, left_padding, right_padding, mode):
+    """F.pad pads trailing dims (last first): reflect, replicate (edge), circular (wrap)."""
+    k = max([i + 1 for i in range(x.ndim) if left_padding[x.ndim - 1 - i] or right_padding[x.ndim - 1 - i]] or [1])
+    arg = [p for i in reversed(range(x.ndim - k, x.ndim)) for p in (left_padding[i], right_padding[i])]
+    tmode = {"reflect": "reflect", "edge": "replicate", "wrap": "circular"}[mode]
+    return torch_module().nn.functional.pad(x, arg, mode=tmode)
+
+
+row("pad_modes_vs_torch", "pad", TorchRef(_t_pad), FLOATS,
+    [Case(((2, 3, 5, 6),), {"left_padding": (0, 0, 2, 3), "right_padding": (0, 0, 4, 1), "mode": m})
+     for m in ("reflect", "edge", "wrap")]
+    + [Case(((2, 2, 5, 4),), {"left_padding": (0, 0, 3, 2), "right_padding": (0, 0, 4, 3), "mode": m})
+       for m in ("edge", "wrap")], exact=True, grad=Grad(cases=()))
 
 
 def _pad_gradient_ref(dy, like, left_padding, right_padding, mode):
+    """numpy pads the element numbers, then dy is summed per source element."""
     n = like.size
     kw = {"constant_values": n} if mode == "constant" else {}  # constant padding reads the sentinel n
     src = np.pad(np.arange(n).reshape(like.shape), list(zip(left_padding, right_padding)), mode=mode, **kw)
     return np.bincount(src.ravel(), weights=dy.ravel().astype(np.float64), minlength=n + 1)[:n].reshape(like.shape)
 
 
+def _padded(shape, left, right):
+    return tuple(n + l + r for n, l, r in zip(shape, left, right))
+
+
 row("pad_gradient", "pad_gradient", _pad_gradient_ref, NUMERIC, [
-    Case(((6, 8), (3, 4)), {"left_padding": (2, 1), "right_padding": (1, 3), "mode": "reflect"}),
-    Case(((6, 7), (3, 4)), {"left_padding": (1, 0), "right_padding": (2, 3), "mode": "symmetric"}),
-    Case(((5, 5), (2, 3)), {"left_padding": (2, 1), "right_padding": (1, 1), "mode": "edge"}),
-    Case(((4, 9), (2, 4)), {"left_padding": (1, 4), "right_padding": (1, 1), "mode": "wrap"}),
-    Case(((4, 6), (2, 4)), {"left_padding": (1, 1), "right_padding": (1, 1), "mode": "constant"}),
-    Case(((3, 2, 6), (1, 2, 3)), {"left_padding": (0, 0, 2), "right_padding": (2, 0, 1), "mode": "edge"}),
-    Case(((2, 0), (0, 0)), {"left_padding": (1, 0), "right_padding": (1, 0), "mode": "constant"}, label="zero-size")],
-    doms=dom(ilo=-10, ihi=10))
+    Case((_padded(sh, l, r), sh), {"left_padding": l, "right_padding": r, "mode": m})
+    for m in _PAD_MODES + ("constant",) for sh, l, r in _PAD_CASES if _pad_fits(sh, l, r, m)] + [
+    Case(((6, 8), (3, 4)), {"left_padding": (2, 1), "right_padding": (1, 3), "mode": m}, label="fd " + m)
+    for m in _PAD_MODES + ("constant",)],
+    doms=dom(ilo=-10, ihi=10), grad=Grad(cases=tuple("fd " + m for m in _PAD_MODES + ("constant",)),
+                                         second_order=True, wrt=(0,)))  # like gives only the shape
 
 
 def _space_to_depth_ref(x, block_size, data_layout="NHWC", use_pixel_shuffle_order=True):
@@ -1667,19 +1732,39 @@ def _depth_to_space_ref(x, block_size, data_layout="NHWC", use_pixel_shuffle_ord
     return y.transpose(0, 3, 1, 2) if data_layout == "NCHW" else y
 
 
-_SD_CASES = [
-    Case(((2, 4, 6, 3),), {"block_size": 2}), Case(((1, 6, 3, 2),), {"block_size": 3, "use_pixel_shuffle_order": False}),
-    Case(((2, 3, 4, 6),), {"block_size": 2, "data_layout": "NCHW"}),
-    Case(((1, 2, 6, 3),), {"block_size": 3, "data_layout": "NCHW", "use_pixel_shuffle_order": False}),
-    Case(((2, 2, 2, 5),), {"block_size": 1}), Case(((0, 4, 4, 2),), {"block_size": 2}, label="zero-size"),
-    Case(((1, 3, 32, 64),), {"block_size": 4, "data_layout": "NCHW"})]
-shape_row("space_to_depth_2d", "space_to_depth_2d", _space_to_depth_ref, _SD_CASES, exact=True)
-shape_row("depth_to_space_2d", "depth_to_space_2d", _depth_to_space_ref, [
-    Case(((2, 2, 3, 12),), {"block_size": 2}), Case(((1, 2, 1, 18),), {"block_size": 3, "use_pixel_shuffle_order": False}),
-    Case(((2, 12, 2, 3),), {"block_size": 2, "data_layout": "NCHW"}),
-    Case(((1, 18, 2, 1),), {"block_size": 3, "data_layout": "NCHW", "use_pixel_shuffle_order": False}),
-    Case(((0, 2, 2, 8),), {"block_size": 2}, label="zero-size"),
-    Case(((1, 48, 8, 16),), {"block_size": 4, "data_layout": "NCHW"})], exact=True)
+# (NHWC shape, block): both layouts and both channel orders of each
+_SD_SHAPES = [((2, 4, 6, 3), 2), ((1, 6, 3, 2), 3), ((2, 2, 2, 5), 1), ((1, 8, 4, 1), 4), ((0, 4, 4, 2), 2),
+              ((2, 0, 4, 3), 2), ((3, 64, 32, 2), 2)]
+
+
+def _sd_cases(to_depth):
+    cases = []
+    for sh, b in _SD_SHAPES:
+        if not to_depth:  # the space_to_depth result's shape
+            sh = (sh[0], sh[1] // b, sh[2] // b, sh[3] * b * b)
+        for lay in ("NHWC", "NCHW"):
+            for ps in (True, False):
+                cases.append(Case(((sh[0], sh[3], sh[1], sh[2]) if lay == "NCHW" else sh,),
+                                  {"block_size": b, "data_layout": lay, "use_pixel_shuffle_order": ps}))
+    fd = [((1, 4, 2, 3), {}), ((1, 4, 2, 3), {"use_pixel_shuffle_order": False}),
+          ((1, 2, 3, 6), {"block_size": 3, "data_layout": "NCHW"})] if to_depth else \
+        [((2, 8, 1, 2), {"data_layout": "NCHW"}), ((2, 8, 1, 2), {"data_layout": "NCHW", "use_pixel_shuffle_order": False})]
+    return cases + [Case((sh,), dict({"block_size": 2}, **a), label=f"fd {i}") for i, (sh, a) in enumerate(fd)]
+
+
+shape_row("space_to_depth_2d", "space_to_depth_2d", _space_to_depth_ref, _sd_cases(True), exact=True,
+          grad=Grad(cases=("fd 0", "fd 1", "fd 2"), second_order=("fd 0", "fd 1"), unknown_dims=("fd 2",)))
+shape_row("depth_to_space_2d", "depth_to_space_2d", _depth_to_space_ref, _sd_cases(False), exact=True,
+          grad=Grad(cases=("fd 0", "fd 1"), second_order=True))
+# NCHW with the pixel-shuffle order is PyTorch's pixel_unshuffle / pixel_shuffle
+row("space_to_depth_2d_vs_torch", "space_to_depth_2d",
+    TorchRef(lambda x, block_size, data_layout: torch_module().nn.functional.pixel_unshuffle(x, block_size)), FLOATS,
+    [Case(((2, 3, 6, 4),), {"block_size": 2, "data_layout": "NCHW"}),
+     Case(((1, 2, 9, 3),), {"block_size": 3, "data_layout": "NCHW"})], exact=True, grad=Grad(cases=()))
+row("depth_to_space_2d_vs_torch", "depth_to_space_2d",
+    TorchRef(lambda x, block_size, data_layout: torch_module().nn.functional.pixel_shuffle(x, block_size)), FLOATS,
+    [Case(((2, 18, 2, 3),), {"block_size": 3, "data_layout": "NCHW"}),
+     Case(((1, 8, 3, 1),), {"block_size": 2, "data_layout": "NCHW"})], exact=True, grad=Grad(cases=()))
 
 
 def _band_part_ref(x, num_lower, num_upper):
@@ -1689,14 +1774,31 @@ def _band_part_ref(x, num_lower, num_upper):
     return np.where(keep, x, np.zeros((), x.dtype))
 
 
+_BAND_ATTRS = [(-1, -1), (0, 0), (-1, 0), (0, -1), (1, 2), (2, 1), (3, 0), (0, 10), (100, 100), (1 << 62, -5)]
 shape_row("band_part", "band_part", _band_part_ref, [
-    Case(((4, 4),), {"num_lower": -1, "num_upper": 0}), Case(((4, 4),), {"num_lower": 0, "num_upper": -1}),
-    Case(((3, 5),), {"num_lower": 1, "num_upper": 2}), Case(((2, 5, 3),), {"num_lower": 0, "num_upper": 0}),
-    Case(((2, 3, 4),), {"num_lower": -1, "num_upper": -1}), Case(((6, 2),), {"num_lower": 2, "num_upper": 100}),
-    Case(((0, 3),), {"num_lower": 1, "num_upper": 1}, label="zero-size"),
-    Case(((2, 300, 200),), {"num_lower": 50, "num_upper": 3})], exact=True)
+    Case((sh,), {"num_lower": lo, "num_upper": up}) for sh in [(4, 4), (3, 5), (6, 2), (2, 3, 4, 5), (1, 1)]
+    for lo, up in _BAND_ATTRS] + [
+    Case((sh,), {"num_lower": lo, "num_upper": up}, label="zero-size") for sh in [(0, 3), (2, 0, 4), (3, 4, 0)]
+    for lo, up in _BAND_ATTRS[:3]] + [
+    Case(((40, 1100),), {"num_lower": 50, "num_upper": 3}), Case(((2, 300, 200),), {"num_lower": 5, "num_upper": -1}),
+    Case(values=(np.full((3, 3), np.nan),), attrs={"num_lower": 0, "num_upper": 0}, dtypes=FLOATS, label="nan"),
+    Case(((2, 3, 4),), {"num_lower": 1, "num_upper": 0}, label="fd"),
+    Case(((4, 3),), {"num_lower": -1, "num_upper": 1}, label="fd 2")], exact=True,
+    grad=Grad(cases=("fd", "fd 2"), second_order=("fd",), unknown_dims=("fd 2",)))
 shape_row("alias_matrix_band_part", "matrix_band_part", _band_part_ref,
           [Case(((3, 4),), {"num_lower": 1, "num_upper": 0})], dtypes=("float32", "bool"), exact=True)
+
+
+def _t_band(x, num_lower, num_upper):
+    """tril / triu (a negative bound keeps that whole triangle)."""
+    torch = torch_module()
+    y = x if num_lower < 0 else torch.triu(x, -num_lower)
+    return y if num_upper < 0 else torch.tril(y, num_upper)
+
+
+row("band_part_vs_torch", "band_part", TorchRef(_t_band), FLOATS,
+    [Case(((2, 5, 7),), {"num_lower": lo, "num_upper": up}) for lo, up in [(-1, 0), (0, -1), (1, -1), (-1, 2), (2, 1)]],
+    exact=True, grad=Grad(cases=()))
 
 
 def _one_hot_ref(indices, depth, axis=-1, dtype="float32", on_value=1.0, off_value=0.0):
@@ -1709,7 +1811,10 @@ def _one_hot_ref(indices, depth, axis=-1, dtype="float32", on_value=1.0, off_val
 _ONE_HOT_CASES = [
     Case(((2, 3),), {"depth": 4}), Case(((2, 3),), {"depth": 5, "axis": 0}), Case(((2, 3),), {"depth": 3, "axis": 1}),
     Case(((),), {"depth": 6}, label="rank-0"), Case(((0, 2),), {"depth": 3}, label="zero-size"),
-    Case(((3,),), {"depth": 0}, label="depth 0"), Case(((40000,),), {"depth": 3}, label="parallel")]
+    Case(((3,),), {"depth": 0}, label="depth 0"), Case(((40000,),), {"depth": 3}, label="parallel")] + [
+    Case(((3, 4),), {"depth": 5, "axis": ax}) for ax in (-1, 0, 1, 2, -2, -3)] + [
+    Case(values=(lambda d: np.array([np.iinfo(np_dtype(d)).max, 1, np.iinfo(np_dtype(d)).min, 2], np_dtype(d)),),
+         attrs={"depth": 3}, label="dtype extremes")]
 # indices of every integer dtype (values -2..6: negative and >= depth are out of range), float32 result
 row("one_hot", "one_hot", _one_hot_ref, INTS, _ONE_HOT_CASES, doms=dom(ilo=-2, ihi=6), out_dtype="float32",
     exact=True)
@@ -1719,6 +1824,10 @@ row("one_hot_dtypes", "one_hot", _one_hot_ref, ALL, [
     Case(((2, 3),), {"depth": 4, "axis": -2, "on_value": 5.0, "off_value": -3.0}, dtypes=FLOATS + SINTS),
     Case(((2, 3),), {"depth": 4, "on_value": 7.0, "off_value": 2.0}, dtypes=UINTS)],
     doms=dom(ilo=-2, ihi=6), input_dtypes=lambda d: ("int32",), dtype_attr="dtype", exact=True)
+row("one_hot_vs_torch", "one_hot",
+    TorchRef(lambda i, depth, dtype: torch_module().nn.functional.one_hot(i, depth)), ("int64",),
+    [Case(((2, 3, 4),), {"depth": 6, "dtype": "int64"}), Case(((5,),), {"depth": 5, "dtype": "int64"})],
+    doms=dom(ilo=0, ihi=4), exact=True)
 
 
 # ----------------------------------------------------------------------------------------

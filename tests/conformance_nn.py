@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from conformance import (ALL, BF16, FLOATS, HALF, Case, D, Dom, Grad, TorchRef, _CallDom, _COMPOSITE_TOL, _INF, _NAN,
+from conformance import (ALL, FLOATS, HALF, Case, D, Dom, Grad, TorchRef, _CallDom, _COMPOSITE_TOL, _INF, _NAN,
                          _axes, _erf, dom, np_dtype, round_to_half, row, torch_module)
 
 
@@ -1255,7 +1255,6 @@ for _amsgrad in (False, True):
 
 
 def _torch_step(opt_cls, values, gradient, state, **kw):
-    torch = torch_module()
     p = values.detach().clone().requires_grad_(True)
     opt = opt_cls([p], foreach=False, **kw)
     opt.state[p].update({k: v.detach().clone() for k, v in state.items()})
@@ -1319,9 +1318,9 @@ def _norm_cdf(x):
 _EPS = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}  # relative rounding of a draw
 
 
-def ks_check(x, cdf, pdf_max, what=""):
-    """sup |ECDF - CDF| within the Kolmogorov-Smirnov bound at alpha ~ 1e-4, plus what rounding
-    the draws to their dtype can move the CDF (pdf_max * the largest rounding step)."""
+def ks_check(x, cdf):
+    """(sup |ECDF - CDF|, the Kolmogorov-Smirnov bound that a correct sample of this size
+    exceeds with probability ~1e-4)."""
     x = np.sort(np.asarray(x, np.float64).ravel())
     n = x.size
     F = cdf(x)
@@ -1331,7 +1330,9 @@ def ks_check(x, cdf, pdf_max, what=""):
 
 
 def _assert_ks(x, cdf, pdf_max, dtype, what):
-    d, bound = ks_check(x, cdf, pdf_max)
+    """The KS bound, plus how far rounding the draws to their dtype can move the CDF (pdf_max *
+    the largest rounding step)."""
+    d, bound = ks_check(x, cdf)
     bound += pdf_max * _EPS.get(dtype, 0.0) * float(np.max(np.abs(x))) if x.size else 0.0
     assert d <= bound, f"{what}: Kolmogorov-Smirnov distance {d:.4g} > {bound:.4g} (n={np.size(x)})"
 

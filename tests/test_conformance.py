@@ -195,3 +195,44 @@ def test_round_to_half_is_correctly_rounded(dtype):
     special = cf.round_to_half(np.array([np.nan, np.inf, -np.inf, -0.0, 0.0]), dtype).astype(np.float64)
     assert np.isnan(special[0]) and list(special[1:3]) == [np.inf, -np.inf]
     assert np.signbit(special[3]) and not np.signbit(special[4])
+
+
+def test_stat_checks_reject_wrong_distributions():
+    """The random rows' checks have power: numpy draws of the right distribution pass them,
+    slightly wrong ones (shifted, scaled, clipped, biased, repeated) fail."""
+    import conformance_nn as nn
+    rng = np.random.default_rng(0)
+    n = 20000
+
+    def ok(check, x, attrs, ins=(), dtype="float32"):
+        check([np.asarray(x, np.float32)], [np.asarray(i) for i in ins], attrs, dtype)
+
+    def bad(check, x, attrs, ins=(), dtype="float32"):
+        with pytest.raises(AssertionError):
+            ok(check, x, attrs, ins, dtype)
+
+    u = rng.random(n)
+    ok(nn._stat_uniform, u, {})
+    ok(nn._stat_uniform, u * 5 - 2, {"minimum": -2.0, "maximum": 3.0})
+    bad(nn._stat_uniform, u * 0.97, {})                    # never reaches the top 3%
+    bad(nn._stat_uniform, u ** 1.1, {})                    # skewed
+    bad(nn._stat_uniform, np.append(u[:-1], 1.0), {})      # the maximum itself
+    bad(nn._stat_uniform, np.repeat(u[: n // 2], 2), {})   # neighbours equal
+    z = rng.standard_normal(n)
+    ok(nn._stat_normal, z * 2 + 1, {"mean": 1.0, "standard_deviation": 2.0})
+    bad(nn._stat_normal, z * 2.1 + 1, {"mean": 1.0, "standard_deviation": 2.0})
+    bad(nn._stat_normal, z + 0.05, {})
+    bad(nn._stat_normal, rng.uniform(-1.7, 1.7, n), {})    # about the right variance, wrong shape
+    t = z[np.abs(z) <= 2][:15000]
+    ok(nn._stat_truncated_normal, t, {})
+    bad(nn._stat_truncated_normal, np.clip(z, -2, 2)[:15000], {})  # clipped, not truncated
+    bad(nn._stat_truncated_normal, z[:15000], {})
+    b = (rng.random(n) < 0.3).astype(np.float32)
+    ok(nn._stat_bernoulli, b, {"probability": 0.3})
+    bad(nn._stat_bernoulli, b, {"probability": 0.33})
+    bad(nn._stat_bernoulli, b * 2, {"probability": 0.3})
+    x = rng.uniform(0.5, 2, n)
+    keep = rng.random(n) >= 0.3
+    ok(nn._stat_dropout, np.where(keep, x / 0.7, 0), {"rate": 0.3}, [x])
+    bad(nn._stat_dropout, np.where(keep, x, 0), {"rate": 0.3}, [x])           # not rescaled
+    bad(nn._stat_dropout, np.where(rng.random(n) >= 0.33, x / 0.7, 0), {"rate": 0.3}, [x])
