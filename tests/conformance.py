@@ -9,8 +9,24 @@ Adding an op is adding one row. tests/test_conformance.py runs every row x dtype
 with static placeholder shapes and again with every placeholder dim None.
 
 References never use mpsgraph: numpy (computed in float64 on the exact values of the
-rounded inputs, then rounded to the output dtype), Python integers for the documented
-integer rules (wrapping, division by zero, shifts >= the bit width), scipy/math for erf.
+rounded inputs, then rounded once to the output dtype: float16/bfloat16 by round_to_half),
+Python integers for the documented integer rules (wrapping, division by zero, shifts >= the
+bit width), scipy/math for erf, and PyTorch (TorchRef: torch.nn.functional, torch.optim) for
+the NN families.
+
+A row is OpInfo-like. Besides the op, its samples (`cases`: shapes drawn from value domains, or
+explicit values, each with attributes and optionally its own domains or dtypes) and the
+reference, it may carry:
+  * `tol`: (rtol, atol) per dtype; `exact` for correctly rounded ops;
+  * `out_dtype`: one dtype, or a tuple with one per output (e.g. pooling values and indices);
+  * `grad` (Grad): gradient support. Finite differences (tests/gradcheck.py, float64 on the CPU)
+    of the listed cases, optionally to second order and with unknown dims; and, where the
+    reference is a TorchRef, the vector-Jacobian product against torch.autograd on every case
+    in float32/float64 on every device, in the same run as the values;
+  * `stat_check`: for random ops, distribution checks (support, moments, Kolmogorov-Smirnov
+    bounds) of fixed-seed draws instead of a value reference;
+  * `skip_devices`: device kinds the row does not run on, with the reason;
+  * `known_bugs`: dtypes for which the row shows a reported library bug (strict xfail).
 """
 import math
 import warnings
@@ -47,6 +63,31 @@ def np_dtype(name):
 
 def is_float(name):
     return name in FLOATS
+
+
+# (significand bits incl. the implicit one, minimum normal exponent, maximum exponent)
+_HALF_FORMATS = {"float16": (11, -14, 15), "bfloat16": (8, -126, 127)}
+
+
+def round_to_half(x, dtype):
+    """float64 (or anything exactly representable in float64) -> float16/bfloat16, correctly
+    rounded (round to nearest, ties to even) straight from the float64 value: no library cast
+    decides the rounding. Each value is rounded on its own quantum (2**(exponent - p + 1), the
+    subnormal quantum below the normal range) with np.rint, which is exact here because scaling
+    by a power of two is exact; the rounded value is then representable in the target, so the
+    final astype is exact whatever the library does. Overflow (including the tie at
+    max + half an ulp, which rounds to the even 2**(emax+1)) gives inf; NaN stays NaN, -0.0 stays
+    -0.0."""
+    p, emin, emax = _HALF_FORMATS[dtype]
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        _, e = np.frexp(x)  # |x| = m * 2**e with m in [0.5, 1): the unit in the first place is 2**(e-1)
+        q = np.ldexp(1.0, np.maximum(e - 1, emin) - (p - 1))
+        finite = np.isfinite(x)
+        r = np.where(finite, np.rint(np.where(finite, x, 0.0) / q) * q, x)
+        big = np.abs(r) >= 2.0 ** (emax + 1)
+        r = np.where(big, np.copysign(np.inf, x), r)
+    return r.astype(np_dtype(dtype))
 
 
 def is_int(name):
@@ -115,24 +156,51 @@ def dom(**kw):
 
 @dataclass
 class Case:
-    """One set of inputs: shapes (one per input) or explicit values, plus attributes.
-    values: per input, a sequence (cast to the input dtype) or a callable dtype -> array."""
+    """One sample: shapes (one per input) or explicit values, plus attributes.
+    values: per input, a sequence (cast to the input dtype) or a callable dtype -> array.
+    doms: this case's value domains (a Dom, or one per input) instead of the row's."""
     shapes: tuple = ()
     attrs: dict = field(default_factory=dict)
     values: Optional[tuple] = None
     dtypes: Optional[tuple] = None  # restrict this case to these dtypes
     label: str = ""
+    doms: Any = None
+
+
+@dataclass
+class Grad:
+    """A row's gradient support, checked two ways from the row's own samples:
+
+    * finite differences (tests/gradcheck.py; float64 on the CPU; independent of any library) of
+      the cases listed in `cases` (indices into the row's float64 cases), to second order with
+      `second_order`, and again with every placeholder dim None with `unknown_dims`;
+    * where the reference is a TorchRef and `vjp` is set: mpsgraph's gradient of
+      sum(dy * output) against torch.autograd on every case, float32 and float64, on every
+      device, in the same run as the values.
+
+    wrt: the inputs to differentiate (default: every floating-point input; inputs that only give
+    a shape, like `like`, are left out). doms: value domains for the finite differences (e.g.
+    values without ties for max pooling), default the case's or the row's."""
+    wrt: Optional[tuple] = None
+    cases: tuple = (0,)              # entries: an index into the float64 cases, or a case label
+    second_order: Any = False        # True (every entry in `cases`) or a tuple of entries
+    unknown_dims: Any = False        # True or a tuple of entries: also with every placeholder dim None
+    doms: Any = None
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    vjp: bool = True
+    vjp_tol: dict = field(default_factory=dict)  # dtype -> (rtol, atol); default: the row's tolerance
 
 
 @dataclass
 class Row:
     name: str                       # test id
     op: Any                         # Graph method name, or build(g, *tensors, **attrs)
-    ref: Callable                   # numpy reference: ref(*arrays, **attrs)
+    ref: Callable                   # reference: ref(*arrays, **attrs), numpy or a TorchRef
     dtypes: tuple
-    cases: list
+    cases: list                     # the samples (Case)
     doms: Any = None                # Dom or tuple of Dom, one per input
-    out_dtype: Any = None           # None: the input dtype; a name; or callable(dtype) -> name
+    out_dtype: Any = None           # None: the input dtype; a name; a tuple (one per output); or callable(dtype)
     input_dtypes: Any = None        # callable(dtype) -> per-input dtype names (default all = dtype)
     tol: dict = field(default_factory=dict)  # dtype -> (rtol, atol) overrides
     ref_precision: str = "f64"      # "f64": float inputs as float64; "same": in their own dtype (halves as float32)
@@ -142,6 +210,16 @@ class Row:
     static_shape: bool = True       # check the output's static shape where inputs are static
     none_variant: bool = True       # also run with None dims in the placeholders
     exact: bool = False             # correctly rounded op: float results must equal the rounded reference
+    grad: Optional[Grad] = None     # gradient support (finite differences; vjp against a TorchRef)
+    # random ops: stat_check(outputs, inputs, attrs, dtype) asserts distribution properties (moments,
+    # Kolmogorov-Smirnov bounds, support) of fixed-seed draws instead of comparing with `ref`; the
+    # harness also checks that a seed reproduces its draws and that a second run draws fresh ones
+    stat_check: Optional[Callable] = None
+    skip_devices: dict = field(default_factory=dict)  # device kind ("metal", "cuda") -> why this row skips it
+    covers: tuple = ()              # op names a row with a callable `op` tests (for the coverage checks)
+    # dtype -> a known library bug this row shows (pytest xfail, strict: the test fails once the bug
+    # is fixed, so that the mark goes). Keep such rows minimal: the bug's cases only.
+    known_bugs: dict = field(default_factory=dict)
 
     @property
     def nin(self):
@@ -151,12 +229,13 @@ class Row:
             return len(c.shapes)
         return 0
 
-    def dom_for(self, i):
-        if self.doms is None:
+    def dom_for(self, i, case=None):
+        doms = case.doms if case is not None and case.doms is not None else self.doms
+        if doms is None:
             return D
-        if isinstance(self.doms, Dom):
-            return self.doms
-        return self.doms[i]
+        if isinstance(doms, Dom):
+            return doms
+        return doms[i]
 
     def in_dtypes(self, dtype, n=None):
         n = self.nin if n is None else n
@@ -171,9 +250,59 @@ class Row:
             return self.out_dtype(dtype)
         return self.out_dtype
 
+    def out_dtypes_for(self, dtype, n):
+        """One output dtype per output."""
+        o = self.out_dtype_for(dtype)
+        return tuple(o) if isinstance(o, (tuple, list)) else (o,) * n
+
 
 def seed_for(*parts):
     return zlib.crc32("|".join(map(str, parts)).encode())
+
+
+# ----------------------------------------------------------------------------------------
+# PyTorch references
+
+
+def torch_module():
+    """PyTorch (in the test extra). Imported on first use, so that the table stays importable."""
+    import torch
+    return torch
+
+
+class TorchRef:
+    """A reference written with PyTorch: fn(*tensors, **attrs) -> tensor or tuple, on float64
+    tensors (the exact values of the rounded inputs). Called with numpy arrays like any other
+    reference; with a Grad spec on its row, torch.autograd gives the vector-Jacobian products."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    @staticmethod
+    def _tensors(arrays, wrt=()):
+        torch = torch_module()
+        return [torch.tensor(np.array(a, copy=True, order="C"), requires_grad=i in wrt) if isinstance(a, np.ndarray)
+                else a for i, a in enumerate(arrays)]
+
+    def __call__(self, *arrays, **attrs):
+        outs = self.fn(*self._tensors(arrays), **attrs)
+        return tuple(o.detach().numpy() for o in _as_tuple(outs))
+
+    def value_and_vjp(self, arrays, attrs, wrt):
+        """The outputs (numpy) and a function dys -> the gradients of sum_k(dys[k] * output_k)
+        with respect to arrays[i] for i in wrt (one forward pass for both)."""
+        torch = torch_module()
+        ts = self._tensors(arrays, wrt)
+        outs = _as_tuple(self.fn(*ts, **attrs))
+
+        def vjp(dys):
+            loss = sum((outs[k] * torch.from_numpy(dy)).sum() for k, dy in dys.items())
+            if not getattr(loss, "requires_grad", False):
+                return [np.zeros_like(arrays[i]) for i in wrt]
+            gs = torch.autograd.grad(loss, [ts[i] for i in wrt], allow_unused=True)
+            return [np.zeros_like(arrays[i]) if gi is None else gi.detach().numpy() for i, gi in zip(wrt, gs)]
+
+        return tuple(o.detach().numpy() for o in outs), vjp
 
 
 # ----------------------------------------------------------------------------------------
@@ -217,6 +346,12 @@ def _round_ref(r, out_dtype):
             # integer results must already be in range; a silent wrap would hide a bad reference
             assert r.size == 0 or (int(r.min()) >= np.iinfo(dt).min and int(r.max()) <= np.iinfo(dt).max), \
                 "reference integer result out of range"
+        if out_dtype in HALF and r.dtype != dt and r.dtype.kind in "fiu":
+            # one correct rounding from the float64 value (ml_dtypes 0.6 rounds float64 -> bfloat16
+            # through float32, twice)
+            if r.dtype.kind in "iu":
+                assert r.size == 0 or np.abs(r.astype(np.float64)).max() < 2.0 ** 53, "integer reference not exact"
+            return round_to_half(r, out_dtype)
         return r.astype(dt)
 
 
@@ -251,36 +386,90 @@ def reference(row, arrays, attrs):
         return _as_tuple(row.ref(*args, **attrs))
 
 
+# The static and the None-dims variants of a row draw the same inputs: their references
+# (PyTorch's in particular) are computed once. Holds one (row, dtype) at a time.
+_REF_CACHE = {"key": None, "cases": {}}
+
+
+def _cached_reference(row, dtype, ci, arrays, attrs, vjp_wrt):
+    """(reference outputs, vjp function or None, slot for the vjp's result) of case ci."""
+    if _REF_CACHE["key"] != (row.name, dtype):
+        _REF_CACHE["key"], _REF_CACHE["cases"] = (row.name, dtype), {}
+    entry = _REF_CACHE["cases"].get(ci)
+    if entry is None:
+        if vjp_wrt is not None:
+            with np.errstate(all="ignore"):
+                ref, fn = row.ref.value_and_vjp([ref_input(a, "f64") for a in arrays], attrs, vjp_wrt)
+        else:
+            ref, fn = reference(row, arrays, attrs), None
+        entry = _REF_CACHE["cases"][ci] = [ref, fn, None]
+    return entry
+
+
 def cases_for(row, dtype):
     return [c for c in row.cases if c.dtypes is None or dtype in c.dtypes]
 
 
+def case_inputs(row, case, dtype, rng):
+    """The input arrays of one case for dtype (explicit values, or drawn from the domains), and
+    their dtype names."""
+    n = len(case.values) if case.values is not None else len(case.shapes)
+    in_dts = row.in_dtypes(dtype, n)
+    if case.values is not None:
+        arrays = [make_value(v, in_dts[i]) for i, v in enumerate(case.values)]
+    else:
+        arrays = [row.dom_for(i, case).draw(rng, s, in_dts[i]) for i, s in enumerate(case.shapes)]
+    return arrays, in_dts
+
+
+def case_attrs(row, case, dtype):
+    attrs = dict(case.attrs)
+    if row.dtype_attr:
+        attrs[row.dtype_attr] = dtype
+    return attrs
+
+
+def _case_label(ci, case, arrays):
+    label = f"case {ci} {case.label or ''} shapes={case.shapes} attrs={case.attrs}".replace("  ", " ")
+    if case.values is not None:
+        label += " values=" + ", ".join(np.array2string(a.astype(np.float64) if a.dtype == BF16 else a,
+                                                        threshold=20) for a in arrays)
+    return label
+
+
+def _float_wrt(row, arrays):
+    if row.grad.wrt is not None:
+        return list(row.grad.wrt)
+    return [i for i, a in enumerate(arrays) if a.dtype.kind == "f" or a.dtype == BF16]
+
+
+def _default_tol(row, dtype, out_dt, exact):
+    return row.tol.get(dtype, (0.0, 0.0) if exact else TOL.get(out_dt, (0, 0)))
+
+
 def check_row(row, dtype, device, none_dims=False):
     """Builds one graph holding every case of the row for this dtype, runs it once on device
-    and compares every output with the reference. Collects all failures, then fails."""
+    and compares every output with the reference (and, for rows with a Grad spec and a
+    TorchRef, every gradient with torch.autograd). Collects all failures, then fails."""
+    if row.stat_check is not None:
+        return check_stat_row(row, dtype, device, none_dims)
     rng = np.random.default_rng(seed_for(row.name, dtype))
-    out_dt = row.out_dtype_for(dtype)
     # exactness is the CPU backend's IEEE guarantee; GPU math libraries may be an ulp or two off
     exact = row.exact and str(device).startswith("cpu")
-    tol = row.tol.get(dtype, (0.0, 0.0) if exact else TOL.get(out_dt, (0, 0)))
+    vjp = (row.grad is not None and row.grad.vjp and isinstance(row.ref, TorchRef)
+           and dtype in ("float32", "float64"))
     g = mg.Graph()
     feeds, pending, failures = {}, [], []
     for ci, case in enumerate(cases_for(row, dtype)):
-        label = f"case {ci} {case.label or ''} shapes={case.shapes} attrs={case.attrs}".replace("  ", " ")
-        in_dts = row.in_dtypes(dtype, len(case.values) if case.values is not None else len(case.shapes))
-        if case.values is not None:
-            arrays = [make_value(v, in_dts[i]) for i, v in enumerate(case.values)]
-            label += " values=" + ", ".join(np.array2string(a.astype(np.float64) if a.dtype == BF16 else a,
-                                                            threshold=20) for a in arrays)
-        else:
-            arrays = [row.dom_for(i).draw(rng, s, in_dts[i]) for i, s in enumerate(case.shapes)]
-        attrs = dict(case.attrs)
-        if row.dtype_attr:
-            attrs[row.dtype_attr] = dtype
+        arrays, in_dts = case_inputs(row, case, dtype, rng)
+        label = _case_label(ci, case, arrays)
+        attrs = case_attrs(row, case, dtype)
         try:
-            ref = reference(row, arrays, attrs)
+            entry = _cached_reference(row, dtype, ci, arrays, attrs, _float_wrt(row, arrays) if vjp else None)
         except Exception as e:  # a bad table entry, not a library bug
             raise AssertionError(f"{row.name}/{dtype} {label}: the reference failed: {e!r}") from e
+        ref = entry[0]
+        out_dts = row.out_dtypes_for(dtype, len(ref))
         try:
             ts = []
             for a, idt in zip(arrays, in_dts):
@@ -296,6 +485,7 @@ def check_row(row, dtype, device, none_dims=False):
             failures.append(f"{label}: {len(outs)} outputs, reference has {len(ref)}")
             continue
         for k, (t, r) in enumerate(zip(outs, ref)):
+            out_dt = out_dts[k]
             want = _round_ref(r, out_dt)
             # static type: dtype always, shape where every input shape is static
             if t.dtype != mg.as_dtype(out_dt):
@@ -307,19 +497,140 @@ def check_row(row, dtype, device, none_dims=False):
                     ok = ok and tuple(t.shape) == want.shape
                 if not ok:
                     failures.append(f"{label} output {k}: static shape {t.shape} vs expected {want.shape}")
-            pending.append((label, k, t, want))
+            pending.append((f"{label} output {k}", t, want, out_dt, _default_tol(row, dtype, out_dt, exact)))
+        if vjp:
+            try:
+                pending += _vjp_pending(row, g, ts, outs, entry, arrays, dtype, rng, label)
+            except Exception as e:
+                failures.append(f"{label}: gradients raised {type(e).__name__}: {e}")
     if pending:
         try:
-            res = g.run(feeds, [t for _, _, t, _ in pending], device=device)
+            res = g.run(feeds, [p[1] for p in pending], device=device)
         except Exception as e:
             failures.append(f"run raised {type(e).__name__}: {e}")
             res = None
         if res is not None:
-            for label, k, t, want in pending:
+            for what, t, want, out_dt, tol in pending:
                 try:
-                    compare(to_numpy(res[t]), want, out_dt, tol, row.signbit, f"{label} output {k}")
+                    compare(to_numpy(res[t]), want, out_dt, tol, row.signbit and "d/d" not in what, what)
                 except AssertionError as e:
                     failures.append(str(e).strip())
+    if failures:
+        raise AssertionError(f"{row.name} [{dtype}, {device}{', None dims' if none_dims else ''}]: "
+                             f"{len(failures)} failing case(s):\n" + "\n".join(failures))
+
+
+def _vjp_pending(row, g, ts, outs, entry, arrays, dtype, rng, label):
+    """mpsgraph's gradients of sum(dy * output) for one case, with torch.autograd's as the wants."""
+    ref, vjp_fn, _ = entry
+    wrt = _float_wrt(row, arrays)
+    fl = [k for k, t in enumerate(outs) if t.dtype.name in FLOATS]
+    if not wrt or not fl:
+        return []
+    dys = {k: rng.standard_normal(np.shape(ref[k])).astype(np_dtype(dtype)) for k in fl}
+    loss = None
+    for k in fl:
+        term = g.reduction_sum(outs[k] * g.constant(dys[k]), keep_dims=False)
+        loss = term if loss is None else loss + term
+    grads = g.gradients(loss, [ts[i] for i in wrt])
+    if entry[2] is None:  # the same dys in both variants (the same draws from the same seed)
+        entry[2] = vjp_fn({k: dy.astype(np.float64) for k, dy in dys.items()})
+    tol = row.grad.vjp_tol.get(dtype, _default_tol(row, dtype, dtype, False))
+    return [(f"{label} d/d input {i}", grads[ts[i]], _round_ref(w, dtype), dtype, tol)
+            for i, w in zip(wrt, entry[2])]
+
+
+def grad_entries(row):
+    """(entry, with unknown dims) pairs of a row's finite-difference checks."""
+    spec = row.grad
+    out = []
+    for e in spec.cases:
+        out.append((e, False))
+        if spec.unknown_dims is True or (isinstance(spec.unknown_dims, tuple) and e in spec.unknown_dims):
+            out.append((e, True))
+    return out
+
+
+def _grad_case(row, entry):
+    cases = cases_for(row, "float64")
+    if isinstance(entry, int):
+        return entry, cases[entry]
+    hits = [i for i, c in enumerate(cases) if c.label == entry]
+    assert len(hits) == 1, f"{row.name}: Grad case label {entry!r} names {len(hits)} cases"
+    return hits[0], cases[hits[0]]
+
+
+def check_row_gradient(row, entry, unknown_dims=False):
+    """Finite differences (tests/gradcheck.py, float64, CPU) of one case of a row with a Grad
+    spec: the gradient of sum(w * outputs) for a fixed random w (several float outputs are
+    flattened and concatenated), to second order where the spec says so (static dims only)."""
+    from gradcheck import check_op_gradient
+    spec = row.grad
+    index, case = _grad_case(row, entry)
+    rng = np.random.default_rng(seed_for(row.name, "grad", index))
+    if spec.doms is not None:
+        case = Case(case.shapes, case.attrs, case.values, case.dtypes, case.label, spec.doms)
+    arrays, _ = case_inputs(row, case, "float64", rng)
+    attrs = case_attrs(row, case, "float64")
+    wrt = _float_wrt(row, arrays)
+    second = spec.second_order is True or (isinstance(spec.second_order, tuple) and entry in spec.second_order)
+
+    def build_fn(g, *ts):
+        outs = [o for o in _as_tuple(build(g, row, list(ts), attrs)) if o.dtype.name in FLOATS]
+        if len(outs) == 1:
+            return outs[0]
+        return g.concat([g.reshape(o, (-1,)) for o in outs], axis=0)
+
+    check_op_gradient(build_fn, [a.copy() for a in arrays], wrt=wrt, unknown_dims=unknown_dims, rtol=spec.rtol,
+                      atol=spec.atol, second_order=second and not unknown_dims, seed=seed_for(row.name, index))
+
+
+def check_stat_row(row, dtype, device, none_dims=False):
+    """Random ops: every case's draws (fixed seeds) must pass row.stat_check; the same graph built
+    again must reproduce them (a seed fixes the sequence of runs), and a second run of the same
+    graph must draw fresh numbers."""
+
+    def build_all():
+        rng = np.random.default_rng(seed_for(row.name, dtype))
+        g = mg.Graph()
+        feeds, items = {}, []
+        for ci, case in enumerate(cases_for(row, dtype)):
+            arrays, in_dts = case_inputs(row, case, dtype, rng)
+            attrs = case_attrs(row, case, dtype)
+            ts = []
+            for a, idt in zip(arrays, in_dts):
+                p = g.placeholder((None,) * a.ndim if none_dims else a.shape, idt)
+                feeds[p] = a
+                ts.append(p)
+            items.append((_case_label(ci, case, arrays), arrays, attrs, _as_tuple(build(g, row, ts, attrs))))
+        return g, feeds, items
+
+    g1, feeds1, items1 = build_all()
+    g2, feeds2, items2 = build_all()
+    t1 = [t for it in items1 for t in it[3]]
+    t2 = [t for it in items2 for t in it[3]]
+    first, second = g1.run(feeds1, t1, device=device), g1.run(feeds1, t1, device=device)
+    again = g2.run(feeds2, t2, device=device)
+    failures = []
+    for (label, arrays, attrs, outs), (_, _, _, outs2) in zip(items1, items2):
+        a = [to_numpy(first[t]) for t in outs]
+        b = [to_numpy(second[t]) for t in outs]
+        c = [to_numpy(again[t]) for t in outs2]
+        out_dts = row.out_dtypes_for(dtype, len(outs))
+        for k, t in enumerate(outs):
+            if t.dtype != mg.as_dtype(out_dts[k]) or a[k].dtype != np_dtype(out_dts[k]):
+                failures.append(f"{label} output {k}: dtype {t.dtype.name}/{a[k].dtype} != {out_dts[k]}")
+            if not none_dims and tuple(t.shape) != a[k].shape:
+                failures.append(f"{label} output {k}: static shape {t.shape} != run shape {a[k].shape}")
+        if not all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, c)):
+            failures.append(f"{label}: the same seed in a new graph drew different numbers")
+        varied = any(np.unique(x.astype(np.float64)).size > 1 for x in a)
+        if varied and all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b)):
+            failures.append(f"{label}: a second run drew the same numbers")
+        try:
+            row.stat_check(a, [ref_input(x, "f64") for x in arrays], attrs, dtype)
+        except AssertionError as e:
+            failures.append(f"{label}: {str(e).strip()}")
     if failures:
         raise AssertionError(f"{row.name} [{dtype}, {device}{', None dims' if none_dims else ''}]: "
                              f"{len(failures)} failing case(s):\n" + "\n".join(failures))
@@ -620,8 +931,13 @@ class _CallDom(Dom):
 
 def _cast_ref(dst):
     def ref(x, dtype=None):
+        x = np.asarray(x)
+        if dst in HALF and x.dtype.kind in "fiu" and x.dtype != np_dtype(dst):
+            if x.dtype.kind in "iu":  # the drawn integers are exact in float64
+                assert x.size == 0 or np.abs(x.astype(np.float64)).max() < 2.0 ** 53
+            return round_to_half(x.astype(np.float64), dst)  # correctly rounded from the exact value
         with np.errstate(all="ignore"):
-            return np.asarray(x).astype(np_dtype(dst))
+            return x.astype(np_dtype(dst))
     return ref
 
 
@@ -1248,7 +1564,7 @@ _create_row("eye", lambda n, m=None, k=0, dtype="float32": np.eye(n, m, k, dtype
 
 
 # ----------------------------------------------------------------------------------------
-# erfinv, activations and losses (composites; halves round at every step: looser tolerances)
+# erfinv (the activations, losses and the other NN families are in conformance_nn.py)
 
 try:
     from scipy.special import erfinv as _erfinv
@@ -1265,170 +1581,6 @@ _COMPOSITE_TOL = {"float16": (8e-3, 1e-3), "bfloat16": (5e-2, 1e-2), "float32": 
 unary("erfinv", _erfinv, domain=dom(lo=-0.99, hi=0.99),
       tol=dict(_COMPOSITE_TOL, float32=(2e-6, 1e-7), float64=(2e-7, 1e-8)), special=False,
       extra=[Case(values=([-1.0, 1.0, 0.0, -0.0, 1.5, -2.0, _NAN, 0.5, -0.999],), dtypes=FLOATS, label="special")])
-
-_SELU_A, _SELU_S = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
-
-
-def _log_softmax(x, axis=-1):
-    m = np.max(x, axis=axis, keepdims=True)
-    return x - m - np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
-
-
-def _reduce(v, reduction):
-    return {"none": v, "sum": np.sum(v), "mean": np.mean(v)}[reduction]
-
-
-_ACT_CASES = [Case(((2, 3),)), Case(((),)), Case(((0, 4),)), Case(((40, 50),))]
-_ACT_SPECIAL = [Case(values=([_NAN, _INF, -_INF, 0.0, -0.0, 30.0, -30.0, 1e-3],), dtypes=FLOATS, label="special")]
-
-
-def activation(name, ref, cases=None, **kw):
-    cases = list(cases if cases is not None else _ACT_CASES)
-    return row(name, name, ref, FLOATS, cases, tol=kw.pop("tol", _COMPOSITE_TOL), doms=kw.pop("doms", dom(lo=-5, hi=5)),
-               **kw)
-
-
-activation("elu", lambda x, alpha=1.0: np.where(x > 0, x, alpha * np.expm1(x)),
-           _ACT_CASES + [Case(((3, 4),), {"alpha": 0.3})] + _ACT_SPECIAL)
-activation("selu", lambda x: _SELU_S * np.where(x > 0, x, _SELU_A * np.expm1(x)), _ACT_CASES + _ACT_SPECIAL)
-activation("gelu", lambda x, approximate="none": x * 0.5 * (1 + _erf(x / np.sqrt(2.0))) if approximate == "none" else
-           0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))),
-           _ACT_CASES + [Case(((3, 4),), {"approximate": "tanh"})] + _ACT_SPECIAL[:0])
-activation("hard_sigmoid", lambda x, alpha=1 / 6, beta=0.5: np.clip(alpha * x + beta, 0, 1),
-           _ACT_CASES + [Case(((3, 4),), {"alpha": 0.2, "beta": 0.4})] + _ACT_SPECIAL)
-activation("hard_swish", lambda x: x * np.clip(x / 6 + 0.5, 0, 1), doms=dom(lo=-8, hi=8))
-activation("leaky_relu", lambda x, alpha=0.01: np.where(x >= 0, x, alpha * x),
-           _ACT_CASES + [Case(((3, 4),), {"alpha": 0.2})] + _ACT_SPECIAL)
-activation("log_sigmoid", lambda x: -np.logaddexp(0, -x), _ACT_CASES + _ACT_SPECIAL, doms=dom(lo=-20, hi=20))
-activation("mish", lambda x: x * np.tanh(np.logaddexp(0, x)))
-activation("silu", lambda x: x / (1 + np.exp(-x)))
-activation("swish", lambda x: x / (1 + np.exp(-x)), [Case(((2, 3),))])
-activation("softplus", lambda x, beta=1.0: np.logaddexp(0, beta * x) / beta,
-           _ACT_CASES + [Case(((3, 4),), {"beta": 2.0})] + _ACT_SPECIAL, doms=dom(lo=-20, hi=20))
-activation("softsign", lambda x: x / (1 + np.abs(x)), _ACT_CASES + _ACT_SPECIAL)
-# Tails: numpy/torch keep full relative precision here (log1p/expm1); the relative error
-# must stay within a few ulps of float32/float64 even where the result is tiny.
-_TAIL_TOL = {"float32": (1e-5, 0.0), "float64": (1e-10, 0.0)}
-row("softplus_tail", "softplus", lambda x: np.logaddexp(0, x), ("float32", "float64"), [Case(((50,),))],
-    doms=dom(lo=-30, hi=-10), tol=_TAIL_TOL)
-row("log_sigmoid_tail", "log_sigmoid", lambda x: -np.logaddexp(0, -x), ("float32", "float64"), [Case(((50,),))],
-    doms=dom(lo=10, hi=30), tol=_TAIL_TOL)
-row("mish_tail", "mish", lambda x: x * np.tanh(np.logaddexp(0, x)), ("float32", "float64"), [Case(((50,),))],
-    doms=dom(lo=-30, hi=-10), tol=_TAIL_TOL)
-row("elu_near_zero", "elu", lambda x: np.expm1(x), ("float32", "float64"), [Case(((50,),))],
-    doms=dom(lo=-1e-3, hi=-1e-7), tol=_TAIL_TOL)
-row("selu_near_zero", "selu", lambda x: _SELU_S * _SELU_A * np.expm1(x), ("float32", "float64"), [Case(((50,),))],
-    doms=dom(lo=-1e-3, hi=-1e-7), tol=_TAIL_TOL)
-row("prelu", "prelu", lambda x, a: np.where(x >= 0, x, a * x), FLOATS,
-    [Case(((2, 3), (3,))), Case(((2, 3), ())), Case(((4, 3, 2), (3, 1)))], tol=_COMPOSITE_TOL)
-for _sm, _ref in [("softmax", lambda x, axis=-1: np.exp(_log_softmax(x, axis))), ("log_softmax", _log_softmax)]:
-    row(_sm, _sm, _ref, FLOATS, [Case(((2, 5),)), Case(((3, 4),), {"axis": 0}), Case(((2, 3, 4),), {"axis": 1}),
-                                 Case(((0, 3),)), Case(((5,),)), Case(values=([[1000.0, 1000.0, -1000.0]],), label="stable")],
-        tol=_COMPOSITE_TOL, doms=dom(lo=-5, hi=5))
-row("mean_squared_error", "mean_squared_error", lambda p, l, reduction="mean": _reduce((p - l) ** 2, reduction), FLOATS,
-    [Case(((4, 5), (4, 5))), Case(((4, 5), (4, 5)), {"reduction": "sum"}), Case(((4, 5), (4, 5)), {"reduction": "none"})],
-    tol=dict(_COMPOSITE_TOL, float16=(1e-2, 1e-2), bfloat16=(5e-2, 5e-2)))
-row("sigmoid_cross_entropy", "sigmoid_cross_entropy",
-    lambda x, z, reduction="mean": _reduce(np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x))), reduction), FLOATS,
-    [Case(((4, 5), (4, 5))), Case(((4, 5), (4, 5)), {"reduction": "sum"}), Case(((4, 5), (4, 5)), {"reduction": "none"})],
-    doms=(dom(lo=-6, hi=6), dom(lo=0, hi=1)), tol=dict(_COMPOSITE_TOL, float16=(1e-2, 1e-2), bfloat16=(5e-2, 5e-2)))
-
-
-def _sce_ref(x, labels, axis=-1, reduction="mean"):
-    per = -np.sum(labels * _log_softmax(x, axis), axis=axis, keepdims=True)
-    return per if reduction == "none" else _reduce(per, reduction)
-
-
-row("softmax_cross_entropy", "softmax_cross_entropy", _sce_ref, FLOATS,
-    [Case(((4, 5), (4, 5))), Case(((4, 5), (4, 5)), {"reduction": "sum"}), Case(((4, 5), (4, 5)), {"reduction": "none"}),
-     Case(((3, 4), (3, 4)), {"axis": 0, "reduction": "none"})],
-    doms=(dom(lo=-4, hi=4), dom(lo=0, hi=1)), tol=dict(_COMPOSITE_TOL, float16=(1e-2, 1e-2), bfloat16=(5e-2, 5e-2)))
-
-
-# ----------------------------------------------------------------------------------------
-# normalisation (composites; population variance)
-
-_NORM_TOL = {"float16": (2e-2, 2e-2), "bfloat16": (8e-2, 8e-2), "float32": (1e-4, 1e-5), "float64": (1e-10, 1e-12)}
-_POSV = dom(lo=0.2, hi=2.0)
-
-
-def _moments(x, axes):
-    return np.mean(x, axis=axes, keepdims=True), np.var(x, axis=axes, keepdims=True)
-
-
-def _layer_norm(x, gamma, beta, axes=(-1,), epsilon=1e-5):
-    m, v = _moments(x, _axes(axes))
-    return (x - m) / np.sqrt(v + epsilon) * gamma + beta
-
-
-def _batch_norm(x, gamma, beta, rm, rv, training=True, epsilon=1e-5, channel_axis=-1):
-    ca = channel_axis % x.ndim
-    bshape = [1] * x.ndim
-    bshape[ca] = x.shape[ca]
-    gamma, beta, rm, rv = (a.reshape(bshape) for a in (gamma, beta, rm, rv))
-    if training:
-        rm, rv = _moments(x, tuple(i for i in range(x.ndim) if i != ca))
-    return (x - rm) / np.sqrt(rv + epsilon) * gamma + beta
-
-
-def _group_norm(x, gamma, beta, num_groups, epsilon=1e-5, data_layout="NHWC"):
-    if data_layout == "NCHW":
-        return np.moveaxis(_group_norm(np.moveaxis(x, 1, -1), gamma, beta, num_groups, epsilon), -1, 1)
-    n, c = x.shape[0], x.shape[-1]
-    xs = x.reshape(x.shape[:-1] + (num_groups, c // num_groups))
-    axes = tuple(range(1, xs.ndim - 2)) + (xs.ndim - 1,)
-    m, v = _moments(xs, axes)
-    return ((xs - m) / np.sqrt(v + epsilon)).reshape(x.shape) * gamma + beta
-
-
-def _instance_norm(x, gamma, beta, epsilon=1e-5, data_layout="NHWC"):
-    if data_layout == "NCHW":
-        return np.moveaxis(_instance_norm(np.moveaxis(x, 1, -1), gamma, beta, epsilon), -1, 1)
-    m, v = _moments(x, tuple(range(1, x.ndim - 1)))
-    return (x - m) / np.sqrt(v + epsilon) * gamma + beta
-
-
-def _lrn(x, size=5, alpha=1e-4, beta=0.75, bias=1.0, data_layout="NCHW"):
-    ca = 1 if data_layout == "NCHW" else x.ndim - 1
-    sq = np.moveaxis(x * x, ca, 0)
-    c = sq.shape[0]
-    pad = np.concatenate([np.zeros((size // 2,) + sq.shape[1:]), sq, np.zeros(((size - 1) // 2,) + sq.shape[1:])])
-    acc = np.stack([pad[i:i + size].sum(axis=0) for i in range(c)])
-    return x / np.moveaxis((bias + alpha / size * acc) ** beta, 0, ca)
-
-
-def _normalization(x, mean, variance, gamma, beta, epsilon=1e-5):
-    return (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
-
-
-row("layer_normalization", "layer_normalization", _layer_norm, FLOATS,
-    [Case(((4, 6), (6,), (6,))), Case(((2, 3, 4), (3, 4), (3, 4)), {"axes": (1, 2)}),
-     Case(((2, 3, 4), (4,), ()), {"epsilon": 1e-3}), Case(((0, 5), (5,), (5,)))], tol=_NORM_TOL)
-row("batch_normalization", "batch_normalization", _batch_norm, FLOATS,
-    [Case(((4, 5, 3), (3,), (3,), (3,), (3,))), Case(((4, 3, 5), (3,), (3,), (3,), (3,)), {"channel_axis": 1}),
-     Case(((6, 3), (3,), (3,), (3,), (3,)), {"training": False}),
-     Case(((2, 3, 2, 2), (3,), (3,), (3,), (3,)), {"training": False, "channel_axis": 1, "epsilon": 1e-3})],
-    doms=(D, D, D, D, _POSV), tol=_NORM_TOL)
-row("group_normalization", "group_normalization", _group_norm, FLOATS,
-    [Case(((2, 3, 3, 4), (4,), (4,)), {"num_groups": 2}), Case(((2, 5, 1, 6), (6,), (6,)), {"num_groups": 3}),
-     Case(((2, 4, 3, 3), (4,), (4,)), {"num_groups": 4, "data_layout": "NCHW"}),
-     Case(((1, 2, 2, 4), (4,), (4,)), {"num_groups": 1})], tol=_NORM_TOL, none_variant=False)
-# documented: group norm needs static channel and spatial dims; the batch may be None
-row("group_normalization_none_batch", lambda g, x, gm, bt, **a: g.group_normalization(
-    g.reshape(x, (-1, 3, 3, 4)), gm, bt, **a), _group_norm, ("float32",),
-    [Case(((2, 3, 3, 4), (4,), (4,)), {"num_groups": 2})], tol=_NORM_TOL)
-row("instance_normalization", "instance_normalization", _instance_norm, FLOATS,
-    [Case(((2, 3, 3, 4), (4,), (4,))), Case(((2, 4, 3, 3), (4,), (4,)), {"data_layout": "NCHW"})], tol=_NORM_TOL)
-row("local_response_normalization", "local_response_normalization", _lrn, FLOATS,
-    [Case(((2, 7, 3, 3),)), Case(((2, 4, 3, 1),), {"size": 3, "alpha": 0.5, "beta": 0.5, "bias": 2.0}),
-     Case(((1, 3, 3, 6),), {"size": 4, "alpha": 0.3, "data_layout": "NHWC"})], tol=_NORM_TOL,
-    none_variant=False)  # documented: the channel dim must be known
-row("moments", "moments", lambda x, axes=None: _moments(x, _axes(axes)), FLOATS,
-    [Case(((4, 6),), {"axes": 0}), Case(((2, 3, 4),), {"axes": (0, 2)}), Case(((5,),), {"axes": -1})], tol=_NORM_TOL)
-row("normalization", "normalization", _normalization, FLOATS,
-    [Case(((4, 3), (3,), (3,), (3,), (3,))), Case(((2, 3), (), (), (), ()), {"epsilon": 0.1})],
-    doms=(D, D, _POSV, D, D), tol=_NORM_TOL)
-
 
 # ----------------------------------------------------------------------------------------
 # correctly rounded ops: IEEE +, -, *, /, sqrt, rounding, comparisons, data movement and
@@ -1475,47 +1627,84 @@ zeros ones full arange eye
 
 
 def covered_ops():
-    return {r.op for r in ROWS if isinstance(r.op, str)}
+    return {r.op for r in ROWS if isinstance(r.op, str)} | {c for r in ROWS for c in r.covers}
 
 
 # ----------------------------------------------------------------------------------------
 # pad modes, pad_gradient, space/depth, band_part, one_hot (issue 4; appended after the
-# exactness marks, so data-movement rows say exact=True themselves)
+# exactness marks, so data-movement rows say exact=True themselves). Values against numpy
+# (and PyTorch's F.pad, pixel_(un)shuffle, tril/triu, one_hot), gradients by finite differences.
+
+_PAD_NP_MODE = {"clamp_to_edge": "edge", "periodic": "wrap", "circular": "wrap"}
 
 
 def _pad_mode_ref(x, left_padding, right_padding, mode):
     pads = list(zip(left_padding, right_padding))
-    return np.pad(x, pads, mode={"clamp_to_edge": "edge", "periodic": "wrap", "circular": "wrap"}.get(mode, mode))
+    return np.pad(x, pads, mode=_PAD_NP_MODE.get(mode, mode))
 
 
+# (shape, left, right); each mode takes those its limits allow (reflect: < dim; symmetric and
+# wrap: <= dim; edge: a non-empty dim)
+_PAD_CASES = [
+    ((5,), (2,), (3,)), ((5,), (0,), (4,)), ((4,), (3,), (0,)), ((3, 4), (1, 2), (2, 3)), ((3, 4), (0, 3), (2, 0)),
+    ((2, 3, 4), (1, 0, 2), (1, 2, 3)), ((2, 3, 4), (0, 0, 0), (0, 0, 0)), ((1, 2, 3, 5), (0, 1, 2, 4), (0, 1, 1, 3)),
+    ((6, 70), (5, 40), (4, 69)), ((2, 1), (0, 1), (0, 0)), ((0, 3), (0, 2), (0, 1)), ((3, 0), (2, 0), (1, 0)),
+]
+_PAD_LIMIT = {"reflect": lambda n: n - 1, "symmetric": lambda n: n, "wrap": lambda n: n,
+              "edge": lambda n: 10 ** 9 if n else 0, "constant": lambda n: 10 ** 9}
+
+
+def _pad_fits(shape, left, right, mode):
+    return all(l <= _PAD_LIMIT[mode](n) and r <= _PAD_LIMIT[mode](n) for n, l, r in zip(shape, left, right))
+
+
+_PAD_MODES = ("reflect", "symmetric", "edge", "wrap")
 shape_row("pad_modes", "pad", _pad_mode_ref, [
-    Case(((3, 4),), {"left_padding": (2, 1), "right_padding": (1, 3), "mode": "reflect"}),
-    Case(((3, 4),), {"left_padding": (3, 0), "right_padding": (2, 4), "mode": "symmetric"}),
-    Case(((3, 4),), {"left_padding": (4, 1), "right_padding": (0, 6), "mode": "edge"}),
-    Case(((3, 4),), {"left_padding": (3, 2), "right_padding": (1, 4), "mode": "wrap"}),
-    Case(((2, 3, 5),), {"left_padding": (1, 0, 4), "right_padding": (0, 2, 3), "mode": "reflect"}),
-    Case(((2, 1, 3),), {"left_padding": (0, 2, 1), "right_padding": (1, 3, 2), "mode": "clamp_to_edge"}),
-    Case(((4,),), {"left_padding": (0,), "right_padding": (0,), "mode": "symmetric"}),
-    Case(((0, 3),), {"left_padding": (0, 2), "right_padding": (0, 1), "mode": "reflect"}, label="zero-size"),
-    Case(((5, 33),), {"left_padding": (2, 32), "right_padding": (4, 30), "mode": "periodic"})], exact=True)
+    Case((sh,), {"left_padding": l, "right_padding": r, "mode": m}) for m in _PAD_MODES for sh, l, r in _PAD_CASES
+    if _pad_fits(sh, l, r, m)] + [
+    Case(((2, 1, 3),), {"left_padding": (0, 2, 1), "right_padding": (1, 3, 2), "mode": "clamp_to_edge"}, label="alias"),
+    Case(((5, 33),), {"left_padding": (2, 32), "right_padding": (4, 30), "mode": "periodic"}, label="alias"),
+    Case(((3, 4),), {"left_padding": (1, 2), "right_padding": (2, 1), "mode": "circular"}, label="alias")] + [
+    Case(((3, 4),), {"left_padding": (2, 1), "right_padding": (1, 3), "mode": m}, label="fd " + m)
+    for m in _PAD_MODES], exact=True,
+    grad=Grad(cases=tuple("fd " + m for m in _PAD_MODES), second_order=True,
+              unknown_dims=tuple("fd " + m for m in _PAD_MODES)))
+
+
+def _t_pad(x, left_padding, right_padding, mode):
+    """F.pad pads trailing dims (last first): reflect, replicate (edge), circular (wrap)."""
+    k = max([i + 1 for i in range(x.ndim) if left_padding[x.ndim - 1 - i] or right_padding[x.ndim - 1 - i]] or [1])
+    arg = [p for i in reversed(range(x.ndim - k, x.ndim)) for p in (left_padding[i], right_padding[i])]
+    tmode = {"reflect": "reflect", "edge": "replicate", "wrap": "circular"}[mode]
+    return torch_module().nn.functional.pad(x, arg, mode=tmode)
+
+
+row("pad_modes_vs_torch", "pad", TorchRef(_t_pad), FLOATS,
+    [Case(((2, 3, 5, 6),), {"left_padding": (0, 0, 2, 3), "right_padding": (0, 0, 4, 1), "mode": m})
+     for m in ("reflect", "edge", "wrap")]
+    + [Case(((2, 2, 5, 4),), {"left_padding": (0, 0, 3, 2), "right_padding": (0, 0, 4, 3), "mode": m})
+       for m in ("edge", "wrap")], exact=True, grad=Grad(cases=()))
 
 
 def _pad_gradient_ref(dy, like, left_padding, right_padding, mode):
+    """numpy pads the element numbers, then dy is summed per source element."""
     n = like.size
     kw = {"constant_values": n} if mode == "constant" else {}  # constant padding reads the sentinel n
     src = np.pad(np.arange(n).reshape(like.shape), list(zip(left_padding, right_padding)), mode=mode, **kw)
     return np.bincount(src.ravel(), weights=dy.ravel().astype(np.float64), minlength=n + 1)[:n].reshape(like.shape)
 
 
+def _padded(shape, left, right):
+    return tuple(n + l + r for n, l, r in zip(shape, left, right))
+
+
 row("pad_gradient", "pad_gradient", _pad_gradient_ref, NUMERIC, [
-    Case(((6, 8), (3, 4)), {"left_padding": (2, 1), "right_padding": (1, 3), "mode": "reflect"}),
-    Case(((6, 7), (3, 4)), {"left_padding": (1, 0), "right_padding": (2, 3), "mode": "symmetric"}),
-    Case(((5, 5), (2, 3)), {"left_padding": (2, 1), "right_padding": (1, 1), "mode": "edge"}),
-    Case(((4, 9), (2, 4)), {"left_padding": (1, 4), "right_padding": (1, 1), "mode": "wrap"}),
-    Case(((4, 6), (2, 4)), {"left_padding": (1, 1), "right_padding": (1, 1), "mode": "constant"}),
-    Case(((3, 2, 6), (1, 2, 3)), {"left_padding": (0, 0, 2), "right_padding": (2, 0, 1), "mode": "edge"}),
-    Case(((2, 0), (0, 0)), {"left_padding": (1, 0), "right_padding": (1, 0), "mode": "constant"}, label="zero-size")],
-    doms=dom(ilo=-10, ihi=10))
+    Case((_padded(sh, l, r), sh), {"left_padding": l, "right_padding": r, "mode": m})
+    for m in _PAD_MODES + ("constant",) for sh, l, r in _PAD_CASES if _pad_fits(sh, l, r, m)] + [
+    Case(((6, 8), (3, 4)), {"left_padding": (2, 1), "right_padding": (1, 3), "mode": m}, label="fd " + m)
+    for m in _PAD_MODES + ("constant",)],
+    doms=dom(ilo=-10, ihi=10), grad=Grad(cases=tuple("fd " + m for m in _PAD_MODES + ("constant",)),
+                                         second_order=True, wrt=(0,)))  # like gives only the shape
 
 
 def _space_to_depth_ref(x, block_size, data_layout="NHWC", use_pixel_shuffle_order=True):
@@ -1543,19 +1732,39 @@ def _depth_to_space_ref(x, block_size, data_layout="NHWC", use_pixel_shuffle_ord
     return y.transpose(0, 3, 1, 2) if data_layout == "NCHW" else y
 
 
-_SD_CASES = [
-    Case(((2, 4, 6, 3),), {"block_size": 2}), Case(((1, 6, 3, 2),), {"block_size": 3, "use_pixel_shuffle_order": False}),
-    Case(((2, 3, 4, 6),), {"block_size": 2, "data_layout": "NCHW"}),
-    Case(((1, 2, 6, 3),), {"block_size": 3, "data_layout": "NCHW", "use_pixel_shuffle_order": False}),
-    Case(((2, 2, 2, 5),), {"block_size": 1}), Case(((0, 4, 4, 2),), {"block_size": 2}, label="zero-size"),
-    Case(((1, 3, 32, 64),), {"block_size": 4, "data_layout": "NCHW"})]
-shape_row("space_to_depth_2d", "space_to_depth_2d", _space_to_depth_ref, _SD_CASES, exact=True)
-shape_row("depth_to_space_2d", "depth_to_space_2d", _depth_to_space_ref, [
-    Case(((2, 2, 3, 12),), {"block_size": 2}), Case(((1, 2, 1, 18),), {"block_size": 3, "use_pixel_shuffle_order": False}),
-    Case(((2, 12, 2, 3),), {"block_size": 2, "data_layout": "NCHW"}),
-    Case(((1, 18, 2, 1),), {"block_size": 3, "data_layout": "NCHW", "use_pixel_shuffle_order": False}),
-    Case(((0, 2, 2, 8),), {"block_size": 2}, label="zero-size"),
-    Case(((1, 48, 8, 16),), {"block_size": 4, "data_layout": "NCHW"})], exact=True)
+# (NHWC shape, block): both layouts and both channel orders of each
+_SD_SHAPES = [((2, 4, 6, 3), 2), ((1, 6, 3, 2), 3), ((2, 2, 2, 5), 1), ((1, 8, 4, 1), 4), ((0, 4, 4, 2), 2),
+              ((2, 0, 4, 3), 2), ((3, 64, 32, 2), 2)]
+
+
+def _sd_cases(to_depth):
+    cases = []
+    for sh, b in _SD_SHAPES:
+        if not to_depth:  # the space_to_depth result's shape
+            sh = (sh[0], sh[1] // b, sh[2] // b, sh[3] * b * b)
+        for lay in ("NHWC", "NCHW"):
+            for ps in (True, False):
+                cases.append(Case(((sh[0], sh[3], sh[1], sh[2]) if lay == "NCHW" else sh,),
+                                  {"block_size": b, "data_layout": lay, "use_pixel_shuffle_order": ps}))
+    fd = [((1, 4, 2, 3), {}), ((1, 4, 2, 3), {"use_pixel_shuffle_order": False}),
+          ((1, 2, 3, 6), {"block_size": 3, "data_layout": "NCHW"})] if to_depth else \
+        [((2, 8, 1, 2), {"data_layout": "NCHW"}), ((2, 8, 1, 2), {"data_layout": "NCHW", "use_pixel_shuffle_order": False})]
+    return cases + [Case((sh,), dict({"block_size": 2}, **a), label=f"fd {i}") for i, (sh, a) in enumerate(fd)]
+
+
+shape_row("space_to_depth_2d", "space_to_depth_2d", _space_to_depth_ref, _sd_cases(True), exact=True,
+          grad=Grad(cases=("fd 0", "fd 1", "fd 2"), second_order=("fd 0", "fd 1"), unknown_dims=("fd 2",)))
+shape_row("depth_to_space_2d", "depth_to_space_2d", _depth_to_space_ref, _sd_cases(False), exact=True,
+          grad=Grad(cases=("fd 0", "fd 1"), second_order=True))
+# NCHW with the pixel-shuffle order is PyTorch's pixel_unshuffle / pixel_shuffle
+row("space_to_depth_2d_vs_torch", "space_to_depth_2d",
+    TorchRef(lambda x, block_size, data_layout: torch_module().nn.functional.pixel_unshuffle(x, block_size)), FLOATS,
+    [Case(((2, 3, 6, 4),), {"block_size": 2, "data_layout": "NCHW"}),
+     Case(((1, 2, 9, 3),), {"block_size": 3, "data_layout": "NCHW"})], exact=True, grad=Grad(cases=()))
+row("depth_to_space_2d_vs_torch", "depth_to_space_2d",
+    TorchRef(lambda x, block_size, data_layout: torch_module().nn.functional.pixel_shuffle(x, block_size)), FLOATS,
+    [Case(((2, 18, 2, 3),), {"block_size": 3, "data_layout": "NCHW"}),
+     Case(((1, 8, 3, 1),), {"block_size": 2, "data_layout": "NCHW"})], exact=True, grad=Grad(cases=()))
 
 
 def _band_part_ref(x, num_lower, num_upper):
@@ -1565,14 +1774,31 @@ def _band_part_ref(x, num_lower, num_upper):
     return np.where(keep, x, np.zeros((), x.dtype))
 
 
+_BAND_ATTRS = [(-1, -1), (0, 0), (-1, 0), (0, -1), (1, 2), (2, 1), (3, 0), (0, 10), (100, 100), (1 << 62, -5)]
 shape_row("band_part", "band_part", _band_part_ref, [
-    Case(((4, 4),), {"num_lower": -1, "num_upper": 0}), Case(((4, 4),), {"num_lower": 0, "num_upper": -1}),
-    Case(((3, 5),), {"num_lower": 1, "num_upper": 2}), Case(((2, 5, 3),), {"num_lower": 0, "num_upper": 0}),
-    Case(((2, 3, 4),), {"num_lower": -1, "num_upper": -1}), Case(((6, 2),), {"num_lower": 2, "num_upper": 100}),
-    Case(((0, 3),), {"num_lower": 1, "num_upper": 1}, label="zero-size"),
-    Case(((2, 300, 200),), {"num_lower": 50, "num_upper": 3})], exact=True)
+    Case((sh,), {"num_lower": lo, "num_upper": up}) for sh in [(4, 4), (3, 5), (6, 2), (2, 3, 4, 5), (1, 1)]
+    for lo, up in _BAND_ATTRS] + [
+    Case((sh,), {"num_lower": lo, "num_upper": up}, label="zero-size") for sh in [(0, 3), (2, 0, 4), (3, 4, 0)]
+    for lo, up in _BAND_ATTRS[:3]] + [
+    Case(((40, 1100),), {"num_lower": 50, "num_upper": 3}), Case(((2, 300, 200),), {"num_lower": 5, "num_upper": -1}),
+    Case(values=(np.full((3, 3), np.nan),), attrs={"num_lower": 0, "num_upper": 0}, dtypes=FLOATS, label="nan"),
+    Case(((2, 3, 4),), {"num_lower": 1, "num_upper": 0}, label="fd"),
+    Case(((4, 3),), {"num_lower": -1, "num_upper": 1}, label="fd 2")], exact=True,
+    grad=Grad(cases=("fd", "fd 2"), second_order=("fd",), unknown_dims=("fd 2",)))
 shape_row("alias_matrix_band_part", "matrix_band_part", _band_part_ref,
           [Case(((3, 4),), {"num_lower": 1, "num_upper": 0})], dtypes=("float32", "bool"), exact=True)
+
+
+def _t_band(x, num_lower, num_upper):
+    """tril / triu (a negative bound keeps that whole triangle)."""
+    torch = torch_module()
+    y = x if num_lower < 0 else torch.triu(x, -num_lower)
+    return y if num_upper < 0 else torch.tril(y, num_upper)
+
+
+row("band_part_vs_torch", "band_part", TorchRef(_t_band), FLOATS,
+    [Case(((2, 5, 7),), {"num_lower": lo, "num_upper": up}) for lo, up in [(-1, 0), (0, -1), (1, -1), (-1, 2), (2, 1)]],
+    exact=True, grad=Grad(cases=()))
 
 
 def _one_hot_ref(indices, depth, axis=-1, dtype="float32", on_value=1.0, off_value=0.0):
@@ -1585,7 +1811,10 @@ def _one_hot_ref(indices, depth, axis=-1, dtype="float32", on_value=1.0, off_val
 _ONE_HOT_CASES = [
     Case(((2, 3),), {"depth": 4}), Case(((2, 3),), {"depth": 5, "axis": 0}), Case(((2, 3),), {"depth": 3, "axis": 1}),
     Case(((),), {"depth": 6}, label="rank-0"), Case(((0, 2),), {"depth": 3}, label="zero-size"),
-    Case(((3,),), {"depth": 0}, label="depth 0"), Case(((40000,),), {"depth": 3}, label="parallel")]
+    Case(((3,),), {"depth": 0}, label="depth 0"), Case(((40000,),), {"depth": 3}, label="parallel")] + [
+    Case(((3, 4),), {"depth": 5, "axis": ax}) for ax in (-1, 0, 1, 2, -2, -3)] + [
+    Case(values=(lambda d: np.array([np.iinfo(np_dtype(d)).max, 1, np.iinfo(np_dtype(d)).min, 2], np_dtype(d)),),
+         attrs={"depth": 3}, label="dtype extremes")]
 # indices of every integer dtype (values -2..6: negative and >= depth are out of range), float32 result
 row("one_hot", "one_hot", _one_hot_ref, INTS, _ONE_HOT_CASES, doms=dom(ilo=-2, ihi=6), out_dtype="float32",
     exact=True)
@@ -1595,3 +1824,14 @@ row("one_hot_dtypes", "one_hot", _one_hot_ref, ALL, [
     Case(((2, 3),), {"depth": 4, "axis": -2, "on_value": 5.0, "off_value": -3.0}, dtypes=FLOATS + SINTS),
     Case(((2, 3),), {"depth": 4, "on_value": 7.0, "off_value": 2.0}, dtypes=UINTS)],
     doms=dom(ilo=-2, ihi=6), input_dtypes=lambda d: ("int32",), dtype_attr="dtype", exact=True)
+row("one_hot_vs_torch", "one_hot",
+    TorchRef(lambda i, depth, dtype: torch_module().nn.functional.one_hot(i, depth)), ("int64",),
+    [Case(((2, 3, 4),), {"depth": 6, "dtype": "int64"}), Case(((5,),), {"depth": 5, "dtype": "int64"})],
+    doms=dom(ilo=0, ihi=4), exact=True)
+
+
+# ----------------------------------------------------------------------------------------
+# the NN families (convolution, pooling, resize, normalisation, activations, softmax and
+# losses, optimizer updates, random numbers) append their rows from conformance_nn.py
+
+import conformance_nn  # noqa: E402,F401

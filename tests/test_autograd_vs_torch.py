@@ -2,10 +2,9 @@
 order, with known and unknown (None) dims."""
 import numpy as np
 import pytest
+import torch
 
 import mpsgraph as mg
-
-torch = pytest.importorskip("torch")
 
 # (mpsgraph builder, torch function, domain guard applied to the input first)
 UNARY = [

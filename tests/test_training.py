@@ -1,7 +1,10 @@
-"""Optimizer update ops, optimizers and variables against independent references
-(numpy formulas and PyTorch's optimizers)."""
+"""Optimizers (mg.optimizers, several steps on a convex problem) and variables against
+independent references (numpy formulas and PyTorch's optimizers), and training end to end.
+The update ops themselves (stochastic_gradient_descent, momentum, adam, adamw) and the losses
+are rows of the conformance table (tests/conformance_nn.py)."""
 import numpy as np
 import pytest
+import torch
 
 import mpsgraph as mg
 
@@ -37,7 +40,6 @@ def test_sgd_matches_numpy():
 
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_momentum_matches_torch(nesterov):
-    torch = pytest.importorskip("torch")
     g = mg.Graph()
     w0 = RNG.standard_normal((4,))
     w, loss, grad = quad_problem(g, w0)
@@ -89,24 +91,6 @@ def test_adamw_matches_reference():
     np.testing.assert_allclose(w.value.numpy(), ref, rtol=1e-10)
 
 
-def test_adam_op_returns_updated_tensors():
-    g = mg.Graph()
-    vals = [RNG.standard_normal(3) for _ in range(4)]
-    w, m, v, gr = (g.constant(a) for a in vals)
-    v_pos = g.square(v)
-    outs = g.adam(0.01, 0.9, 0.999, 1e-8, 0.9, 0.999, w, m, v_pos, gradient=gr)
-    assert len(outs) == 3
-    r = g.run({}, list(outs))
-    wv, mv, vv, gv = vals
-    vv = vv ** 2
-    m2 = 0.9 * mv + 0.1 * gv
-    v2 = 0.999 * vv + 0.001 * gv ** 2
-    lr_t = 0.01 * np.sqrt(1 - 0.999) / (1 - 0.9)
-    np.testing.assert_allclose(r[outs[0]].numpy(), wv - lr_t * m2 / (np.sqrt(v2) + 1e-8), rtol=1e-12)
-    np.testing.assert_allclose(r[outs[1]].numpy(), m2, rtol=1e-12)
-    np.testing.assert_allclose(r[outs[2]].numpy(), v2, rtol=1e-12)
-
-
 def test_reads_see_the_value_from_before_the_run():
     g = mg.Graph()
     v = g.variable(np.array([1.0, 2.0]))
@@ -130,32 +114,6 @@ def test_variable_value_is_not_a_copy_and_set_variable():
     np.testing.assert_allclose(list(out.values())[0].numpy(), [2, 3, 4])
     with pytest.raises(mg.GraphValueError, match=r"set_variable.*float32\(4,\)"):
         g.set_variable(v, np.zeros(4, np.float32))
-
-
-def test_losses_match_torch():
-    torch = pytest.importorskip("torch")
-    F = torch.nn.functional
-    x = RNG.standard_normal((5, 4))
-    p = RNG.dirichlet(np.ones(4), 5)
-    z = RNG.uniform(0, 1, (5, 4))
-    g = mg.Graph()
-    X, P, Z = g.constant(x), g.constant(p), g.constant(z)
-    outs = {
-        "ce_mean": g.softmax_cross_entropy(X, P),
-        "ce_sum": g.softmax_cross_entropy(X, P, reduction="sum"),
-        "ce_none": g.softmax_cross_entropy(X, P, reduction="none"),
-        "bce": g.sigmoid_cross_entropy(X, Z),
-        "mse": g.mean_squared_error(X, Z, reduction="sum"),
-    }
-    r = g.run({}, list(outs.values()))
-    tx, tp, tz = torch.tensor(x), torch.tensor(p), torch.tensor(z)
-    np.testing.assert_allclose(r[outs["ce_mean"]].numpy(), F.cross_entropy(tx, tp).item(), rtol=1e-12)
-    np.testing.assert_allclose(r[outs["ce_sum"]].numpy(), F.cross_entropy(tx, tp, reduction="sum").item(), rtol=1e-12)
-    np.testing.assert_allclose(r[outs["ce_none"]].numpy().ravel(), F.cross_entropy(tx, tp, reduction="none").numpy(),
-                               rtol=1e-12)
-    assert r[outs["ce_none"]].shape == (5, 1)  # the reduced class axis is kept, as MPSGraph keeps reduced axes
-    np.testing.assert_allclose(r[outs["bce"]].numpy(), F.binary_cross_entropy_with_logits(tx, tz).item(), rtol=1e-12)
-    np.testing.assert_allclose(r[outs["mse"]].numpy(), F.mse_loss(tx, tz, reduction="sum").item(), rtol=1e-12)
 
 
 def test_mlp_trains_on_digits_to_95_percent():
