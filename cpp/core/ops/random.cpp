@@ -2,6 +2,8 @@
 // composites for the distributions and dropout. Each run of an executable draws fresh
 // numbers; the same seed gives the same sequence of runs in every new executable.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "core/ops/common.h"
 
@@ -26,6 +28,24 @@ ValueRef shape_source(Graph& g, const Attrs& a) {
 }
 
 DType dtype_of(const Attrs& a) { return std::get<DType>(a.at("dtype")); }
+
+// The largest value of dtype d below hi: scaling a draw in [0, 1) to [lo, hi) can round up
+// to hi itself in float16/bfloat16 (and float32), so the result is clamped to this.
+double largest_below(double hi, DType d) {
+  auto a = Array::empty(d, {});
+  store_from_double(a->data(), d, 0, hi);
+  double v = load_as_double(a->data(), d, 0);
+  if (v < hi) return v;
+  if (d == DType::Float64) return std::nextafter(hi, -HUGE_VAL);
+  if (d == DType::Float32) return double(std::nextafter(float(v), -HUGE_VALF));
+  uint16_t bits;  // float16 / bfloat16: one step down in the bit pattern
+  std::memcpy(&bits, a->data(), 2);
+  if (v > 0) bits = uint16_t(bits - 1);
+  else if (v == 0) bits = 0x8001;  // the smallest negative subnormal
+  else bits = uint16_t(bits + 1);
+  std::memcpy(a->data(), &bits, 2);
+  return load_as_double(a->data(), d, 0);
+}
 
 // Inverse error function from elementwise ops (M. Giles, "Approximating the erfinv
 // function", GPU Computing Gems, 2010; single-precision branch pair).
@@ -91,7 +111,9 @@ void register_random_ops() {
                .expand = [](Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
                  ValueRef u = uniform_like(g, shape_source(g, a), dtype_of(a), seed_of(a, 0));
                  double lo = std::get<double>(a.at("minimum")), hi = std::get<double>(a.at("maximum"));
-                 return std::vector<ValueRef>{bin(g, "addition", bin(g, "multiplication", u, k(g, hi - lo, u)), k(g, lo, u))};
+                 ValueRef r = bin(g, "addition", bin(g, "multiplication", u, k(g, hi - lo, u)), k(g, lo, u));
+                 if (hi > lo) r = bin(g, "minimum", r, k(g, largest_below(hi, dtype_of(a)), u));
+                 return std::vector<ValueRef>{r};
                }});
   auto normal_of = [](Graph& g, ValueRef like, DType dtype, const Attrs& a) {
     // Box-Muller: u1 in (0, 1] so the log is finite
