@@ -78,6 +78,20 @@ def w_softmax(device, b=256, k=1000):
     return {"mpsgraph": lambda: exe.run([td]), "numpy": np_softmax}, f"softmax {b}x{k} float32"
 
 
+def w_run_overhead(device):
+    """Per-call cost of a tiny graph: Graph.run (cache lookup included) and a compiled
+    Executable.run, against eager numpy on the same 16 floats."""
+    x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
+    g = mg.Graph()
+    p = g.placeholder((None, 16))
+    y = g.relu(p * 2.0 + 1.0)
+    exe = g.compile({p: ((1, 16), mg.float32)}, [y], device=device)
+    fns = {"mpsgraph": lambda: exe.run([x]),
+           "mpsgraph Graph.run": lambda: g.run({p: x}, [y], device=device),
+           "numpy": lambda: np.maximum(x * 2.0 + 1.0, 0)}
+    return fns, "relu(x*2+1) on 1x16 float32: per-call overhead"
+
+
 def w_mlp_step(device, batch=64):
     rng = np.random.default_rng(0)
     xb = rng.standard_normal((batch, 64)).astype(np.float32)
@@ -149,6 +163,9 @@ def add_torch_peer(name, fns, device):
     elif name == "softmax":
         x = torch.from_numpy(rng.standard_normal((256, 1000)).astype(np.float32))
         fns["torch"] = lambda: torch.softmax(x, dim=-1)
+    elif name == "run_overhead":
+        x = torch.from_numpy(rng.standard_normal((1, 16)).astype(np.float32))
+        fns["torch"] = lambda: torch.relu(x * 2.0 + 1.0)
 
 
 def add_jax_peer(name, fns):
@@ -174,7 +191,7 @@ def add_jax_peer(name, fns):
 
 
 WORKLOADS = {"elementwise": w_elementwise, "matmul": w_matmul, "reduction": w_reduction, "softmax": w_softmax,
-             "mlp_step": w_mlp_step}
+             "mlp_step": w_mlp_step, "run_overhead": w_run_overhead}
 
 
 def main(argv=None):
@@ -186,7 +203,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     results = []
     print(f"mpsgraph {mg.__version__} on {args.device}; median of {args.repeat} runs after warm-up")
-    print(f"{'workload':<14}{'framework':<11}{'median':>12}{'vs mpsgraph':>13}")
+    print(f"{'workload':<14}{'framework':<20}{'median':>12}{'vs mpsgraph':>13}")
     for name in args.only or WORKLOADS:
         fns, desc = WORKLOADS[name](args.device)
         add_torch_peer(name, fns, args.device)
@@ -198,7 +215,7 @@ def main(argv=None):
             ratio = t / base if base else float("nan")
             results.append({"workload": name, "description": desc, "framework": fw, "median_s": t,
                             "ratio_to_mpsgraph": ratio})
-            print(f"{name:<14}{fw:<11}{t * 1e3:>10.3f}ms{ratio:>12.2f}x")
+            print(f"{name:<14}{fw:<20}{t * 1e3:>10.4f}ms{ratio:>12.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
