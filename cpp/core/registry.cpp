@@ -67,6 +67,26 @@ std::vector<const OpDef*> all_ops() {
   return r;
 }
 
+// ---- typed attributes ----
+
+void decode_attrs(Node& n) {
+  if (n.op && n.op->decode) n.decoded = n.op->decode.fn(n.attrs);
+  else n.decoded.reset();
+}
+
+const void* typed_attrs_ptr(const Node& n, const std::type_info& want) {
+  const std::string op = n.op ? n.op->name : std::string("?");
+  if (!n.op || !n.op->decode)
+    raise(ErrorKind::Runtime, op, n.name,
+          std::string("internal error: typed attributes ") + want.name() + " asked of an op that declares none");
+  if (*n.op->decode.type != want)
+    raise(ErrorKind::Runtime, op, n.name,
+          std::string("internal error: the op's attributes decode into ") + n.op->decode.type->name() + ", not " +
+              want.name());
+  if (!n.decoded) raise(ErrorKind::Runtime, op, n.name, "internal error: the node's attributes were never decoded");
+  return n.decoded.get();
+}
+
 // ---- InferCtx ----
 
 void InferCtx::fail(ErrorKind kind, const std::string& msg) const { raise(kind, op.name, node, msg); }
