@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "core/ops/common.h"
+#include "core/ops/shape_attrs.h"
 #include "core/ops/shape_ops.h"
 
 namespace mg::ops {
@@ -76,12 +77,7 @@ Shape merge_shapes(const InferCtx& c, int64_t skip, const char* what) {
 
 // ---- strided slice ----
 
-struct SliceAttrs {
-  Ints starts, ends, strides;
-  int64_t start_mask, end_mask, squeeze_mask;
-};
-
-SliceAttrs slice_attrs(const InferCtx& c) {
+StridedSliceAttrs slice_attrs(const InferCtx& c) {
   return {c.ints("starts"), c.ints("ends"), c.ints("strides"), c.i("start_mask"), c.i("end_mask"),
           c.i("squeeze_mask")};
 }
@@ -90,7 +86,7 @@ bool bit(int64_t mask, size_t i) { return (uint64_t(mask) >> i) & 1u; }
 
 // The output shape of a strided slice of `in` (squeezed dims removed); checks everything
 // that can be checked with what is known.
-Shape strided_slice_shape(const InferCtx& c, const Shape& in, const SliceAttrs& a) {
+Shape strided_slice_shape(const InferCtx& c, const Shape& in, const StridedSliceAttrs& a) {
   const size_t r = in.size();
   if (a.starts.size() != r || a.ends.size() != r || a.strides.size() != r)
     c.fail(ErrorKind::Value, "starts, ends and strides need one entry per dim of the rank-" + std::to_string(r) +
@@ -126,14 +122,13 @@ Shape strided_slice_shape(const InferCtx& c, const Shape& in, const SliceAttrs& 
   return out;
 }
 
-Attrs slice_attr_map(const SliceAttrs& a) {
+Attrs slice_attr_map(const StridedSliceAttrs& a) {
   return {{"starts", a.starts}, {"ends", a.ends}, {"strides", a.strides},
           {"start_mask", a.start_mask}, {"end_mask", a.end_mask}, {"squeeze_mask", a.squeeze_mask}};
 }
-SliceAttrs slice_attrs_of(const Node& n) {
-  return {node_attr<Ints>(n, "starts"), node_attr<Ints>(n, "ends"), node_attr<Ints>(n, "strides"),
-          node_attr<int64_t>(n, "start_mask"), node_attr<int64_t>(n, "end_mask"),
-          node_attr<int64_t>(n, "squeeze_mask")};
+StridedSliceAttrs decode_strided_slice(const Attrs& a) {
+  return {get_attr<Ints>(a, "starts"), get_attr<Ints>(a, "ends"), get_attr<Ints>(a, "strides"),
+          get_attr<int64_t>(a, "start_mask"), get_attr<int64_t>(a, "end_mask"), get_attr<int64_t>(a, "squeeze_mask")};
 }
 std::vector<AttrSpec> slice_attr_specs() {
   return {attr("starts", AttrKind::Ints, AttrNone{}, "start per dim (negative counts from the end)"),
@@ -145,8 +140,8 @@ std::vector<AttrSpec> slice_attr_specs() {
 }
 
 // A strided slice taking [start, start + length) of one dim and all of the others.
-SliceAttrs one_dim_slice(size_t rank, size_t dim, int64_t start, int64_t end, bool end_mask) {
-  SliceAttrs a{Ints(rank, 0), Ints(rank, 0), Ints(rank, 1), 0, 0, 0};
+StridedSliceAttrs one_dim_slice(size_t rank, size_t dim, int64_t start, int64_t end, bool end_mask) {
+  StridedSliceAttrs a{Ints(rank, 0), Ints(rank, 0), Ints(rank, 1), 0, 0, 0};
   int64_t all = rank >= 64 ? -1 : int64_t((uint64_t(1) << rank) - 1);
   a.start_mask = all & ~int64_t(uint64_t(1) << dim);
   a.end_mask = end_mask ? all : a.start_mask;
@@ -223,10 +218,16 @@ bool read_space_depth(InferCtx& c, int64_t& b) {
   return layout == "NCHW";
 }
 
+SpaceDepthAttrs decode_space_depth(const Attrs& a) {
+  return {get_attr<int64_t>(a, "block_size"), get_attr<std::string>(a, "data_layout") == "NCHW",
+          get_attr<bool>(a, "use_pixel_shuffle_order")};
+}
+
 Attrs space_depth_attrs(const Node& n) {
-  return {{"block_size", node_attr<int64_t>(n, "block_size")},
-          {"data_layout", node_attr<std::string>(n, "data_layout")},
-          {"use_pixel_shuffle_order", node_attr<bool>(n, "use_pixel_shuffle_order")}};
+  const SpaceDepthAttrs& a = typed_attrs<SpaceDepthAttrs>(n);
+  return {{"block_size", a.block_size},
+          {"data_layout", std::string(a.nchw ? "NCHW" : "NHWC")},
+          {"use_pixel_shuffle_order", a.use_pixel_shuffle_order}};
 }
 
 std::vector<AttrSpec> space_depth_attr_specs() {
@@ -236,6 +237,35 @@ std::vector<AttrSpec> space_depth_attr_specs() {
                "depth index c*b*b + i*b + j (PyTorch pixel_shuffle, ONNX CRD) when true, (i*b + j)*C + c "
                "(TensorFlow, ONNX DCR) when false; i, j = row, column inside the block")};
 }
+
+// ---- typed attributes (shape_attrs.h) ----
+
+TransposeAttrs decode_transpose(const Attrs& a) { return {get_attr<Ints>(a, "permutation")}; }
+SwapAxesAttrs decode_swap_axes(const Attrs& a) { return {get_attr<int64_t>(a, "axis1"), get_attr<int64_t>(a, "axis2")}; }
+SliceAttrs decode_slice(const Attrs& a) {
+  return {get_attr<int64_t>(a, "dimension"), get_attr<int64_t>(a, "start"), get_attr<int64_t>(a, "length")};
+}
+AxisAttrs decode_axis(const Attrs& a) { return {get_attr<int64_t>(a, "axis")}; }
+PadAttrs decode_pad_gradient(const Attrs& a) {
+  PadAttrs r{get_attr<Ints>(a, "left_padding"), get_attr<Ints>(a, "right_padding"), PadMode::Constant, 0.0};
+  if (!parse_pad_mode(get_attr<std::string>(a, "mode"), r.mode))  // inference stored the canonical name
+    throw std::logic_error("internal error: unknown pad mode '" + get_attr<std::string>(a, "mode") + "'");
+  return r;
+}
+PadAttrs decode_pad(const Attrs& a) {
+  PadAttrs r = decode_pad_gradient(a);
+  r.constant_value = get_attr<double>(a, "constant_value");
+  return r;
+}
+BandPartAttrs decode_band_part(const Attrs& a) {
+  return {get_attr<int64_t>(a, "num_lower"), get_attr<int64_t>(a, "num_upper")};
+}
+OneHotAttrs decode_one_hot(const Attrs& a) {
+  return {get_attr<int64_t>(a, "depth"), get_attr<int64_t>(a, "axis"), get_attr<DType>(a, "dtype"),
+          get_attr<double>(a, "on_value"), get_attr<double>(a, "off_value")};
+}
+TileAttrs decode_tile(const Attrs& a) { return {get_attr<Ints>(a, "multiples")}; }
+ReverseAttrs decode_reverse(const Attrs& a) { return {get_attr<Ints>(a, "axes")}; }
 
 void reg(OpDef d) {
   d.family = "shape";
@@ -301,6 +331,7 @@ void register_shape_ops() {
               "reversed (numpy's transpose).",
        .inputs = {{"x"}},
        .attrs = {optional_attr("permutation", AttrKind::Ints, "a permutation of the dims; default reversed")},
+       .decode = attr_decoder(decode_transpose),
        .infer = [](InferCtx& c) {
          const int64_t r = rank_of(c);
          Ints p;
@@ -323,7 +354,7 @@ void register_shape_ops() {
          return one(c.in[0].dtype, out);
        },
        .grad = [](GradCtx& c) {
-         const Ints& p = node_attr<Ints>(c.node, "permutation");
+         const Ints& p = typed_attrs<TransposeAttrs>(c.node).permutation;
          Ints inv(p.size());
          for (size_t i = 0; i < p.size(); ++i) inv[size_t(p[i])] = int64_t(i);
          return std::vector<ValueRef>{call(c.g, "transpose", {c.dy[0]}, {{"permutation", inv}})};
@@ -334,6 +365,7 @@ void register_shape_ops() {
        .doc = "Swaps two dims (MPSGraph's transposeTensor:dimension:withDimension:).",
        .inputs = {{"x"}},
        .attrs = {attr("axis1", AttrKind::Int), attr("axis2", AttrKind::Int)},
+       .decode = attr_decoder(decode_swap_axes),
        .infer = [](InferCtx& c) {
          const int64_t r = rank_of(c);
          int64_t a = c.axis(c.i("axis1"), r), b = c.axis(c.i("axis2"), r);
@@ -344,9 +376,8 @@ void register_shape_ops() {
          return one(c.in[0].dtype, out);
        },
        .grad = [](GradCtx& c) {
-         return std::vector<ValueRef>{call(c.g, "swap_axes", {c.dy[0]},
-                                           {{"axis1", node_attr<int64_t>(c.node, "axis1")},
-                                            {"axis2", node_attr<int64_t>(c.node, "axis2")}})};
+         const SwapAxesAttrs& a = typed_attrs<SwapAxesAttrs>(c.node);
+         return std::vector<ValueRef>{call(c.g, "swap_axes", {c.dy[0]}, {{"axis1", a.axis1}, {"axis2", a.axis2}})};
        },
        .aliases = {"swapaxes"}});
 
@@ -450,6 +481,7 @@ void register_shape_ops() {
               "the other dims (MPSGraph's sliceTensor:dimension:start:length:). Out of range is an error.",
        .inputs = {{"x"}},
        .attrs = {attr("dimension", AttrKind::Int), attr("start", AttrKind::Int), attr("length", AttrKind::Int)},
+       .decode = attr_decoder(decode_slice),
        .infer = [](InferCtx& c) {
          const int64_t d = c.axis(c.i("dimension"), rank_of(c));
          c.attrs["dimension"] = d;
@@ -469,9 +501,10 @@ void register_shape_ops() {
        },
        .grad = [](GradCtx& c) {
          const size_t r = c.g.type(c.x(0)).shape.size();
-         const size_t d = size_t(node_attr<int64_t>(c.node, "dimension"));
-         const int64_t start = node_attr<int64_t>(c.node, "start"), length = node_attr<int64_t>(c.node, "length");
-         SliceAttrs a;
+         const SliceAttrs& s = typed_attrs<SliceAttrs>(c.node);
+         const size_t d = size_t(s.dimension);
+         const int64_t start = s.start, length = s.length;
+         StridedSliceAttrs a;
          if (start < 0 && start + length == 0) a = one_dim_slice(r, d, start, 0, true);
          else a = one_dim_slice(r, d, start, start + length, false);
          return std::vector<ValueRef>{call(c.g, "slice_gradient", {c.dy[0], c.x(0)}, slice_attr_map(a))};
@@ -483,10 +516,11 @@ void register_shape_ops() {
               "(squeeze_mask). MPSGraph's sliceTensor:starts:ends:strides:startMask:endMask:squeezeMask:.",
        .inputs = {{"x"}},
        .attrs = slice_attr_specs(),
+       .decode = attr_decoder(decode_strided_slice),
        .infer = [](InferCtx& c) { return one(c.in[0].dtype, strided_slice_shape(c, c.in[0].shape, slice_attrs(c))); },
        .grad = [](GradCtx& c) {
          return std::vector<ValueRef>{
-             call(c.g, "slice_gradient", {c.dy[0], c.x(0)}, slice_attr_map(slice_attrs_of(c.node)))};
+             call(c.g, "slice_gradient", {c.dy[0], c.x(0)}, slice_attr_map(typed_attrs<StridedSliceAttrs>(c.node)))};
        }});
 
   reg({.name = "slice_gradient",
@@ -495,6 +529,7 @@ void register_shape_ops() {
               "gradient is strided_slice.",
        .inputs = {{"dy"}, {"like", false, false, InputRole::ShapeOnly}},
        .attrs = slice_attr_specs(),
+       .decode = attr_decoder(decode_strided_slice),
        .infer = [](InferCtx& c) {
          Shape fwd = strided_slice_shape(c, c.in[1].shape, slice_attrs(c));
          const Shape& ds = c.in[0].shape;
@@ -505,7 +540,7 @@ void register_shape_ops() {
          return one(c.in[0].dtype, c.in[1].shape);
        },
        .grad = [](GradCtx& c) {
-         return std::vector<ValueRef>{call(c.g, "strided_slice", {c.dy[0]}, slice_attr_map(slice_attrs_of(c.node))),
+         return std::vector<ValueRef>{call(c.g, "strided_slice", {c.dy[0]}, slice_attr_map(typed_attrs<StridedSliceAttrs>(c.node))),
                                       ValueRef{}};
        }});
 
@@ -514,6 +549,7 @@ void register_shape_ops() {
        .doc = "Joins tensors along an existing axis; they share dtype and rank and all other dims.",
        .inputs = {{"tensors", true}},
        .attrs = {attr("axis", AttrKind::Int, int64_t(0))},
+       .decode = attr_decoder(decode_axis),
        .infer = [](InferCtx& c) {
          if (c.in.empty()) c.fail(ErrorKind::Value, "needs at least one tensor");
          const int64_t r = rank_of(c);
@@ -529,7 +565,7 @@ void register_shape_ops() {
        .grad = [](GradCtx& c) {
          std::vector<ValueRef> in{c.dy[0]};
          for (auto& v : c.node.inputs) in.push_back(v);
-         return c.g.add("split_like", in, {{"axis", node_attr<int64_t>(c.node, "axis")}});
+         return c.g.add("split_like", in, {{"axis", typed_attrs<AxisAttrs>(c.node).axis}});
        },
        .aliases = {"concatenate"}});
 
@@ -538,6 +574,7 @@ void register_shape_ops() {
               "concat; sizes may be known only at run time).",
        .inputs = {{"x"}, {"likes", true}},
        .attrs = {attr("axis", AttrKind::Int, int64_t(0))},
+       .decode = attr_decoder(decode_axis),
        .infer = [](InferCtx& c) {
          const int64_t r = rank_of(c);
          if (c.in.size() < 2) c.fail(ErrorKind::Value, "needs at least one tensor in 'likes'");
@@ -561,7 +598,7 @@ void register_shape_ops() {
        },
        .grad = [](GradCtx& c) {
          std::vector<ValueRef> r(c.node.inputs.size());
-         r[0] = call(c.g, "concat", c.dy, {{"axis", node_attr<int64_t>(c.node, "axis")}});
+         r[0] = call(c.g, "concat", c.dy, {{"axis", typed_attrs<AxisAttrs>(c.node).axis}});
          return r;
        },
        .multi_output = true});
@@ -573,6 +610,7 @@ void register_shape_ops() {
        .attrs = {optional_attr("num_splits", AttrKind::Int, "number of equal parts (must divide the dim)"),
                  optional_attr("split_sizes", AttrKind::Ints, "sizes of the parts (must sum to the dim)"),
                  attr("axis", AttrKind::Int, int64_t(0))},
+       .decode = attr_decoder(decode_axis),
        .infer = [](InferCtx& c) {
          const int64_t ax = c.axis(c.i("axis"), rank_of(c));
          c.attrs["axis"] = ax;
@@ -609,7 +647,7 @@ void register_shape_ops() {
          return out;
        },
        .grad = [](GradCtx& c) {
-         return std::vector<ValueRef>{call(c.g, "concat", c.dy, {{"axis", node_attr<int64_t>(c.node, "axis")}})};
+         return std::vector<ValueRef>{call(c.g, "concat", c.dy, {{"axis", typed_attrs<AxisAttrs>(c.node).axis}})};
        },
        .multi_output = true});
 
@@ -617,6 +655,7 @@ void register_shape_ops() {
        .doc = "Stacks tensors of one shape and dtype along a new axis (which indexes the output).",
        .inputs = {{"tensors", true}},
        .attrs = {attr("axis", AttrKind::Int, int64_t(0))},
+       .decode = attr_decoder(decode_axis),
        .infer = [](InferCtx& c) {
          if (c.in.empty()) c.fail(ErrorKind::Value, "needs at least one tensor");
          Shape s = merge_shapes(c, -1, "stack");
@@ -629,11 +668,11 @@ void register_shape_ops() {
          return one(c.in[0].dtype, s);
        },
        .grad = [](GradCtx& c) {
-         const int64_t ax = node_attr<int64_t>(c.node, "axis");
+         const int64_t ax = typed_attrs<AxisAttrs>(c.node).axis;
          const size_t r = c.g.type(c.dy[0]).shape.size();
          std::vector<ValueRef> r_(c.node.inputs.size());
          for (size_t i = 0; i < r_.size(); ++i) {
-           SliceAttrs a = one_dim_slice(r, size_t(ax), int64_t(i), int64_t(i) + 1, false);
+           StridedSliceAttrs a = one_dim_slice(r, size_t(ax), int64_t(i), int64_t(i) + 1, false);
            a.squeeze_mask = int64_t(uint64_t(1) << ax);
            r_[i] = call(c.g, "strided_slice", {c.dy[0]}, slice_attr_map(a));
          }
@@ -654,18 +693,20 @@ void register_shape_ops() {
                  attr("mode", AttrKind::String, std::string("constant"),
                       "'constant', 'reflect', 'symmetric', 'edge' or 'wrap'"),
                  attr("constant_value", AttrKind::Float, 0.0, "fill value for mode 'constant'")},
+       .decode = attr_decoder(decode_pad),
        .infer = [](InferCtx& c) {
          const PadMode m = read_pad_mode(c);
          return one(c.in[0].dtype, padded_shape(c, c.in[0], m));
        },
        .grad = [](GradCtx& c) {
-         const Ints& l = node_attr<Ints>(c.node, "left_padding");
-         const Ints& rp = node_attr<Ints>(c.node, "right_padding");
-         const std::string& mode = node_attr<std::string>(c.node, "mode");
-         if (mode != "constant")
+         const PadAttrs& pa = typed_attrs<PadAttrs>(c.node);
+         const Ints& l = pa.left_padding;
+         const Ints& rp = pa.right_padding;
+         if (pa.mode != PadMode::Constant)
            return std::vector<ValueRef>{call(c.g, "pad_gradient", {c.dy[0], c.x(0)},
-                                             {{"left_padding", l}, {"right_padding", rp}, {"mode", mode}})};
-         SliceAttrs a{l, Ints(l.size(), 0), Ints(l.size(), 1), 0, 0, 0};
+                                             {{"left_padding", l}, {"right_padding", rp},
+                                              {"mode", std::string(pad_mode_name(pa.mode))}})};
+         StridedSliceAttrs a{l, Ints(l.size(), 0), Ints(l.size(), 1), 0, 0, 0};
          for (size_t i = 0; i < rp.size(); ++i) {
            if (rp[i] == 0) a.end_mask |= int64_t(uint64_t(1) << i);
            else a.ends[i] = -rp[i];
@@ -682,6 +723,7 @@ void register_shape_ops() {
                  attr("right_padding", AttrKind::Ints, AttrNone{}, "elements after, per dim"),
                  attr("mode", AttrKind::String, std::string("constant"),
                       "'constant', 'reflect', 'symmetric', 'edge' or 'wrap'")},
+       .decode = attr_decoder(decode_pad_gradient),
        .infer = [](InferCtx& c) {
          require_class(c, 0, kNumeric);
          const PadMode m = read_pad_mode(c);
@@ -706,11 +748,12 @@ void register_shape_ops() {
          return one(c.in[0].dtype, like);
        },
        .grad = [](GradCtx& c) {
+         const PadAttrs& pa = typed_attrs<PadAttrs>(c.node);
          return std::vector<ValueRef>{
              call(c.g, "pad", {c.dy[0]},
-                  {{"left_padding", node_attr<Ints>(c.node, "left_padding")},
-                   {"right_padding", node_attr<Ints>(c.node, "right_padding")},
-                   {"mode", node_attr<std::string>(c.node, "mode")}}),
+                  {{"left_padding", pa.left_padding},
+                   {"right_padding", pa.right_padding},
+                   {"mode", std::string(pad_mode_name(pa.mode))}}),
              ValueRef{}};
        }});
 
@@ -724,6 +767,7 @@ void register_shape_ops() {
               "space_to_depth, ONNX SpaceToDepth). The inverse is depth_to_space_2d.",
        .inputs = {{"x"}},
        .attrs = space_depth_attr_specs(),
+       .decode = attr_decoder(decode_space_depth),
        .infer = [](InferCtx& c) {
          int64_t b;
          const bool nchw = read_space_depth(c, b);
@@ -753,6 +797,7 @@ void register_shape_ops() {
               "(TensorFlow's depth_to_space, ONNX mode DCR).",
        .inputs = {{"x"}},
        .attrs = space_depth_attr_specs(),
+       .decode = attr_decoder(decode_space_depth),
        .infer = [](InferCtx& c) {
          int64_t b;
          const bool nchw = read_space_depth(c, b);
@@ -782,6 +827,7 @@ void register_shape_ops() {
        .inputs = {{"x"}},
        .attrs = {attr("num_lower", AttrKind::Int, AttrNone{}, "subdiagonals kept; negative keeps all"),
                  attr("num_upper", AttrKind::Int, AttrNone{}, "superdiagonals kept; negative keeps all")},
+       .decode = attr_decoder(decode_band_part),
        .infer = [](InferCtx& c) {
          if (c.in[0].shape.size() < 2)
            c.fail(ErrorKind::Value, "needs a tensor of rank >= 2 (matrices in the last two dims), got " +
@@ -789,9 +835,9 @@ void register_shape_ops() {
          return one(c.in[0].dtype, c.in[0].shape);
        },
        .grad = [](GradCtx& c) {
-         return std::vector<ValueRef>{call(c.g, "band_part", {c.dy[0]},
-                                           {{"num_lower", node_attr<int64_t>(c.node, "num_lower")},
-                                            {"num_upper", node_attr<int64_t>(c.node, "num_upper")}})};
+         const BandPartAttrs& a = typed_attrs<BandPartAttrs>(c.node);
+         return std::vector<ValueRef>{
+             call(c.g, "band_part", {c.dy[0]}, {{"num_lower", a.num_lower}, {"num_upper", a.num_upper}})};
        },
        .aliases = {"matrix_band_part"}});
 
@@ -807,6 +853,7 @@ void register_shape_ops() {
                  attr("dtype", AttrKind::DType, DType::Float32, "result dtype"),
                  attr("on_value", AttrKind::Float, 1.0, "value at the index"),
                  attr("off_value", AttrKind::Float, 0.0, "value elsewhere")},
+       .decode = attr_decoder(decode_one_hot),
        .infer = [](InferCtx& c) {
          require_class(c, 0, kInt);
          const int64_t depth = c.i("depth");
@@ -828,6 +875,7 @@ void register_shape_ops() {
        .doc = "Repeats x multiples[i] times along each dim i (numpy's tile with one multiple per dim).",
        .inputs = {{"x"}},
        .attrs = {attr("multiples", AttrKind::Ints, AttrNone{}, "repetitions per dim (>= 0)")},
+       .decode = attr_decoder(decode_tile),
        .infer = [](InferCtx& c) {
          const Ints& m = c.ints("multiples");
          if (int64_t(m.size()) != rank_of(c))
@@ -841,7 +889,7 @@ void register_shape_ops() {
        },
        .grad = [](GradCtx& c) {
          return std::vector<ValueRef>{call(c.g, "tile_gradient", {c.dy[0], c.x(0)},
-                                           {{"multiples", node_attr<Ints>(c.node, "multiples")}})};
+                                           {{"multiples", typed_attrs<TileAttrs>(c.node).multiples}})};
        }});
 
   reg({.name = "tile_gradient",
@@ -849,6 +897,7 @@ void register_shape_ops() {
               "tileGradientWithIncomingGradientTensor). Its own gradient is tile.",
        .inputs = {{"dy"}, {"like", false, false, InputRole::ShapeOnly}},
        .attrs = {attr("multiples", AttrKind::Ints)},
+       .decode = attr_decoder(decode_tile),
        .infer = [](InferCtx& c) {
          require_class(c, 0, kNumeric);
          const Ints& m = c.ints("multiples");
@@ -868,13 +917,14 @@ void register_shape_ops() {
        },
        .grad = [](GradCtx& c) {
          return std::vector<ValueRef>{
-             call(c.g, "tile", {c.dy[0]}, {{"multiples", node_attr<Ints>(c.node, "multiples")}}), ValueRef{}};
+             call(c.g, "tile", {c.dy[0]}, {{"multiples", typed_attrs<TileAttrs>(c.node).multiples}}), ValueRef{}};
        }});
 
   reg({.name = "reverse",
        .doc = "Reverses the order of elements along `axes` (all dims when absent).",
        .inputs = {{"x"}},
        .attrs = {optional_attr("axes", AttrKind::Axes, "dims to reverse; default all")},
+       .decode = attr_decoder(decode_reverse),
        .infer = [](InferCtx& c) {
          const int64_t r = rank_of(c);
          Ints ax;
@@ -885,7 +935,7 @@ void register_shape_ops() {
          return one(c.in[0].dtype, c.in[0].shape);
        },
        .grad = [](GradCtx& c) {
-         return std::vector<ValueRef>{call(c.g, "reverse", {c.dy[0]}, {{"axes", node_attr<Ints>(c.node, "axes")}})};
+         return std::vector<ValueRef>{call(c.g, "reverse", {c.dy[0]}, {{"axes", typed_attrs<ReverseAttrs>(c.node).axes}})};
        },
        .aliases = {"flip"}});
 
