@@ -24,6 +24,7 @@
 #include <climits>
 
 #include "core/ops/common.h"
+#include "core/ops/convolution_attrs.h"
 
 namespace mg::ops {
 
@@ -322,6 +323,34 @@ std::vector<TensorType> infer_weights_gradient(InferCtx& c) {
   return {{d.dtype, wshape}};
 }
 
+// ---- typed attributes of the primitives (convolution_attrs.h) ----
+
+PaddingStyle padding_style(const std::string& s) {
+  if (s == "valid") return PaddingStyle::Valid;
+  if (s == "same") return PaddingStyle::Same;
+  if (s == "same_lower") return PaddingStyle::SameLower;
+  if (s == "explicit") return PaddingStyle::Explicit;
+  throw std::logic_error("internal error: unknown padding_style '" + s + "'");  // inference checked it
+}
+
+std::optional<Ints> optional_ints(const Attrs& a, const char* name) {
+  if (!has_attr(a, name)) return std::nullopt;
+  return get_attr<Ints>(a, name);
+}
+
+ConvolutionAttrs decode_convolution_attrs(const Attrs& a) {
+  ConvolutionAttrs r;
+  r.strides = get_attr<Ints>(a, "strides");
+  r.dilation_rates = get_attr<Ints>(a, "dilation_rates");
+  r.padding = get_attr<Ints>(a, "padding");
+  r.padding_style = padding_style(get_attr<std::string>(a, "padding_style"));
+  r.groups = get_attr<int64_t>(a, "groups");
+  r.output_padding = optional_ints(a, "output_padding");
+  r.source_spatial_shape = optional_ints(a, "source_spatial_shape");
+  r.kernel_spatial_shape = optional_ints(a, "kernel_spatial_shape");
+  return r;
+}
+
 // The attributes the three primitives share (gradient rules pass them on).
 Attrs geometry(const Attrs& a) {
   Attrs r;
@@ -599,6 +628,7 @@ void register_convolution_ops() {
                       "transposed convolutions.",
                .inputs = {{"source"}, {"weights"}},
                .attrs = prim_attrs,
+               .decode = attr_decoder(decode_convolution_attrs),
                .infer = infer_convolution,
                .grad = [](GradCtx& c) {
                  const Attrs& a = c.node.attrs;
@@ -620,6 +650,7 @@ void register_convolution_ops() {
                       "tensor of its shape), or from output_padding / source_spatial_shape.",
                .inputs = {{"incoming_gradient"}, {"weights"}, {"like", false, false, InputRole::ShapeOnly}},
                .attrs = dg_attrs,
+               .decode = attr_decoder(decode_convolution_attrs),
                .infer = infer_data_gradient,
                .grad = [](GradCtx& c) {
                  const Attrs& a = c.node.attrs;
@@ -637,6 +668,7 @@ void register_convolution_ops() {
                       "or any tensor of their shape) or kernel_spatial_shape.",
                .inputs = {{"incoming_gradient"}, {"source"}, {"like", false, false, InputRole::ShapeOnly}},
                .attrs = wg_attrs,
+               .decode = attr_decoder(decode_convolution_attrs),
                .infer = infer_weights_gradient,
                .grad = [](GradCtx& c) {
                  const Attrs& a = c.node.attrs;
