@@ -22,24 +22,13 @@
 #include <algorithm>
 
 #include "core/ops/common.h"
-#include "core/ops/pooling_geom.h"
+#include "core/ops/pooling_attrs.h"
 
 namespace mg::ops {
 
 using Ints = std::vector<int64_t>;
 
 // ---------------- geometry (declared in pooling_geom.h) ----------------
-
-PoolSpec pool_spec_from_attrs(const Attrs& a) {
-  PoolSpec s;
-  s.kernel = std::get<Ints>(a.at("kernel_sizes"));
-  s.stride = std::get<Ints>(a.at("strides"));
-  s.dilation = std::get<Ints>(a.at("dilation_rates"));
-  s.padding = std::get<Ints>(a.at("padding"));
-  s.style = std::get<std::string>(a.at("padding_style"));
-  s.ceil_mode = std::get<bool>(a.at("ceil_mode"));
-  return s;
-}
 
 std::string pool_dims(const PoolSpec& s, const Ints& in, std::vector<PoolDim>& dims) {
   const size_t k = s.k();
@@ -81,6 +70,29 @@ std::string pool_dims(const PoolSpec& s, const Ints& in, std::vector<PoolDim>& d
 }
 
 namespace {
+
+// A pooling node's window, from its attributes as inference normalised them (full lists).
+PoolSpec pool_spec_from_attrs(const Attrs& a) {
+  PoolSpec s;
+  s.kernel = get_attr<Ints>(a, "kernel_sizes");
+  s.stride = get_attr<Ints>(a, "strides");
+  s.dilation = get_attr<Ints>(a, "dilation_rates");
+  s.padding = get_attr<Ints>(a, "padding");
+  s.style = get_attr<std::string>(a, "padding_style");
+  s.ceil_mode = get_attr<bool>(a, "ceil_mode");
+  return s;
+}
+
+// ---- typed attributes of the primitives (pooling_attrs.h) ----
+
+PoolingAttrs decode_pooling(const Attrs& a) { return {pool_spec_from_attrs(a), PoolDivisor::None, DType::Int32}; }
+PoolingAttrs decode_avg_pooling(const Attrs& a) {
+  return {pool_spec_from_attrs(a),
+          get_attr<bool>(a, "include_zero_pad") ? PoolDivisor::PaddedTaps : PoolDivisor::ValidTaps, DType::Int32};
+}
+PoolingAttrs decode_max_pooling_indices(const Attrs& a) {
+  return {pool_spec_from_attrs(a), PoolDivisor::None, get_attr<DType>(a, "indices_dtype")};
+}
 
 constexpr int64_t kMaxAttr = int64_t(1) << 30;
 constexpr size_t kMaxPoolDims = 8;
@@ -291,6 +303,7 @@ void register_pooling_ops() {
                .doc = std::string("Maximum over each pooling window; padding never wins (it is -inf).") + kPrimitiveNote,
                .inputs = {{"source"}},
                .attrs = pool_attr_specs(false, 0),
+               .decode = attr_decoder(decode_pooling),
                .infer = [](InferCtx& c) {
                  return std::vector<TensorType>{{c.in[0].dtype, primitive_pooled(c, 0)}};
                },
@@ -307,6 +320,7 @@ void register_pooling_ops() {
                       kPrimitiveNote,
                .inputs = {{"source"}},
                .attrs = with(pool_attr_specs(false, 0), {indices_dtype_attr()}),
+               .decode = attr_decoder(decode_max_pooling_indices),
                .infer = [](InferCtx& c) {
                  check_indices_dtype(c);
                  Shape s = primitive_pooled(c, 0);
@@ -325,6 +339,7 @@ void register_pooling_ops() {
                       "max_pooling_nd_gather; w.r.t. source it is zero almost everywhere.",
                .inputs = {{"dy"}, {"source"}},
                .attrs = pool_attr_specs(false, 0),
+               .decode = attr_decoder(decode_pooling),
                .infer = [](InferCtx& c) {
                  Shape pooled = primitive_pooled(c, 1);
                  c.same_dtype(0, 1);
@@ -345,6 +360,7 @@ void register_pooling_ops() {
                       "max_pooling_nd_gradient. Windows of padding only give 0.",
                .inputs = {{"x"}, {"source"}},
                .attrs = pool_attr_specs(false, 0),
+               .decode = attr_decoder(decode_pooling),
                .infer = [](InferCtx& c) {
                  Shape pooled = primitive_pooled(c, 1);
                  c.same_dtype(0, 1);
@@ -364,10 +380,12 @@ void register_pooling_ops() {
     std::vector<AttrSpec> attrs = pool_attr_specs(false, 0);
     if (avg) attrs.push_back(zero_pad_attr());
     std::string fwd = name, bwd = grad_name;
+    AttrDecoder decode = attr_decoder(avg ? decode_avg_pooling : decode_pooling);
     register_op({.name = name,
                  .doc = doc + kPrimitiveNote,
                  .inputs = {{"source"}},
                  .attrs = attrs,
+                 .decode = decode,
                  .infer = [](InferCtx& c) { return std::vector<TensorType>{{c.in[0].dtype, primitive_pooled(c, 0)}}; },
                  .grad = [bwd, avg](GradCtx& c) {
                    if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}};
@@ -378,6 +396,7 @@ void register_pooling_ops() {
                  .doc = gdoc,
                  .inputs = {{"dy"}, {"source", false, false, InputRole::ShapeOnly}},
                  .attrs = attrs,
+                 .decode = decode,
                  .infer = [](InferCtx& c) {
                    Shape pooled = primitive_pooled(c, 1);
                    c.same_dtype(0, 1);
