@@ -1,6 +1,7 @@
 // Ops that gradient rules are made of: undoing broadcasting, filling, stopping gradients.
 // Each has its own gradient rule, so gradients of gradients work.
 #include "core/ops/common.h"
+#include "core/ops/creation_attrs.h"
 
 namespace mg::ops {
 
@@ -21,6 +22,10 @@ ValueRef broadcast_like(Graph& g, ValueRef x, ValueRef like) {
 ValueRef zeros_like(Graph& g, ValueRef like) { return call(g, "full_like", {like}, {{"value", 0.0}}); }
 ValueRef ones_like(Graph& g, ValueRef like) { return call(g, "full_like", {like}, {{"value", 1.0}}); }
 ValueRef scalar_like(Graph& g, double v, ValueRef like) { return g.scalar(v, g.type(like).dtype); }
+
+namespace {
+FillAttrs decode_fill(const Attrs& a) { return {get_attr<double>(a, "value")}; }  // creation_attrs.h
+}  // namespace
 
 void register_autodiff_ops() {
   register_op({.name = "sum_to_like",
@@ -54,6 +59,7 @@ void register_autodiff_ops() {
                .doc = "A tensor of `like`'s shape filled with value, of `like`'s dtype unless dtype is given.",
                .inputs = {{"like", false, false, InputRole::ShapeOnly}},
                .attrs = {attr("value", AttrKind::Float), optional_attr("dtype", AttrKind::DType)},
+               .decode = attr_decoder(decode_fill),
                .infer = [](InferCtx& c) {
                  DType d = c.has("dtype") ? c.dtype("dtype") : c.in[0].dtype;
                  return std::vector<TensorType>{{d, c.in[0].shape}};

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/ops/common.h"
+#include "core/ops/creation_attrs.h"
 
 namespace mg::ops {
 
@@ -17,6 +18,14 @@ Shape static_shape(InferCtx& c) {
   return s;
 }
 
+// ---- typed attributes (creation_attrs.h) ----
+
+FillAttrs decode_fill(const Attrs& a) { return {get_attr<double>(a, "value")}; }
+ArangeAttrs decode_arange(const Attrs& a) {
+  return {get_attr<double>(a, "start"), get_attr<double>(a, "stop"), get_attr<double>(a, "step")};
+}
+EyeAttrs decode_eye(const Attrs& a) { return {get_attr<int64_t>(a, "n"), get_attr<int64_t>(a, "m"), get_attr<int64_t>(a, "k")}; }
+
 void fill_op(const char* name, bool with_value, const char* doc) {
   std::vector<AttrSpec> attrs = {attr("shape", AttrKind::Shape, AttrNone{}, "static output shape")};
   if (with_value) attrs.push_back(attr("value", AttrKind::Float, AttrNone{}, "fill value, converted to dtype"));
@@ -24,6 +33,7 @@ void fill_op(const char* name, bool with_value, const char* doc) {
   register_op({.name = name,
                .doc = doc,
                .attrs = std::move(attrs),
+               .decode = with_value ? attr_decoder(decode_fill) : AttrDecoder{},
                .infer = [](InferCtx& c) { return std::vector<TensorType>{{c.dtype("dtype"), static_shape(c)}}; },
                .differentiable = Differentiable::No,
                .family = "creation"});
@@ -46,6 +56,7 @@ void register_creation_ops() {
                  optional_attr("stop", AttrKind::Float, "end (exclusive); when omitted the range is [0, start)"),
                  attr("step", AttrKind::Float, 1.0, "spacing, nonzero"),
                  attr("dtype", AttrKind::DType, DType::Float32, "output dtype")},
+       .decode = attr_decoder(decode_arange),
        .infer = [](InferCtx& c) {
          if (!c.has("stop")) {  // arange(n) -> range(0, n): normalise so kernels see start and stop
            double n = c.f("start");
@@ -70,6 +81,7 @@ void register_creation_ops() {
                          optional_attr("m", AttrKind::Int, "columns (default n)"),
                          attr("k", AttrKind::Int, int64_t(0), "diagonal: 0 main, > 0 above, < 0 below"),
                          attr("dtype", AttrKind::DType, DType::Float32, "output dtype")},
+               .decode = attr_decoder(decode_eye),
                .infer = [](InferCtx& c) {
                  int64_t n = c.i("n");
                  if (!c.has("m")) c.attrs["m"] = n;

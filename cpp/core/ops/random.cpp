@@ -4,11 +4,14 @@
 #include <cmath>
 
 #include "core/ops/common.h"
+#include "core/ops/random_attrs.h"
 
 namespace mg::ops {
 
 namespace {
 
+
+RandomUniformAttrs decode_random_uniform(const Attrs& a) { return {get_attr<int64_t>(a, "seed")}; }  // random_attrs.h
 
 int64_t seed_of(const Attrs& a, int64_t salt) {
   int64_t s = a.count("seed") ? std::get<int64_t>(a.at("seed")) : 0;
@@ -76,6 +79,7 @@ void register_random_ops() {
                       "executable advances the counter, so runs draw fresh numbers).",
                .inputs = {{"like", false, false, InputRole::ShapeOnly}},
                .attrs = {attr("seed", AttrKind::Int, int64_t(0)), optional_attr("dtype", AttrKind::DType)},
+               .decode = attr_decoder(decode_random_uniform),
                .infer = like_type,
                .grad = no_grad_through_randomness(),
                .stateful = true,

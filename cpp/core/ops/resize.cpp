@@ -15,7 +15,7 @@
 //   mode='nearest-exact'               -> mode='nearest', center_result=True (round_prefer_ceil)
 //   mode='nearest' (legacy, floor)     -> mode='nearest', center_result=False, nearest_rounding_mode='floor'
 #include "core/ops/common.h"
-#include "core/ops/resize_geom.h"
+#include "core/ops/resize_attrs.h"
 
 namespace mg::ops {
 
@@ -70,6 +70,17 @@ Shape resized_shape(InferCtx& c, const TensorType& src, const char* what) {
   return out;
 }
 
+ResizeAttrs decode_resize(const Attrs& a) {
+  ResizeAttrs r;
+  r.size = get_attr<Ints>(a, "size");
+  r.bilinear = get_attr<std::string>(a, "mode") == "bilinear";
+  r.center_result = get_attr<bool>(a, "center_result");
+  r.align_corners = get_attr<bool>(a, "align_corners");
+  r.layout = resize_layout(get_attr<std::string>(a, "data_layout"));
+  r.nearest_rounding_mode = get_attr<std::string>(a, "nearest_rounding_mode");
+  return r;
+}
+
 bool compatible(const Shape& a, const Shape& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -91,6 +102,7 @@ void register_resize_ops() {
                       "nearest_rounding_mode='floor'. Float dtypes.",
                .inputs = {{"source"}},
                .attrs = resize_attrs(),
+               .decode = attr_decoder(decode_resize),
                .infer = [](InferCtx& c) {
                  require_class(c, 0, kFloat);
                  return std::vector<TensorType>{{c.in[0].dtype, resized_shape(c, c.in[0], "source")}};
@@ -106,6 +118,7 @@ void register_resize_ops() {
                       "shape. Linear: its gradient w.r.t. dy is resize.",
                .inputs = {{"dy"}, {"source", false, false, InputRole::ShapeOnly}},
                .attrs = resize_attrs(),
+               .decode = attr_decoder(decode_resize),
                .infer = [](InferCtx& c) {
                  require_class(c, 1, kFloat);
                  c.same_dtype(0, 1);
