@@ -549,7 +549,7 @@ void register_shape_kernels() {
   register_kernel("slice", [](const KernelCtx& c) {
     const Shape& xs = c.in[0].shape;
     const ops::SliceAttrs& a = typed_attrs<ops::SliceAttrs>(c.node);
-    const size_t d = size_t(a.dimension);
+    const size_t d = size_t(a.axis);
     int64_t start = a.start;
     if (start < 0) start += xs[d];
     Ints st = contiguous_strides(xs);

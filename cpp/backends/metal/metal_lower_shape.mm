@@ -220,7 +220,7 @@ void register_shape_lowerings() {
   register_lowering("slice", [](LowerCtx& c) {
     const ops::SliceAttrs& a = typed_attrs<ops::SliceAttrs>(c.node);
     const Shape& xs = c.in_types[0].shape;
-    const int64_t d = norm_axis(c, a.dimension, int64_t(xs.size()));
+    const int64_t d = norm_axis(c, a.axis, int64_t(xs.size()));
     int64_t start = a.start;
     const int64_t length = a.length;
     if (start < 0) start += xs[size_t(d)];

@@ -257,7 +257,7 @@ void register_normalization_ops() {
                  ValueRef padded = call(g, "pad", {sq}, {{"left_padding", lo}, {"right_padding", hi}});
                  ValueRef sum;
                  for (int64_t i = 0; i < size; ++i) {
-                   ValueRef s = call(g, "slice", {padded}, {{"dimension", ax}, {"start", i}, {"length", ch}});
+                   ValueRef s = call(g, "slice", {padded}, {{"axis", ax}, {"start", i}, {"length", ch}});
                    sum = sum.valid() ? bin(g, "addition", sum, s) : s;
                  }
                  double alpha = std::get<double>(a.at("alpha")), beta = std::get<double>(a.at("beta"));

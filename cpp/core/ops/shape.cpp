@@ -243,7 +243,7 @@ std::vector<AttrSpec> space_depth_attr_specs() {
 TransposeAttrs decode_transpose(const Attrs& a) { return {get_attr<Ints>(a, "permutation")}; }
 SwapAxesAttrs decode_swap_axes(const Attrs& a) { return {get_attr<int64_t>(a, "axis1"), get_attr<int64_t>(a, "axis2")}; }
 SliceAttrs decode_slice(const Attrs& a) {
-  return {get_attr<int64_t>(a, "dimension"), get_attr<int64_t>(a, "start"), get_attr<int64_t>(a, "length")};
+  return {get_attr<int64_t>(a, "axis"), get_attr<int64_t>(a, "start"), get_attr<int64_t>(a, "length")};
 }
 AxisAttrs decode_axis(const Attrs& a) { return {get_attr<int64_t>(a, "axis")}; }
 PadAttrs decode_pad_gradient(const Attrs& a) {
@@ -477,14 +477,14 @@ void register_shape_ops() {
 
   // ---------------- slicing ----------------
   reg({.name = "slice",
-       .doc = "Takes `length` elements of one dim starting at `start` (negative counts from the end), all of "
+       .doc = "Takes `length` elements of dim `axis` starting at `start` (negative counts from the end), all of "
               "the other dims (MPSGraph's sliceTensor:dimension:start:length:). Out of range is an error.",
        .inputs = {{"x"}},
-       .attrs = {attr("dimension", AttrKind::Int), attr("start", AttrKind::Int), attr("length", AttrKind::Int)},
+       .attrs = {attr("axis", AttrKind::Int), attr("start", AttrKind::Int), attr("length", AttrKind::Int)},
        .decode = attr_decoder(decode_slice),
        .infer = [](InferCtx& c) {
-         const int64_t d = c.axis(c.i("dimension"), rank_of(c));
-         c.attrs["dimension"] = d;
+         const int64_t d = c.axis(c.i("axis"), rank_of(c));
+         c.attrs["axis"] = d;
          const int64_t start = c.i("start"), length = c.i("length");
          if (length < 0) c.fail(ErrorKind::Value, "length " + std::to_string(length) + " is negative");
          Shape out = c.in[0].shape;
@@ -502,7 +502,7 @@ void register_shape_ops() {
        .grad = [](GradCtx& c) {
          const size_t r = c.g.type(c.x(0)).shape.size();
          const SliceAttrs& s = typed_attrs<SliceAttrs>(c.node);
-         const size_t d = size_t(s.dimension);
+         const size_t d = size_t(s.axis);
          const int64_t start = s.start, length = s.length;
          StridedSliceAttrs a;
          if (start < 0 && start + length == 0) a = one_dim_slice(r, d, start, 0, true);

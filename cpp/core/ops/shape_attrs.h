@@ -23,9 +23,9 @@ struct SwapAxesAttrs {
   int64_t axis1 = 0, axis2 = 0;
 };
 
-// slice: `length` elements of dim `dimension` from `start` (negative counts from the end).
+// slice: `length` elements of dim `axis` from `start` (negative counts from the end).
 struct SliceAttrs {
-  int64_t dimension = 0, start = 0, length = 0;
+  int64_t axis = 0, start = 0, length = 0;
 };
 
 // strided_slice and slice_gradient (one entry per input dim; resolve_slice_dim in shape_ops.h).
