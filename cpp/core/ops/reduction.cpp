@@ -177,6 +177,30 @@ struct ReductionSpec {
   const char* doc;
 };
 
+// The reductions over `axes`: dtype class `cls`, bool result when to_bool, an error for a
+// zero-size reduced axis when nonempty (maximum and minimum have no identity).
+std::vector<TensorType> infer_reduction(InferCtx& c, unsigned cls, bool to_bool, bool nonempty) {
+  require_class(c, 0, cls);
+  auto axes = resolve_axes(c);
+  if (nonempty) check_nonempty(c, axes);
+  return std::vector<TensorType>{
+      {to_bool ? DType::Bool : c.in[0].dtype, reduced_shape(c.in[0].shape, axes, c.b("keep_dims"))}};
+}
+
+std::vector<TensorType> infer_arg_reduction(InferCtx& c) {
+  require_class(c, 0, kNumeric);
+  DType dt = c.dtype("dtype");
+  if (dt != DType::Int32 && dt != DType::Int64)
+    c.fail(ErrorKind::Type, std::string("dtype must be int32 or int64, got ") + dtype_name(dt));
+  int64_t rank = int64_t(c.in[0].shape.size());
+  if (rank == 0) c.fail(ErrorKind::Index, "needs an input of rank >= 1, got " + type_str(c.in[0]));
+  int64_t axis = c.axis(c.i("axis"), rank);
+  c.attrs["axis"] = axis;
+  std::vector<int64_t> axes{axis};
+  check_nonempty(c, axes);
+  return std::vector<TensorType>{{dt, reduced_shape(c.in[0].shape, axes, c.b("keep_dims"))}};
+}
+
 void reduction(const ReductionSpec& s) {
   unsigned cls = s.accepts;
   bool to_bool = s.to_bool, nonempty = s.needs_nonempty;
@@ -188,13 +212,7 @@ void reduction(const ReductionSpec& s) {
           .attrs = {optional_attr("axes", AttrKind::Axes, "axes to reduce; all when omitted"),
                     attr("keep_dims", AttrKind::Bool, true, "keep reduced axes as size-1 dims")},
           .decode = attr_decoder(decode_reduction_attrs),
-          .infer = [cls, to_bool, nonempty](InferCtx& c) {
-            require_class(c, 0, cls);
-            auto axes = resolve_axes(c);
-            if (nonempty) check_nonempty(c, axes);
-            return std::vector<TensorType>{
-                {to_bool ? DType::Bool : c.in[0].dtype, reduced_shape(c.in[0].shape, axes, c.b("keep_dims"))}};
-          },
+          .infer = [cls, to_bool, nonempty](InferCtx& c) { return infer_reduction(c, cls, to_bool, nonempty); },
           .grad = s.grad,
           .aliases = s.aliases,
           .family = "reduction"};
@@ -210,19 +228,7 @@ void arg_reduction(const char* name, std::vector<std::string> aliases, const cha
                          attr("keep_dims", AttrKind::Bool, true, "keep the reduced axis as a size-1 dim"),
                          attr("dtype", AttrKind::DType, DType::Int32, "index dtype: int32 or int64")},
                .decode = attr_decoder(decode_arg_reduction_attrs),
-               .infer = [](InferCtx& c) {
-                 require_class(c, 0, kNumeric);
-                 DType dt = c.dtype("dtype");
-                 if (dt != DType::Int32 && dt != DType::Int64)
-                   c.fail(ErrorKind::Type, std::string("dtype must be int32 or int64, got ") + dtype_name(dt));
-                 int64_t rank = int64_t(c.in[0].shape.size());
-                 if (rank == 0) c.fail(ErrorKind::Index, "needs an input of rank >= 1, got " + type_str(c.in[0]));
-                 int64_t axis = c.axis(c.i("axis"), rank);
-                 c.attrs["axis"] = axis;
-                 std::vector<int64_t> axes{axis};
-                 check_nonempty(c, axes);
-                 return std::vector<TensorType>{{dt, reduced_shape(c.in[0].shape, axes, c.b("keep_dims"))}};
-               },
+               .infer = infer_arg_reduction,
                .differentiable = Differentiable::No,
                .aliases = std::move(aliases),
                .family = "reduction"});

@@ -88,6 +88,36 @@ bool compatible(const Shape& a, const Shape& b) {
   return true;
 }
 
+
+// ---- resize ----
+
+std::vector<TensorType> infer_resize(InferCtx& c) {
+  require_class(c, 0, kFloat);
+  return std::vector<TensorType>{{c.in[0].dtype, resized_shape(c, c.in[0], "source")}};
+}
+
+std::vector<ValueRef> grad_resize(GradCtx& c) {
+  if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}};
+  return std::vector<ValueRef>{call(c.g, "resize_gradient", {c.dy[0], c.x(0)}, c.node.attrs)};
+}
+
+// ---- resize_gradient ----
+
+std::vector<TensorType> infer_resize_gradient(InferCtx& c) {
+  require_class(c, 1, kFloat);
+  c.same_dtype(0, 1);
+  Shape fwd = resized_shape(c, c.in[1], "source");
+  if (!compatible(c.in[0].shape, fwd))
+    c.fail(ErrorKind::Value, "dy " + type_str(c.in[0]) + " does not match the resized shape " +
+                                 shape_str(fwd) + " of source " + type_str(c.in[1]));
+  return std::vector<TensorType>{c.in[1]};
+}
+
+std::vector<ValueRef> grad_resize_gradient(GradCtx& c) {
+  if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}, ValueRef{}};
+  return std::vector<ValueRef>{call(c.g, "resize", {c.dy[0]}, c.node.attrs), ValueRef{}};
+}
+
 }  // namespace
 
 void register_resize_ops() {
@@ -103,14 +133,8 @@ void register_resize_ops() {
                .inputs = {{"source"}},
                .attrs = resize_attrs(),
                .decode = attr_decoder(decode_resize),
-               .infer = [](InferCtx& c) {
-                 require_class(c, 0, kFloat);
-                 return std::vector<TensorType>{{c.in[0].dtype, resized_shape(c, c.in[0], "source")}};
-               },
-               .grad = [](GradCtx& c) {
-                 if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}};
-                 return std::vector<ValueRef>{call(c.g, "resize_gradient", {c.dy[0], c.x(0)}, c.node.attrs)};
-               },
+               .infer = infer_resize,
+               .grad = grad_resize,
                .family = "resize"});
   register_op({.name = "resize_gradient",
                .doc = "Gradient of resize (same attributes): dy spread back onto source's shape with the "
@@ -119,19 +143,8 @@ void register_resize_ops() {
                .inputs = {{"dy"}, {"source", false, false, InputRole::ShapeOnly}},
                .attrs = resize_attrs(),
                .decode = attr_decoder(decode_resize),
-               .infer = [](InferCtx& c) {
-                 require_class(c, 1, kFloat);
-                 c.same_dtype(0, 1);
-                 Shape fwd = resized_shape(c, c.in[1], "source");
-                 if (!compatible(c.in[0].shape, fwd))
-                   c.fail(ErrorKind::Value, "dy " + type_str(c.in[0]) + " does not match the resized shape " +
-                                                shape_str(fwd) + " of source " + type_str(c.in[1]));
-                 return std::vector<TensorType>{c.in[1]};
-               },
-               .grad = [](GradCtx& c) {
-                 if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}, ValueRef{}};
-                 return std::vector<ValueRef>{call(c.g, "resize", {c.dy[0]}, c.node.attrs), ValueRef{}};
-               },
+               .infer = infer_resize_gradient,
+               .grad = grad_resize_gradient,
                .family = "resize"});
 }
 
