@@ -1375,17 +1375,17 @@ shape_row("broadcast_to", "broadcast_to", lambda x, shape: np.broadcast_to(x, sh
     Case(((1, 3),), {"shape": (4, 2, 3)}), Case(((3,),), {"shape": (0, 3)}), Case(((2, 3),), {"shape": (2, 3)})])
 
 
-def _slice_ref(x, dimension, start, length):
+def _slice_ref(x, axis, start, length):
     idx = [slice(None)] * x.ndim
-    start = start + x.shape[dimension] if start < 0 else start
-    idx[dimension] = slice(start, start + length)
+    start = start + x.shape[axis] if start < 0 else start
+    idx[axis] = slice(start, start + length)
     return x[tuple(idx)]
 
 
 shape_row("slice", "slice", _slice_ref, [
-    Case(((5, 4),), {"dimension": 0, "start": 1, "length": 3}), Case(((5, 4),), {"dimension": 1, "start": 0, "length": 4}),
-    Case(((5, 4),), {"dimension": -1, "start": 2, "length": 1}), Case(((5, 4),), {"dimension": 0, "start": 2, "length": 0}),
-    Case(((2, 3, 4),), {"dimension": 2, "start": 3, "length": 1})])
+    Case(((5, 4),), {"axis": 0, "start": 1, "length": 3}), Case(((5, 4),), {"axis": 1, "start": 0, "length": 4}),
+    Case(((5, 4),), {"axis": -1, "start": 2, "length": 1}), Case(((5, 4),), {"axis": 0, "start": 2, "length": 0}),
+    Case(((2, 3, 4),), {"axis": 2, "start": 3, "length": 1})])
 
 
 def _strided_slice_ref(x, starts, ends, strides, start_mask=0, end_mask=0, squeeze_mask=0):

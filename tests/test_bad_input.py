@@ -356,7 +356,7 @@ def test_tile_wrong_length(h):
 
 
 def test_slice_out_of_range(h):
-    expect(h, (IndexError, ValueError), lambda: h.g.slice(h.x, dimension=1, start=2, length=5), "(2, 3)", op="slice")
+    expect(h, (IndexError, ValueError), lambda: h.g.slice(h.x, axis=1, start=2, length=5), "(2, 3)", op="slice")
 
 
 def test_strided_slice_index_out_of_range(h):

@@ -90,6 +90,7 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
   n.name = node_name;
   n.attrs = std::move(attrs);
   n.outputs = std::move(outs);
+  decode_attrs(n);  // after inference normalised the attributes
   n.origin_op = &op;
   n.origin_name = node_name;
   for (size_t i = 0; i < inputs.size(); ++i)

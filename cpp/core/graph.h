@@ -14,6 +14,7 @@
 #include "core/attrs.h"
 #include "core/dtype.h"
 #include "core/shape.h"
+#include "core/typed_attrs.h"
 
 namespace mg {
 
@@ -41,6 +42,7 @@ struct Node {
   std::string name;
   std::vector<ValueRef> inputs;   // the inputs given (absent optional ones left out)
   Attrs attrs;
+  std::shared_ptr<const void> decoded;  // attrs decoded by the op's AttrDecoder (typed_attrs<S>)
   std::vector<TensorType> outputs;
   std::vector<char> absent;       // per schema input: an optional input not given (empty: none)
   // The graph-level op this node implements: itself, or the composite whose decomposition
@@ -123,7 +125,7 @@ class Graph {
 }  // namespace mg
 
 namespace mg {
-// Typed attribute access for kernels and lowerings (inference filled every default).
+// By-name attribute access, for the ops that have no typed attributes yet (typed_attrs.h).
 template <class T>
 const T& node_attr(const Node& n, const std::string& name) {
   auto it = n.attrs.find(name);

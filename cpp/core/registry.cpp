@@ -1,8 +1,12 @@
 #include "core/registry.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
+#if defined(__GNUG__) || defined(__clang__)
+#include <cxxabi.h>
+#endif
 
 namespace mg {
 
@@ -65,6 +69,40 @@ std::vector<const OpDef*> all_ops() {
   std::vector<const OpDef*> r;
   for (auto& kv : table()) r.push_back(kv.second.get());
   return r;
+}
+
+// ---- typed attributes ----
+
+void decode_attrs(Node& n) {
+  if (n.op && n.op->decode) n.decoded = n.op->decode.fn(n.attrs);
+  else n.decoded.reset();
+}
+
+static std::string type_name(const std::type_info& t) {
+#if defined(__GNUG__) || defined(__clang__)
+  int status = 0;
+  char* d = abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
+  if (d && status == 0) {
+    std::string r = d;
+    std::free(d);
+    return r;
+  }
+  std::free(d);
+#endif
+  return t.name();
+}
+
+const void* typed_attrs_ptr(const Node& n, const std::type_info& want) {
+  const std::string op = n.op ? n.op->name : std::string("?");
+  if (!n.op || !n.op->decode)
+    raise(ErrorKind::Runtime, op, n.name,
+          "internal error: typed attributes " + type_name(want) + " asked of an op that declares none");
+  if (*n.op->decode.type != want)
+    raise(ErrorKind::Runtime, op, n.name,
+          "internal error: the op's attributes decode into " + type_name(*n.op->decode.type) + ", not " +
+              type_name(want));
+  if (!n.decoded) raise(ErrorKind::Runtime, op, n.name, "internal error: the node's attributes were never decoded");
+  return n.decoded.get();
 }
 
 // ---- InferCtx ----

@@ -8,6 +8,7 @@
 #include "core/attrs.h"
 #include "core/error.h"
 #include "core/graph.h"
+#include "core/typed_attrs.h"
 
 namespace mg {
 
@@ -90,6 +91,7 @@ struct OpDef {
   std::string doc;
   std::vector<InputSpec> inputs;
   std::vector<AttrSpec> attrs;
+  AttrDecoder decode;        // set: the struct kernels and lowerings read (typed_attrs.h)
   InferFn infer;
   GradFn grad;
   Differentiable differentiable = Differentiable::Unset;

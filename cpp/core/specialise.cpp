@@ -137,6 +137,7 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
     std::vector<TensorType> in;
     for (auto& v : d.inputs) in.push_back(dst.type(v));
     d.outputs = infer_node(dst, d, d.attrs);
+    decode_attrs(d);  // inference may have resolved more with concrete shapes
     for (auto& t : d.outputs)
       if (!shape_known(t.shape))
         raise(ErrorKind::Value, s.op->name, s.name, "output shape " + shape_str(t.shape) + " is still unknown after specialisation");

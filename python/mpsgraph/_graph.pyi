@@ -763,8 +763,8 @@ class Graph:
     def sinh(self, x: Any, *, name: Any = ...) -> Any:
         """Hyperbolic sine."""
         ...
-    def slice(self, x: Any, dimension: Any, start: Any, length: Any, *, name: Any = ...) -> Any:
-        """Takes `length` elements of one dim starting at `start` (negative counts from the end), all of the other dims (MPSGraph's sliceTensor:dimension:start:length:). Out of range is an error."""
+    def slice(self, x: Any, axis: Any, start: Any, length: Any, *, name: Any = ...) -> Any:
+        """Takes `length` elements of dim `axis` starting at `start` (negative counts from the end), all of the other dims (MPSGraph's sliceTensor:dimension:start:length:). Out of range is an error."""
         ...
     def slice_gradient(self, dy: Any, like: Any, starts: Any, ends: Any, strides: Any, start_mask: Any = ..., end_mask: Any = ..., squeeze_mask: Any = ..., *, name: Any = ...) -> Any:
         """The gradient of strided_slice: a tensor of `like`'s shape that is zero except where the slice (same attributes) takes elements, which hold dy. MPSGraph's sliceGradientTensor. Its own gradient is strided_slice."""

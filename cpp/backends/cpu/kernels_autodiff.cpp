@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "backends/cpu/elementwise_util.h"
+#include "core/ops/creation_attrs.h"
 
 namespace mg::cpu {
 
@@ -74,7 +75,7 @@ void register_autodiff_kernels() {
     int64_t n = num_elements(c.out[0].shape);
     DType d = c.out[0].dtype;
     auto one = Array::empty(d, {});
-    store_from_double(one->data(), d, 0, node_attr<double>(c.node, "value"));
+    store_from_double(one->data(), d, 0, typed_attrs<ops::FillAttrs>(c.node).value);
     size_t es = dtype_size(d);
     return [n, one, es](const void* const*, void* const* out) {
       char* o = static_cast<char*>(out[0]);

@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "backends/cpu/elementwise_util.h"
+#include "core/ops/convolution_attrs.h"
 
 #if defined(MG_BLAS_ACCELERATE)
 #include <Accelerate/Accelerate.h>
@@ -74,10 +75,11 @@ struct Plan {
 };
 
 Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, const Shape& dy) {
-  const auto& strides = node_attr<Ints>(node, "strides");
-  const auto& dil = node_attr<Ints>(node, "dilation_rates");
-  const auto& pads = node_attr<Ints>(node, "padding");
-  const int64_t groups = node_attr<int64_t>(node, "groups");
+  const ops::ConvolutionAttrs& a = typed_attrs<ops::ConvolutionAttrs>(node);
+  const Ints& strides = a.strides;
+  const Ints& dil = a.dilation_rates;
+  const Ints& pads = a.padding;
+  const int64_t groups = a.groups;
   const size_t k = src.size() - 2;
   if (strides.size() != k || dil.size() != k || pads.size() != 2 * k || w.size() != k + 2 || dy.size() != k + 2 ||
       groups < 1)

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "backends/cpu/elementwise_util.h"
+#include "core/ops/creation_attrs.h"
 
 namespace mg::cpu {
 
@@ -37,7 +38,7 @@ std::array<uint8_t, 8> element_bytes(DType t, double v) {
 
 KernelFactory fill_factory(bool with_value, double fixed) {
   return [with_value, fixed](const KernelCtx& c) -> KernelFn {
-    double v = with_value ? node_attr<double>(c.node, "value") : fixed;
+    double v = with_value ? typed_attrs<ops::FillAttrs>(c.node).value : fixed;
     DType t = c.out[0].dtype;
     auto e = element_bytes(t, v);
     size_t esize = dtype_size(t);
@@ -55,8 +56,9 @@ KernelFactory fill_factory(bool with_value, double fixed) {
 }
 
 KernelFn arange_factory(const KernelCtx& c) {
-  double start = node_attr<double>(c.node, "start");
-  double step = node_attr<double>(c.node, "step");
+  const ops::ArangeAttrs& a = typed_attrs<ops::ArangeAttrs>(c.node);
+  double start = a.start;
+  double step = a.step;
   DType t = c.out[0].dtype;
   int64_t n = num_elements(c.out[0].shape);
   auto values = std::make_shared<std::vector<uint8_t>>(size_t(n) * dtype_size(t));
@@ -68,7 +70,7 @@ KernelFn arange_factory(const KernelCtx& c) {
 
 KernelFn eye_factory(const KernelCtx& c) {
   int64_t n = c.out[0].shape[0], m = c.out[0].shape[1];
-  int64_t k = node_attr<int64_t>(c.node, "k");
+  int64_t k = typed_attrs<ops::EyeAttrs>(c.node).k;
   DType t = c.out[0].dtype;
   size_t esize = dtype_size(t);
   auto one = element_bytes(t, 1.0);

@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "backends/cpu/elementwise_util.h"
-#include "core/ops/pooling_geom.h"
+#include "core/ops/pooling_attrs.h"
 
 namespace mg::cpu {
 
@@ -31,7 +31,7 @@ struct PoolPlan {
 int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 
 PoolPlan make_plan(const KernelCtx& c, const Shape& src) {
-  ops::PoolSpec s = ops::pool_spec_from_attrs(c.node.attrs);
+  const ops::PoolSpec& s = typed_attrs<ops::PoolingAttrs>(c.node).window;
   PoolPlan p;
   p.k = int(s.k());
   if (p.k < 1 || p.k > kMaxK || src.size() < s.k())
@@ -263,9 +263,14 @@ KernelFn linear_scatter(std::shared_ptr<const PoolPlan> pp, int mode) {
   };
 }
 
+// 0: sum, 1: average over the taps inside the input, 2: inside the padded input.
 int linear_mode(const Node& n) {
-  if (!node_has_attr(n, "include_zero_pad")) return 0;
-  return node_attr<bool>(n, "include_zero_pad") ? 2 : 1;
+  switch (typed_attrs<ops::PoolingAttrs>(n).divisor) {
+    case ops::PoolDivisor::None: return 0;
+    case ops::PoolDivisor::ValidTaps: return 1;
+    case ops::PoolDivisor::PaddedTaps: return 2;
+  }
+  return 0;
 }
 
 }  // namespace

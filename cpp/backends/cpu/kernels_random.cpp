@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "backends/cpu/elementwise_util.h"
+#include "core/ops/random_attrs.h"
 
 namespace mg::cpu {
 
@@ -63,7 +64,7 @@ void fill_uniform(S* o, int64_t n, uint64_t seed, uint64_t run) {
 void register_random_kernels() {
   register_kernel("random_uniform_like", [](const KernelCtx& c) -> KernelFn {
     int64_t n = num_elements(c.out[0].shape);
-    uint64_t seed = uint64_t(node_attr<int64_t>(c.node, "seed"));
+    uint64_t seed = uint64_t(typed_attrs<ops::RandomUniformAttrs>(c.node).seed);
     auto runs = std::make_shared<std::atomic<uint64_t>>(0);  // this executable's run counter
     return dispatch_dtype(c.out[0].dtype, [&](auto tag) -> KernelFn {
       using S = decltype(tag);

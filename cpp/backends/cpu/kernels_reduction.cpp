@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "backends/cpu/elementwise_util.h"
+#include "core/ops/reduction_attrs.h"
 
 namespace mg::cpu {
 
@@ -472,19 +473,11 @@ struct Prepared {
   const Node* node;
 };
 
-Prepared prepare(const KernelCtx& c) {
-  std::vector<int64_t> axes;
-  const Shape& s = c.in[0].shape;
-  if (node_has_attr(c.node, "axis")) {
-    axes.push_back(*normalize_axis(node_attr<int64_t>(c.node, "axis"), int64_t(s.size())));
-  } else if (node_has_attr(c.node, "axes")) {
-    for (auto a : node_attr<std::vector<int64_t>>(c.node, "axes")) axes.push_back(*normalize_axis(a, int64_t(s.size())));
-    std::sort(axes.begin(), axes.end());
-  } else {
-    for (int64_t i = 0; i < int64_t(s.size()); ++i) axes.push_back(i);
-  }
-  return {make_plan(s, axes), c.in[0].dtype, c.out[0].dtype, &c.node};
+// The plan over the reduced axes the node's typed attributes hold (sorted, non-negative).
+Prepared prepare(const KernelCtx& c, const std::vector<int64_t>& axes) {
+  return {make_plan(c.in[0].shape, axes), c.in[0].dtype, c.out[0].dtype, &c.node};
 }
+Prepared prepare(const KernelCtx& c) { return prepare(c, typed_attrs<ops::ReductionAttrs>(c.node).axes); }
 
 [[noreturn]] void no_kernel(const KernelCtx& c) {
   raise(ErrorKind::Type, c.node.op->name, c.node.name, std::string("no cpu kernel for ") + dtype_name(c.in[0].dtype));
@@ -593,7 +586,7 @@ KernelFn logic_kernel(const KernelCtx& c) {
 
 template <bool Max>
 KernelFn arg_kernel(const KernelCtx& c) {
-  auto pr = prepare(c);
+  auto pr = prepare(c, {typed_attrs<ops::ArgReductionAttrs>(c.node).axis});
   if (pr.plan.num_red == 0 && pr.plan.num_out > 0)
     raise(ErrorKind::Value, c.node.op->name, c.node.name, "zero-size reduction has no identity");
   bool out64 = pr.out == DType::Int64;

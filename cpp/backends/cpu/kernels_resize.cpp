@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "backends/cpu/elementwise_util.h"
-#include "core/ops/resize_geom.h"
+#include "core/ops/resize_attrs.h"
 
 namespace mg::cpu {
 
@@ -25,7 +25,8 @@ struct ResizePlan {
 
 ResizePlan make_plan(const KernelCtx& c, const Shape& src, const Shape& dst) {
   ResizePlan p;
-  ops::ResizeLayout lay = ops::resize_layout(node_attr<std::string>(c.node, "data_layout"));
+  const ops::ResizeAttrs& a = typed_attrs<ops::ResizeAttrs>(c.node);
+  const ops::ResizeLayout lay = a.layout;
   if (!lay.rank || int(src.size()) != lay.rank || dst.size() != src.size())
     raise(ErrorKind::Runtime, "resize", c.node.name, "bad resize plan");
   const size_t h = size_t(lay.h);
@@ -38,9 +39,9 @@ ResizePlan make_plan(const KernelCtx& c, const Shape& src, const Shape& dst) {
   const int64_t lim = int64_t(1) << 60;
   if (p.H > 0 && p.W > 0 && ((2 * p.OH + 1) > lim / p.H || (2 * p.OW + 1) > lim / p.W))
     raise(ErrorKind::NotImplemented, "resize", c.node.name, "sizes too large for exact index arithmetic");
-  p.bilinear = node_attr<std::string>(c.node, "mode") == "bilinear";
-  bool align = node_attr<bool>(c.node, "align_corners"), center = node_attr<bool>(c.node, "center_result");
-  const std::string& rounding = node_attr<std::string>(c.node, "nearest_rounding_mode");
+  p.bilinear = a.bilinear;
+  bool align = a.align_corners, center = a.center_result;
+  const std::string& rounding = a.nearest_rounding_mode;
   if (p.H > 0 && p.W > 0) {
     p.y = ops::resize_axis(p.H, p.OH, p.bilinear, align, center, rounding);
     p.x = ops::resize_axis(p.W, p.OW, p.bilinear, align, center, rounding);

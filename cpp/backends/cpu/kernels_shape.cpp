@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "backends/cpu/elementwise_util.h"
-#include "core/ops/shape_ops.h"
+#include "core/ops/shape_attrs.h"
 
 namespace mg::cpu {
 
@@ -241,12 +241,13 @@ KernelFn permute_kernel(const KernelCtx& c, const Ints& perm) {
 
 // The per-dim selection of a strided slice on `in` (squeezed dims kept with count 1).
 std::vector<ops::SliceDim> slice_dims(const Node& n, const Shape& in) {
-  const Ints& starts = node_attr<Ints>(n, "starts");
-  const Ints& ends = node_attr<Ints>(n, "ends");
-  const Ints& strides = node_attr<Ints>(n, "strides");
-  const uint64_t sm = uint64_t(node_attr<int64_t>(n, "start_mask"));
-  const uint64_t em = uint64_t(node_attr<int64_t>(n, "end_mask"));
-  const uint64_t qm = uint64_t(node_attr<int64_t>(n, "squeeze_mask"));
+  const ops::StridedSliceAttrs& a = typed_attrs<ops::StridedSliceAttrs>(n);
+  const Ints& starts = a.starts;
+  const Ints& ends = a.ends;
+  const Ints& strides = a.strides;
+  const uint64_t sm = uint64_t(a.start_mask);
+  const uint64_t em = uint64_t(a.end_mask);
+  const uint64_t qm = uint64_t(a.squeeze_mask);
   std::vector<ops::SliceDim> r;
   for (size_t i = 0; i < in.size(); ++i) {
     if ((qm >> i) & 1u) {
@@ -493,10 +494,9 @@ KernelFn pad_gradient_loop(const Shape& ds, const Shape& xs, const Ints& l, ops:
 
 KernelFn space_depth_kernel(const KernelCtx& c, bool to_depth) {
   const Shape& space = to_depth ? c.in[0].shape : c.out[0].shape;
-  const bool nchw = node_attr<std::string>(c.node, "data_layout") == "NCHW";
+  const ops::SpaceDepthAttrs& a = typed_attrs<ops::SpaceDepthAttrs>(c.node);
   Ints view(6), sst(6);
-  ops::space_depth_view(space.data(), nchw, node_attr<bool>(c.node, "use_pixel_shuffle_order"),
-                        node_attr<int64_t>(c.node, "block_size"), view.data(), sst.data());
+  ops::space_depth_view(space.data(), a.nchw, a.use_pixel_shuffle_order, a.block_size, view.data(), sst.data());
   const Ints dst = contiguous_strides(view);
   const size_t es = esize(c.in[0]);
   return gather_kernel(to_depth ? make_copy_plan(es, view, sst, dst, 0, 0) : make_copy_plan(es, view, dst, sst, 0, 0));
@@ -527,12 +527,13 @@ void register_shape_kernels() {
     register_kernel(op, memcpy_kernel);
 
   register_kernel("transpose", [](const KernelCtx& c) {
-    return permute_kernel(c, node_attr<Ints>(c.node, "permutation"));
+    return permute_kernel(c, typed_attrs<ops::TransposeAttrs>(c.node).permutation);
   });
   register_kernel("swap_axes", [](const KernelCtx& c) {
     Ints perm;
     for (size_t i = 0; i < c.in[0].shape.size(); ++i) perm.push_back(int64_t(i));
-    std::swap(perm[size_t(node_attr<int64_t>(c.node, "axis1"))], perm[size_t(node_attr<int64_t>(c.node, "axis2"))]);
+    const ops::SwapAxesAttrs& a = typed_attrs<ops::SwapAxesAttrs>(c.node);
+    std::swap(perm[size_t(a.axis1)], perm[size_t(a.axis2)]);
     return permute_kernel(c, perm);
   });
 
@@ -547,8 +548,9 @@ void register_shape_kernels() {
 
   register_kernel("slice", [](const KernelCtx& c) {
     const Shape& xs = c.in[0].shape;
-    const size_t d = size_t(node_attr<int64_t>(c.node, "dimension"));
-    int64_t start = node_attr<int64_t>(c.node, "start");
+    const ops::SliceAttrs& a = typed_attrs<ops::SliceAttrs>(c.node);
+    const size_t d = size_t(a.axis);
+    int64_t start = a.start;
     if (start < 0) start += xs[d];
     Ints st = contiguous_strides(xs);
     return gather_kernel(make_copy_plan(esize(c.in[0]), c.out[0].shape, st, contiguous_strides(c.out[0].shape),
@@ -575,7 +577,7 @@ void register_shape_kernels() {
     const Shape& xs = c.in[0].shape;
     Ints st = contiguous_strides(xs), ss = st;
     int64_t off = 0;
-    for (auto a : node_attr<Ints>(c.node, "axes")) {
+    for (auto a : typed_attrs<ops::ReverseAttrs>(c.node).axes) {
       ss[size_t(a)] = -st[size_t(a)];
       if (xs[size_t(a)] > 0) off += (xs[size_t(a)] - 1) * st[size_t(a)];
     }
@@ -584,7 +586,7 @@ void register_shape_kernels() {
 
   register_kernel("tile", [](const KernelCtx& c) {
     const Shape& xs = c.in[0].shape;
-    const Ints& m = node_attr<Ints>(c.node, "multiples");
+    const Ints& m = typed_attrs<ops::TileAttrs>(c.node).multiples;
     Ints xst = contiguous_strides(xs);
     Shape inter;
     Ints ss;
@@ -599,7 +601,7 @@ void register_shape_kernels() {
 
   register_kernel("tile_gradient", [](const KernelCtx& c) -> KernelFn {
     const Shape& like = c.out[0].shape;
-    const Ints& m = node_attr<Ints>(c.node, "multiples");
+    const Ints& m = typed_attrs<ops::TileAttrs>(c.node).multiples;
     return dispatch_dtype(c.out[0].dtype, [&](auto tag) -> KernelFn {
       using S = decltype(tag);
       if constexpr (std::is_same_v<S, bool>) raise(ErrorKind::Type, "tile_gradient", c.node.name, "no cpu kernel for bool");
@@ -610,9 +612,9 @@ void register_shape_kernels() {
   register_kernel("pad", [](const KernelCtx& c) -> KernelFn {
     const Shape& xs = c.in[0].shape;
     const Shape& os = c.out[0].shape;
-    const Ints& l = node_attr<Ints>(c.node, "left_padding");
-    ops::PadMode m = ops::PadMode::Constant;
-    ops::parse_pad_mode(node_attr<std::string>(c.node, "mode"), m);
+    const ops::PadAttrs& a = typed_attrs<ops::PadAttrs>(c.node);
+    const Ints& l = a.left_padding;
+    const ops::PadMode m = a.mode;
     Ints ost = contiguous_strides(os);
     int64_t off = 0;
     for (size_t i = 0; i < xs.size(); ++i) off += l[i] * ost[i];
@@ -627,7 +629,7 @@ void register_shape_kernels() {
       };
     }
     std::array<unsigned char, 8> value{};
-    store_from_double(value.data(), c.out[0].dtype, 0, node_attr<double>(c.node, "constant_value"));
+    store_from_double(value.data(), c.out[0].dtype, 0, a.constant_value);
     const bool needs_fill = n != count(c.in[0]);
     return [plan = std::move(plan), value, n, es, needs_fill](const void* const* in, void* const* out) {
       if (needs_fill) fill(out[0], n, es, value.data());
@@ -636,9 +638,9 @@ void register_shape_kernels() {
   });
 
   register_kernel("pad_gradient", [](const KernelCtx& c) -> KernelFn {
-    ops::PadMode m = ops::PadMode::Constant;
-    ops::parse_pad_mode(node_attr<std::string>(c.node, "mode"), m);
-    const Ints& l = node_attr<Ints>(c.node, "left_padding");
+    const ops::PadAttrs& a = typed_attrs<ops::PadAttrs>(c.node);
+    const ops::PadMode m = a.mode;
+    const Ints& l = a.left_padding;
     const Shape& ds = c.in[0].shape;
     const Shape& xs = c.out[0].shape;
     return dispatch_dtype(c.out[0].dtype, [&](auto tag) -> KernelFn {
@@ -656,7 +658,8 @@ void register_shape_kernels() {
     const Shape& xs = c.in[0].shape;
     const int64_t rows = xs[xs.size() - 2], cols = xs.back();
     const int64_t nrows = rows * cols == 0 ? 0 : count(c.in[0]) / cols;
-    const int64_t lower = node_attr<int64_t>(c.node, "num_lower"), upper = node_attr<int64_t>(c.node, "num_upper");
+    const ops::BandPartAttrs& a = typed_attrs<ops::BandPartAttrs>(c.node);
+    const int64_t lower = a.num_lower, upper = a.num_upper;
     const size_t es = esize(c.in[0]);
     return [=](const void* const* in, void* const* out) {
       const char* x = static_cast<const char*>(in[0]);
@@ -679,15 +682,16 @@ void register_shape_kernels() {
 
   register_kernel("one_hot", [](const KernelCtx& c) -> KernelFn {
     const Shape& is = c.in[0].shape;
-    const int64_t axis = node_attr<int64_t>(c.node, "axis");
-    const int64_t depth = node_attr<int64_t>(c.node, "depth");
+    const ops::OneHotAttrs& a = typed_attrs<ops::OneHotAttrs>(c.node);
+    const int64_t axis = a.axis;
+    const int64_t depth = a.depth;
     int64_t inner = 1;
     for (size_t k = size_t(axis); k < is.size(); ++k) inner *= is[k];
     const int64_t n_idx = count(c.in[0]), n_out = count(c.out[0]);
     const size_t es = esize(c.out[0]);
     std::array<unsigned char, 8> on{}, off{};
-    store_from_double(on.data(), c.out[0].dtype, 0, node_attr<double>(c.node, "on_value"));
-    store_from_double(off.data(), c.out[0].dtype, 0, node_attr<double>(c.node, "off_value"));
+    store_from_double(on.data(), c.out[0].dtype, 0, a.on_value);
+    store_from_double(off.data(), c.out[0].dtype, 0, a.off_value);
     const DType it = c.in[0].dtype;
     return [=](const void* const* in, void* const* out) {
       if (n_out == 0) return;
@@ -704,7 +708,7 @@ void register_shape_kernels() {
   register_kernel("concat", [](const KernelCtx& c) -> KernelFn {
     std::vector<Shape> parts;
     for (auto& t : c.in) parts.push_back(t.shape);
-    auto copies = axis_copies(esize(c.out[0]), c.out[0].shape, parts, size_t(node_attr<int64_t>(c.node, "axis")), true);
+    auto copies = axis_copies(esize(c.out[0]), c.out[0].shape, parts, size_t(typed_attrs<ops::AxisAttrs>(c.node).axis), true);
     return [copies = std::move(copies)](const void* const* in, void* const* out) {
       for (size_t k = 0; k < copies.plans.size(); ++k) run_copy(copies.plans[k], in[k], out[0]);
     };
@@ -713,7 +717,7 @@ void register_shape_kernels() {
   auto split_kernel = [](const KernelCtx& c) -> KernelFn {
     std::vector<Shape> parts;
     for (auto& t : c.out) parts.push_back(t.shape);
-    auto copies = axis_copies(esize(c.in[0]), c.in[0].shape, parts, size_t(node_attr<int64_t>(c.node, "axis")), false);
+    auto copies = axis_copies(esize(c.in[0]), c.in[0].shape, parts, size_t(typed_attrs<ops::AxisAttrs>(c.node).axis), false);
     return [copies = std::move(copies)](const void* const* in, void* const* out) {
       for (size_t k = 0; k < copies.plans.size(); ++k) run_copy(copies.plans[k], in[0], out[k]);
     };
@@ -722,7 +726,7 @@ void register_shape_kernels() {
   register_kernel("split_like", split_kernel);
 
   register_kernel("stack", [](const KernelCtx& c) -> KernelFn {
-    const size_t ax = size_t(node_attr<int64_t>(c.node, "axis"));
+    const size_t ax = size_t(typed_attrs<ops::AxisAttrs>(c.node).axis);
     Shape part = c.out[0].shape;
     part[ax] = 1;
     std::vector<Shape> parts(c.in.size(), part);

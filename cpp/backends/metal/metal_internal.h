@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -87,16 +86,8 @@ class LowerCtx {
   [[noreturn]] void fail(ErrorKind kind, const std::string& msg) const;
   [[noreturn]] void needs_macos(const char* version, const std::string& what) const;
 
-  // -- attributes (several spellings accepted; AttrNone counts as absent) --
-  const AttrValue* attr(std::initializer_list<const char*> names) const;
-  bool has_attr(std::initializer_list<const char*> names) const { return attr(names) != nullptr; }
-  int64_t attr_int(std::initializer_list<const char*> names, int64_t def) const;
-  double attr_float(std::initializer_list<const char*> names, double def) const;
-  bool attr_bool(std::initializer_list<const char*> names, bool def) const;
-  std::vector<int64_t> attr_ints(std::initializer_list<const char*> names, bool* found = nullptr) const;
-  // Raises NotImplemented for an attribute this lowering does not understand, so a schema
-  // that changed never produces silently different results.
-  void only_attrs(std::initializer_list<const char*> known) const;
+  // -- attributes: typed_attrs<S>(node) (core/typed_attrs.h), the struct the op's registry
+  //    entry decodes into (core/ops/*_attrs.h); never looked up by name here --
 
   // -- constants --
   MPSGraphTensor* constant_bytes(const void* data, size_t nbytes, const Shape& shape, DType t);

@@ -133,64 +133,6 @@ void LowerCtx::needs_macos(const char* version, const std::string& what) const {
   fail(ErrorKind::NotImplemented, what + " needs macOS " + version + " or newer on the metal backend");
 }
 
-const AttrValue* LowerCtx::attr(std::initializer_list<const char*> names) const {
-  for (const char* n : names) {
-    auto it = node.attrs.find(n);
-    if (it != node.attrs.end() && !std::holds_alternative<AttrNone>(it->second)) return &it->second;
-  }
-  return nullptr;
-}
-
-int64_t LowerCtx::attr_int(std::initializer_list<const char*> names, int64_t def) const {
-  const AttrValue* v = attr(names);
-  if (!v) return def;
-  if (auto p = std::get_if<int64_t>(v)) return *p;
-  if (auto p = std::get_if<bool>(v)) return *p ? 1 : 0;
-  if (auto p = std::get_if<double>(v)) return int64_t(*p);
-  if (auto p = std::get_if<std::vector<int64_t>>(v); p && p->size() == 1) return (*p)[0];
-  fail(ErrorKind::NotImplemented, "the metal lowering cannot read attribute '" + std::string(*names.begin()) +
-                                      "' as an integer (got " + attr_repr(*v) + ")");
-}
-
-double LowerCtx::attr_float(std::initializer_list<const char*> names, double def) const {
-  const AttrValue* v = attr(names);
-  if (!v) return def;
-  if (auto p = std::get_if<double>(v)) return *p;
-  if (auto p = std::get_if<int64_t>(v)) return double(*p);
-  if (auto p = std::get_if<bool>(v)) return *p ? 1.0 : 0.0;
-  fail(ErrorKind::NotImplemented, "the metal lowering cannot read attribute '" + std::string(*names.begin()) +
-                                      "' as a number (got " + attr_repr(*v) + ")");
-}
-
-bool LowerCtx::attr_bool(std::initializer_list<const char*> names, bool def) const {
-  const AttrValue* v = attr(names);
-  if (!v) return def;
-  if (auto p = std::get_if<bool>(v)) return *p;
-  if (auto p = std::get_if<int64_t>(v)) return *p != 0;
-  fail(ErrorKind::NotImplemented, "the metal lowering cannot read attribute '" + std::string(*names.begin()) +
-                                      "' as a bool (got " + attr_repr(*v) + ")");
-}
-
-std::vector<int64_t> LowerCtx::attr_ints(std::initializer_list<const char*> names, bool* found) const {
-  const AttrValue* v = attr(names);
-  if (found) *found = v != nullptr;
-  if (!v) return {};
-  if (auto p = std::get_if<std::vector<int64_t>>(v)) return *p;
-  if (auto p = std::get_if<int64_t>(v)) return {*p};
-  fail(ErrorKind::NotImplemented, "the metal lowering cannot read attribute '" + std::string(*names.begin()) +
-                                      "' as a list of integers (got " + attr_repr(*v) + ")");
-}
-
-void LowerCtx::only_attrs(std::initializer_list<const char*> known) const {
-  for (auto& kv : node.attrs) {
-    bool ok = false;
-    for (const char* k : known) ok = ok || kv.first == k;
-    if (!ok)
-      fail(ErrorKind::NotImplemented, "attribute '" + kv.first + "' (" + attr_repr(kv.second) +
-                                          ") is not understood by the metal lowering of this op");
-  }
-}
-
 MPSGraphTensor* LowerCtx::constant_bytes(const void* data, size_t nbytes, const Shape& shape, DType t) {
   NSData* d = [NSData dataWithBytes:data length:nbytes];
   return [g constantWithData:d shape:mps_shape(shape) dataType:mps_dtype(t, op, node.name)];

@@ -1,8 +1,9 @@
 // Lowerings of the convolution primitives (cpp/core/ops/convolution.cpp): convolution,
 // convolution_data_gradient and convolution_weights_gradient in the canonical layout, source
 // (N, C, *S), weights (O, C/groups, *K), with strides, dilation_rates, groups and the padding
-// resolved on the node (2k values: before, after per spatial dim; specialisation resolves the
-// 'same' styles into it, so the descriptor always gets explicit padding).
+// resolved on the node (typed ConvolutionAttrs, core/ops/convolution_attrs.h: 2k padding values,
+// before and after per spatial dim; specialisation resolves the 'same' styles into it, so the
+// descriptor always gets explicit padding).
 //   k = 1: the 2-D ops on (N, C, 1, W) / (O, I, 1, K) (height 1, stride, dilation 1, no padding)
 //   k = 2: MPSGraphConvolution2DOpDescriptor, NCHW / OIHW
 //   k = 3: MPSGraphConvolution3DOpDescriptor, NCDHW / OIDHW (macOS 13.2; before it, NotImplemented)
@@ -10,6 +11,7 @@
 // The data gradient's outputShape is the node's declared source shape (it may come from `like`,
 // output_padding or source_spatial_shape); the weights gradient's is the declared weights shape.
 #include "backends/metal/metal_internal.h"
+#include "core/ops/convolution_attrs.h"
 
 namespace mg::metal {
 
@@ -25,15 +27,14 @@ struct ConvGeom {
 };
 
 ConvGeom read_geometry(LowerCtx& c, size_t rank) {
-  c.only_attrs({"strides", "dilation_rates", "padding", "padding_style", "groups", "output_padding",
-                "source_spatial_shape", "kernel_spatial_shape"});
+  const ops::ConvolutionAttrs& a = typed_attrs<ops::ConvolutionAttrs>(c.node);
   ConvGeom g;
   if (rank < 3) c.fail(ErrorKind::Value, "convolution tensors need rank >= 3 (N, C, spatial...)");
   g.k = rank - 2;
-  g.strides = c.attr_ints({"strides"});
-  g.dilations = c.attr_ints({"dilation_rates"});
-  g.padding = c.attr_ints({"padding"});
-  g.groups = c.attr_int({"groups"}, 1);
+  g.strides = a.strides;
+  g.dilations = a.dilation_rates;
+  g.padding = a.padding;
+  g.groups = a.groups;
   // inference stores full-length lists and resolves the padding styles at specialisation
   if (g.strides.size() != g.k || g.dilations.size() != g.k || g.padding.size() != 2 * g.k || g.groups < 1)
     c.fail(ErrorKind::NotImplemented, "the metal lowering needs the strides, dilation_rates and padding resolved per "

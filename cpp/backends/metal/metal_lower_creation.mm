@@ -2,8 +2,9 @@
 // value depends on attributes only (arange, eye) and that specialisation did not already fold
 // (it folds up to 65536 elements) are evaluated once at compile time by the CPU backend's
 // constant evaluator and embedded with constantWithData:shape:dataType:, so their values are
-// the CPU kernels' to the bit, whatever their attribute schema.
+// the CPU kernels' to the bit.
 #include "backends/metal/metal_internal.h"
+#include "core/ops/creation_attrs.h"
 #include "runtime/backend.h"
 
 namespace mg::metal {
@@ -35,8 +36,7 @@ void register_creation_lowerings() {
   register_lowering("ones_like", [](LowerCtx& c) { return std::vector<T>{c.fill(1, c.out())}; });
   for (const char* name : {"full", "full_like"})
     register_lowering(name, [](LowerCtx& c) {
-      if (!c.has_attr({"value", "fill_value"})) return evaluate_at_compile_time(c);
-      return std::vector<T>{c.fill(c.attr_float({"value", "fill_value"}, 0.0), c.out())};
+      return std::vector<T>{c.fill(typed_attrs<ops::FillAttrs>(c.node).value, c.out())};
     });
   for (const char* name : {"arange", "eye"}) register_lowering(name, evaluate_at_compile_time);
 }

@@ -1,4 +1,5 @@
 // matrix_multiplication: numpy matmul semantics (1-D operands promoted, batch dims broadcast).
+// The op has no attributes (transposes are transpose nodes of their own).
 // Floats use matrixMultiplicationWithPrimaryTensor:secondaryTensor:name:, split along K when
 // K >= 32767 (silently wrong on M1/M2 GPUs, pytorch/pytorch#195163). Integers are composed
 // exactly (multiply + reduce-sum, wrapping like the CPU kernel) instead of going through float.
@@ -11,24 +12,15 @@ namespace {
 
 using T = MPSGraphTensor*;
 
-T transpose_last2(LowerCtx& c, T x, Shape& s) {
-  const NSUInteger r = s.size();
-  std::swap(s[r - 2], s[r - 1]);
-  return [c.g transposeTensor:x dimension:r - 2 withDimension:r - 1 name:nil];
-}
-
 }  // namespace
 
 void register_matmul_lowerings() {
   register_lowering("matrix_multiplication", [](LowerCtx& c) {
-    c.only_attrs({"transpose_a", "transpose_b", "transpose_x", "transpose_y", "transpose_lhs", "transpose_rhs"});
     const DType t = c.in_dtype(0);
     if (t == DType::Bool) c.fail(ErrorKind::NotImplemented, "bool matrix_multiplication is not implemented on the metal backend");
     T a = c.in[0], b = c.in[1];
     Shape as = c.in_types[0].shape, bs = c.in_types[1].shape;
     if (as.empty() || bs.empty()) c.fail(ErrorKind::Value, "matrix_multiplication needs operands of rank >= 1");
-    if (c.attr_bool({"transpose_a", "transpose_x", "transpose_lhs"}, false) && as.size() >= 2) a = transpose_last2(c, a, as);
-    if (c.attr_bool({"transpose_b", "transpose_y", "transpose_rhs"}, false) && bs.size() >= 2) b = transpose_last2(c, b, bs);
     if (as.size() == 1) {
       as = {1, as[0]};
       a = c.reshape(a, as);

@@ -34,7 +34,7 @@
 #include <functional>
 
 #include "backends/metal/metal_internal.h"
-#include "core/ops/pooling_geom.h"
+#include "core/ops/pooling_attrs.h"
 
 namespace mg::metal {
 
@@ -72,9 +72,7 @@ struct Pool {
 };
 
 Pool make_pool(LowerCtx& c, const Shape& src) {
-  c.only_attrs({"kernel_sizes", "strides", "dilation_rates", "padding", "padding_style", "ceil_mode",
-                "include_zero_pad", "indices_dtype"});
-  ops::PoolSpec s = ops::pool_spec_from_attrs(c.node.attrs);
+  const ops::PoolSpec& s = typed_attrs<ops::PoolingAttrs>(c.node).window;
   Pool p;
   p.k = s.k();
   if (p.k < 1 || src.size() < p.k || s.stride.size() != p.k || s.dilation.size() != p.k || s.padding.size() != 2 * p.k)
@@ -281,8 +279,6 @@ T window_sum_transpose(LowerCtx& c, const Pool& p, T g) {
   return g;
 }
 
-bool include_zero_pad(LowerCtx& c) { return c.attr_bool({"include_zero_pad"}, false); }
-
 // avg (mode 1 / 2) or sum (mode 0) pooling of x (float32, view shape).
 T linear_pool(LowerCtx& c, const Pool& p, T x, int mode) {
   T s = window_sum(c, p, x);
@@ -301,9 +297,14 @@ T linear_pool_gradient(LowerCtx& c, const Pool& p, T dy, int mode) {
   return window_sum_transpose(c, p, dy);
 }
 
+// 0: sum, 1: average over the taps inside the input, 2: inside the padded input.
 int linear_mode(LowerCtx& c) {
-  if (c.op == "sum_pooling_nd" || c.op == "sum_pooling_nd_gradient") return 0;
-  return include_zero_pad(c) ? 2 : 1;
+  switch (typed_attrs<ops::PoolingAttrs>(c.node).divisor) {
+    case ops::PoolDivisor::None: return 0;
+    case ops::PoolDivisor::ValidTaps: return 1;
+    case ops::PoolDivisor::PaddedTaps: return 2;
+  }
+  return 0;
 }
 
 T to_f32(LowerCtx& c, T x) { return c.raw_cast(x, DType::Float32); }

@@ -15,6 +15,7 @@
 // The 32 x 32 -> 64-bit products Philox needs are built from 16-bit halves in uint32 (no
 // partial product overflows), so nothing depends on 64-bit integer support (macOS 13.3).
 #include "backends/metal/metal_internal.h"
+#include "core/ops/random_attrs.h"
 
 namespace mg::metal {
 
@@ -47,12 +48,11 @@ struct Philox {
 
 void register_random_lowerings() {
   register_lowering("random_uniform_like", [](LowerCtx& c) {
-    c.only_attrs({"seed", "dtype"});
     const TensorType& ot = c.out();
     if (!is_float_dtype(ot.dtype)) c.fail(ErrorKind::Type, "dtype must be floating");
     const int64_t n = num_elements(ot.shape);
     const int64_t nblocks = (n + 3) / 4;
-    const uint64_t seed = uint64_t(c.attr_int({"seed"}, 0));
+    const uint64_t seed = uint64_t(typed_attrs<ops::RandomUniformAttrs>(c.node).seed);
     Philox p{c};
 
     T counter = c.run_counter();  // uint32 [2]: runs so far (low, high)

@@ -1,12 +1,11 @@
 // Lowerings of the reduction family. MPSGraph reductions keep the reduced dims (size 1);
 // LowerCtx::conform reshapes every result to the node's declared shape, so keep_dims needs no
-// separate handling. The reduced axes come from the node's attributes and are checked against
-// the declared output shape, so a schema this file misreads raises instead of computing
-// something else.
+// separate handling. The reduced axes come from the node's typed attributes
+// (core/ops/reduction_attrs.h) and are checked against the declared output shape.
 #include <algorithm>
-#include <limits>
 
 #include "backends/metal/metal_internal.h"
+#include "core/ops/reduction_attrs.h"
 
 namespace mg::metal {
 
@@ -31,31 +30,15 @@ Shape reduced_shape(const Shape& xs, const std::vector<int64_t>& axes, bool keep
   return r;
 }
 
-// Normalised, sorted, unique reduced axes, consistent with the declared output shape.
+// The reduced axes (sorted, unique, non-negative: inference normalised them), checked against
+// the declared output shape.
 std::vector<int64_t> reduce_axes(LowerCtx& c) {
+  const ops::ReductionAttrs& a = typed_attrs<ops::ReductionAttrs>(c.node);
   const Shape& xs = c.in_types.at(0).shape;
-  const Shape& os = c.out().shape;
-  const int64_t rank = int64_t(xs.size());
-  bool found = false;
-  std::vector<int64_t> given = c.attr_ints({"axes"}, &found);
-  std::vector<int64_t> all;
-  for (int64_t i = 0; i < rank; ++i) all.push_back(i);
-  std::vector<std::vector<int64_t>> candidates;
-  if (found) candidates.push_back(given);
-  if (!found || given.empty()) candidates.push_back(all);  // None (or an empty list meaning "all")
-  for (auto axes : candidates) {
-    bool ok = true;
-    for (auto& a : axes) {
-      if (a < 0) a += rank;
-      ok = ok && a >= 0 && a < rank;
-    }
-    if (!ok) continue;
-    std::sort(axes.begin(), axes.end());
-    axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-    if (reduced_shape(xs, axes, true) == os || reduced_shape(xs, axes, false) == os) return axes;
-  }
-  c.fail(ErrorKind::NotImplemented, "the metal lowering cannot reconcile the reduction's axes attribute with its output shape " +
-                                        shape_str(os) + " from input " + shape_str(xs));
+  if (reduced_shape(xs, a.axes, a.keep_dims) != c.out().shape)
+    c.fail(ErrorKind::Runtime, "internal error: reducing " + shape_str(xs) + " over the node's axes does not give its "
+                               "output shape " + shape_str(c.out().shape));
+  return a.axes;
 }
 
 // A reduction computed in the output dtype (sum of int32 into int64, mean of ints into float).
@@ -63,7 +46,6 @@ T input_as_output(LowerCtx& c) { return c.convert(c.in[0], c.in_dtype(0), c.out(
 
 void simple(const char* name, T (*reduce)(LowerCtx&, T, NSArray<NSNumber*>*, DType)) {
   register_lowering(name, [reduce](LowerCtx& c) {
-    c.only_attrs({"axes", "keep_dims"});
     std::vector<int64_t> axes = reduce_axes(c);
     T x = input_as_output(c);
     if (axes.empty()) return std::vector<T>{x};
@@ -108,27 +90,15 @@ T arg_extreme(LowerCtx& c, T x, DType t, const Shape& shape, int64_t axis, bool 
 
 void arg_reduction(const char* name, bool is_max) {
   register_lowering(name, [is_max](LowerCtx& c) {
-    c.only_attrs({"axis", "keep_dims", "dtype"});
+    const int64_t axis = typed_attrs<ops::ArgReductionAttrs>(c.node).axis;  // inference normalised it
     DType t = c.in_dtype(0);
-    Shape xs = c.in_types[0].shape;
+    const Shape& xs = c.in_types[0].shape;
     T x = c.in[0];
     if (xs.empty()) return std::vector<T>{c.fill(0, c.out())};
-    int64_t axis = 0;
-    bool found = false;
-    std::vector<int64_t> given = c.attr_ints({"axis", "axes"}, &found);
-    if (!found || given.empty()) {  // None: the index into the flattened tensor
-      Shape flat{num_elements(xs)};
-      x = c.reshape(x, flat);
-      xs = flat;
-    } else {
-      if (given.size() != 1) c.fail(ErrorKind::NotImplemented, "the metal lowering takes one axis");
-      axis = given[0] < 0 ? given[0] + int64_t(xs.size()) : given[0];
-      if (axis < 0 || axis >= int64_t(xs.size())) c.fail(ErrorKind::Value, "axis out of range");
-      Shape keep = reduced_shape(xs, {axis}, true), drop = reduced_shape(xs, {axis}, false);
-      if (c.out().shape != keep && c.out().shape != drop)
-        c.fail(ErrorKind::NotImplemented, "the metal lowering cannot reconcile the axis with the output shape " +
-                                              shape_str(c.out().shape));
-    }
+    Shape keep = reduced_shape(xs, {axis}, true), drop = reduced_shape(xs, {axis}, false);
+    if (axis >= int64_t(xs.size()) || (c.out().shape != keep && c.out().shape != drop))
+      c.fail(ErrorKind::Runtime, "internal error: axis " + std::to_string(axis) + " of " + shape_str(xs) +
+                                     " does not give the output shape " + shape_str(c.out().shape));
     if (t == DType::Bool) {
       x = c.raw_cast(x, DType::Int8);
       t = DType::Int8;
@@ -147,39 +117,28 @@ void register_reduction_lowerings() {
   simple("mean", reduce_mean);
 
   register_lowering("reduction_and", [](LowerCtx& c) {
-    c.only_attrs({"axes", "keep_dims"});
     std::vector<int64_t> axes = reduce_axes(c);
     T x = c.convert(c.in[0], c.in_dtype(0), DType::Bool);
     return std::vector<T>{axes.empty() ? x : reduce_and(c, x, ns_axes(axes), DType::Bool)};
   });
   register_lowering("reduction_or", [](LowerCtx& c) {
-    c.only_attrs({"axes", "keep_dims"});
     std::vector<int64_t> axes = reduce_axes(c);
     T x = c.convert(c.in[0], c.in_dtype(0), DType::Bool);
     return std::vector<T>{axes.empty() ? x : reduce_or(c, x, ns_axes(axes), DType::Bool)};
   });
 
-  // variance: MPSGraph's is the population variance; ddof rescales it by n / (n - ddof).
+  // variance: the population variance (ddof 0), as MPSGraph's.
   register_lowering("variance", [](LowerCtx& c) {
-    c.only_attrs({"axes", "keep_dims", "ddof"});
     std::vector<int64_t> axes = reduce_axes(c);
     DType t = c.out().dtype;
     T x = input_as_output(c);
-    const double ddof = c.attr_float({"ddof"}, 0.0);  // the op has none today (population variance)
     if (axes.empty()) return std::vector<T>{c.mul(x, c.k(0, t))};  // variance of single elements
     T v = [c.g varianceOfTensor:x axes:ns_axes(axes) name:nil];
-    if (ddof != 0) {
-      double n = 1;
-      for (int64_t a : axes) n *= double(c.in_types[0].shape[size_t(a)]);
-      double scale = n - ddof > 0 ? n / (n - ddof) : std::numeric_limits<double>::infinity();
-      v = c.mul(v, c.k(scale, t));
-    }
     return std::vector<T>{v};
   });
 
   // logsumexp = m + log(sum(exp(x - m))), m the (finite) maximum; in float32 for half types.
   register_lowering("logsumexp", [](LowerCtx& c) {
-    c.only_attrs({"axes", "keep_dims"});
     std::vector<int64_t> axes = reduce_axes(c);
     DType t = c.out().dtype;
     T x = c.raw_cast(input_as_output(c), DType::Float32);

@@ -20,7 +20,7 @@
 #include <algorithm>
 
 #include "backends/metal/metal_internal.h"
-#include "core/ops/resize_geom.h"
+#include "core/ops/resize_attrs.h"
 
 namespace mg::metal {
 
@@ -57,11 +57,10 @@ struct Plan {
 };
 
 Plan make_plan(LowerCtx& c, const Shape& src, const Shape& dst) {
-  c.only_attrs({"size", "mode", "center_result", "align_corners", "data_layout", "nearest_rounding_mode"});
-  const std::string layout = node_attr<std::string>(c.node, "data_layout");
-  ops::ResizeLayout lay = ops::resize_layout(layout);
+  const ops::ResizeAttrs& a = typed_attrs<ops::ResizeAttrs>(c.node);
+  const ops::ResizeLayout lay = a.layout;
   if (!lay.rank || int(src.size()) != lay.rank || dst.size() != src.size())
-    c.fail(ErrorKind::Value, "bad resize layout '" + layout + "' for the shapes");
+    c.fail(ErrorKind::Value, "bad resize layout for the shapes " + shape_str(src) + " -> " + shape_str(dst));
   const size_t h = size_t(lay.h);
   int64_t outer = 1, inner = 1;
   for (size_t i = 0; i < h; ++i) outer *= src[i];
@@ -73,11 +72,9 @@ Plan make_plan(LowerCtx& c, const Shape& src, const Shape& dst) {
   const int64_t lim = int64_t(1) << 60;
   if (src[h] > 0 && src[h + 1] > 0 && ((2 * p.OH + 1) > lim / src[h] || (2 * p.OW + 1) > lim / src[h + 1]))
     c.fail(ErrorKind::NotImplemented, "sizes too large for exact index arithmetic");
-  const std::string mode = node_attr<std::string>(c.node, "mode");
-  if (mode != "bilinear" && mode != "nearest") c.fail(ErrorKind::NotImplemented, "resize mode '" + mode + "'");
-  p.bilinear = mode == "bilinear";
-  const bool align = node_attr<bool>(c.node, "align_corners"), center = node_attr<bool>(c.node, "center_result");
-  const std::string& rounding = node_attr<std::string>(c.node, "nearest_rounding_mode");
+  p.bilinear = a.bilinear;
+  const bool align = a.align_corners, center = a.center_result;
+  const std::string& rounding = a.nearest_rounding_mode;
   p.y = make_axis(src[h], p.OH, p.bilinear, align, center, rounding);
   p.x = make_axis(src[h + 1], p.OW, p.bilinear, align, center, rounding);
   return p;

@@ -1,12 +1,11 @@
 // Lowerings of the shape family and of the autodiff helpers sum_to_like / broadcast_like.
 // Ops whose result is fully determined by the declared output shape (reshape, flatten,
 // expand_dims, squeeze, broadcast, tile) read no attribute at all; the others read their
-// attributes under the usual spellings and check the result against the declared shape.
+// typed attributes (core/ops/shape_attrs.h) and check the result against the declared shape.
 #include <algorithm>
-#include <numeric>
 
 #include "backends/metal/metal_internal.h"
-#include "core/ops/shape_ops.h"
+#include "core/ops/shape_attrs.h"
 
 namespace mg::metal {
 
@@ -26,17 +25,18 @@ int64_t norm_axis(LowerCtx& c, int64_t axis, int64_t rank) {
   return a;
 }
 
-int64_t axis_attr(LowerCtx& c, int64_t rank, int64_t def) { return norm_axis(c, c.attr_int({"axis"}, def), rank); }
+int64_t axis_attr(LowerCtx& c, int64_t rank) { return norm_axis(c, typed_attrs<ops::AxisAttrs>(c.node).axis, rank); }
 
 // The per-dim resolution of a strided slice, exactly as the CPU kernels resolve it
 // (core/ops/shape_ops.h), with squeezed dims taking their one element.
 std::vector<ops::SliceDim> slice_dims(LowerCtx& c, const Shape& xs) {
-  const std::vector<int64_t>& starts = node_attr<std::vector<int64_t>>(c.node, "starts");
-  const std::vector<int64_t>& ends = node_attr<std::vector<int64_t>>(c.node, "ends");
-  const std::vector<int64_t>& strides = node_attr<std::vector<int64_t>>(c.node, "strides");
-  const uint64_t start_mask = uint64_t(c.attr_int({"start_mask"}, 0));
-  const uint64_t end_mask = uint64_t(c.attr_int({"end_mask"}, 0));
-  const uint64_t squeeze_mask = uint64_t(c.attr_int({"squeeze_mask"}, 0));
+  const ops::StridedSliceAttrs& a = typed_attrs<ops::StridedSliceAttrs>(c.node);
+  const std::vector<int64_t>& starts = a.starts;
+  const std::vector<int64_t>& ends = a.ends;
+  const std::vector<int64_t>& strides = a.strides;
+  const uint64_t start_mask = uint64_t(a.start_mask);
+  const uint64_t end_mask = uint64_t(a.end_mask);
+  const uint64_t squeeze_mask = uint64_t(a.squeeze_mask);
   if (starts.size() != xs.size() || ends.size() != xs.size() || strides.size() != xs.size())
     c.fail(ErrorKind::Value, "starts, ends and strides need one entry per dim");
   std::vector<ops::SliceDim> dims;
@@ -86,17 +86,7 @@ std::vector<T> reshape_to_output(LowerCtx& c) { return {c.reshape(c.in[0], c.out
 
 // ---- pad modes (numpy's names; the CPU kernel's ops::pad_source) ----
 
-enum class PadKind { Constant, Reflect, Symmetric, Edge, Wrap };
-
-PadKind pad_kind(LowerCtx& c) {
-  const std::string mode = c.has_attr({"mode"}) ? node_attr<std::string>(c.node, "mode") : "constant";
-  if (mode == "constant") return PadKind::Constant;
-  if (mode == "reflect") return PadKind::Reflect;
-  if (mode == "symmetric") return PadKind::Symmetric;
-  if (mode == "edge" || mode == "clamp_to_edge") return PadKind::Edge;
-  if (mode == "wrap" || mode == "periodic" || mode == "circular") return PadKind::Wrap;
-  c.fail(ErrorKind::NotImplemented, "padding mode '" + mode + "' is not implemented on the metal backend");
-}
+using PadKind = ops::PadMode;
 
 // numpy's single-reflection limits (reflect: < n; symmetric, wrap: <= n; edge: n >= 1)
 void check_pad_limit(LowerCtx& c, PadKind m, int64_t n, int64_t l, int64_t r, size_t d) {
@@ -161,13 +151,10 @@ struct SpaceDepth {
 
 // `space` is the space tensor's shape (the source of space_to_depth, the result of depth_to_space).
 SpaceDepth space_depth(LowerCtx& c, const Shape& space) {
-  c.only_attrs({"block_size", "data_layout", "use_pixel_shuffle_order"});
-  const int64_t b = node_attr<int64_t>(c.node, "block_size");
-  const std::string layout = node_attr<std::string>(c.node, "data_layout");
-  const bool pixel = c.attr_bool({"use_pixel_shuffle_order"}, true);
-  if (space.size() != 4 || b < 1 || (layout != "NHWC" && layout != "NCHW"))
-    c.fail(ErrorKind::Value, "needs a rank-4 NHWC or NCHW tensor and a positive block_size");
-  const bool nchw = layout == "NCHW";
+  const ops::SpaceDepthAttrs& a = typed_attrs<ops::SpaceDepthAttrs>(c.node);
+  const int64_t b = a.block_size;
+  const bool pixel = a.use_pixel_shuffle_order, nchw = a.nchw;
+  if (space.size() != 4 || b < 1) c.fail(ErrorKind::Value, "needs a rank-4 NHWC or NCHW tensor and a positive block_size");
   const int64_t N = space[0], C = nchw ? space[1] : space[3], H = nchw ? space[2] : space[1], W = nchw ? space[3] : space[2];
   if (H % b != 0 || W % b != 0) c.fail(ErrorKind::Value, "height and width must be multiples of block_size");
   SpaceDepth r;
@@ -193,15 +180,9 @@ void register_shape_lowerings() {
     register_lowering(name, [](LowerCtx& c) { return std::vector<T>{c.broadcast(c.in[0], c.out().shape)}; });
 
   register_lowering("transpose", [](LowerCtx& c) {
-    c.only_attrs({"permutation"});
     const Shape& xs = c.in_types[0].shape;
     const int64_t r = int64_t(xs.size());
-    bool found = false;
-    std::vector<int64_t> perm = c.attr_ints({"permutation"}, &found);
-    if (!found || perm.empty()) {
-      perm.resize(size_t(r));
-      for (int64_t i = 0; i < r; ++i) perm[size_t(i)] = r - 1 - i;
-    }
+    std::vector<int64_t> perm = typed_attrs<ops::TransposeAttrs>(c.node).permutation;  // full: inference made it so
     if (int64_t(perm.size()) != r) c.fail(ErrorKind::Value, "permutation of the wrong length");
     std::vector<int64_t> seen(size_t(r), 0);
     Shape os;
@@ -216,10 +197,10 @@ void register_shape_lowerings() {
   });
 
   register_lowering("swap_axes", [](LowerCtx& c) {
-    c.only_attrs({"axis1", "axis2"});
+    const ops::SwapAxesAttrs& sa = typed_attrs<ops::SwapAxesAttrs>(c.node);
     const int64_t r = int64_t(c.in_types[0].shape.size());
-    const int64_t a = norm_axis(c, node_attr<int64_t>(c.node, "axis1"), r);
-    const int64_t b = norm_axis(c, node_attr<int64_t>(c.node, "axis2"), r);
+    const int64_t a = norm_axis(c, sa.axis1, r);
+    const int64_t b = norm_axis(c, sa.axis2, r);
     if (a == b) return std::vector<T>{c.in[0]};
     return std::vector<T>{[c.g transposeTensor:c.in[0] dimension:NSUInteger(a) withDimension:NSUInteger(b) name:nil]};
   });
@@ -237,18 +218,17 @@ void register_shape_lowerings() {
 
   // slice: MPSGraph's own sliceTensor:dimension:start:length:name: (start may count from the end).
   register_lowering("slice", [](LowerCtx& c) {
-    c.only_attrs({"dimension", "start", "length"});
+    const ops::SliceAttrs& a = typed_attrs<ops::SliceAttrs>(c.node);
     const Shape& xs = c.in_types[0].shape;
-    const int64_t d = norm_axis(c, node_attr<int64_t>(c.node, "dimension"), int64_t(xs.size()));
-    int64_t start = node_attr<int64_t>(c.node, "start");
-    const int64_t length = node_attr<int64_t>(c.node, "length");
+    const int64_t d = norm_axis(c, a.axis, int64_t(xs.size()));
+    int64_t start = a.start;
+    const int64_t length = a.length;
     if (start < 0) start += xs[size_t(d)];
     if (start < 0 || length < 0 || start + length > xs[size_t(d)]) c.fail(ErrorKind::Index, "slice out of range");
     return std::vector<T>{[c.g sliceTensor:c.in[0] dimension:NSUInteger(d) start:start length:length name:nil]};
   });
 
   register_lowering("strided_slice", [](LowerCtx& c) {
-    c.only_attrs({"starts", "ends", "strides", "start_mask", "end_mask", "squeeze_mask"});
     const Shape& xs = c.in_types[0].shape;
     if (xs.empty()) return std::vector<T>{c.in[0]};
     PositiveSlice p = positive_slice(xs, slice_dims(c, xs));
@@ -261,7 +241,6 @@ void register_shape_lowerings() {
   // slice_gradient: dy scattered into zeros of like's shape, by MPSGraph's
   // sliceGradientTensor:fwdInShapeTensor:starts:ends:strides:name: on the same positive-step slice.
   register_lowering("slice_gradient", [](LowerCtx& c) {
-    c.only_attrs({"starts", "ends", "strides", "start_mask", "end_mask", "squeeze_mask"});
     const Shape& ls = c.in_types[1].shape;
     if (ls.empty()) return std::vector<T>{c.in[0]};
     PositiveSlice p = positive_slice(ls, slice_dims(c, ls));
@@ -277,10 +256,9 @@ void register_shape_lowerings() {
   });
 
   register_lowering("concat", [](LowerCtx& c) {
-    c.only_attrs({"axis"});
     const int64_t r = int64_t(c.out().shape.size());
     if (r == 0) c.fail(ErrorKind::Value, "cannot concatenate rank-0 tensors");
-    const int64_t axis = axis_attr(c, r, 0);
+    const int64_t axis = axis_attr(c, r);
     Shape expect = c.in_types[0].shape;
     expect[size_t(axis)] = 0;
     NSMutableArray<MPSGraphTensor*>* parts = [NSMutableArray array];
@@ -294,9 +272,8 @@ void register_shape_lowerings() {
   });
 
   register_lowering("stack", [](LowerCtx& c) {
-    c.only_attrs({"axis"});
     const Shape& os = c.out().shape;
-    const int64_t axis = axis_attr(c, int64_t(os.size()), 0);
+    const int64_t axis = axis_attr(c, int64_t(os.size()));
     Shape piece = os;
     piece[size_t(axis)] = 1;
     NSMutableArray<MPSGraphTensor*>* parts = [NSMutableArray array];
@@ -313,11 +290,10 @@ void register_shape_lowerings() {
 
   // split / split_like: the pieces' lengths are the declared output shapes along the axis.
   auto split = [](LowerCtx& c) {
-    c.only_attrs({"axis", "split_sizes", "num_splits"});
     const Shape& xs = c.in_types[0].shape;
     const int64_t r = int64_t(xs.size());
     if (r == 0) c.fail(ErrorKind::Value, "cannot split a rank-0 tensor");
-    const int64_t axis = axis_attr(c, r, 0);
+    const int64_t axis = axis_attr(c, r);
     std::vector<T> outs;
     int64_t start = 0;
     for (size_t k = 0; k < c.out_types.size(); ++k) {
@@ -341,17 +317,17 @@ void register_shape_lowerings() {
   // rather than MPSGraph's Reflect / Symmetric / ClampToEdge / Periodic modes, whose limits and
   // corner handling are not documented. Dim by dim is exact: the modes are separable.
   register_lowering("pad", [](LowerCtx& c) {
-    c.only_attrs({"left_padding", "right_padding", "mode", "constant_value"});
+    const ops::PadAttrs& pa = typed_attrs<ops::PadAttrs>(c.node);
     const Shape& xs = c.in_types[0].shape;
     if (xs.empty()) return std::vector<T>{c.in[0]};
-    const std::vector<int64_t>& lo = node_attr<std::vector<int64_t>>(c.node, "left_padding");
-    const std::vector<int64_t>& hi = node_attr<std::vector<int64_t>>(c.node, "right_padding");
+    const std::vector<int64_t>& lo = pa.left_padding;
+    const std::vector<int64_t>& hi = pa.right_padding;
     if (lo.size() != xs.size() || hi.size() != xs.size()) c.fail(ErrorKind::Value, "one padding amount per dim is needed");
     for (size_t i = 0; i < xs.size(); ++i)
       if (lo[i] < 0 || hi[i] < 0) c.fail(ErrorKind::NotImplemented, "negative padding is not implemented on the metal backend");
-    const PadKind m = pad_kind(c);
+    const PadKind m = pa.mode;
     if (m == PadKind::Constant) {
-      const double value = c.attr_float({"constant_value"}, 0.0);
+      const double value = pa.constant_value;
       return std::vector<T>{[c.g padTensor:c.in[0] withPaddingMode:MPSGraphPaddingModeConstant leftPadding:ns_ints(lo)
                                  rightPadding:ns_ints(hi) constantValue:value name:nil]};
     }
@@ -376,20 +352,20 @@ void register_shape_lowerings() {
   // elements it was copied from, dim by dim as the CPU kernel folds them (in float32 for
   // float16 / bfloat16, whose CPU kernel sums in float).
   register_lowering("pad_gradient", [](LowerCtx& c) {
-    c.only_attrs({"left_padding", "right_padding", "mode"});
+    const ops::PadAttrs& pa = typed_attrs<ops::PadAttrs>(c.node);
     const Shape& ds = c.in_types[0].shape;
     const Shape& xs = c.out().shape;
     const DType t = c.out().dtype;
     if (ds.empty()) return std::vector<T>{c.in[0]};
-    const std::vector<int64_t>& lo = node_attr<std::vector<int64_t>>(c.node, "left_padding");
-    const std::vector<int64_t>& hi = node_attr<std::vector<int64_t>>(c.node, "right_padding");
+    const std::vector<int64_t>& lo = pa.left_padding;
+    const std::vector<int64_t>& hi = pa.right_padding;
     if (lo.size() != ds.size() || hi.size() != ds.size() || xs.size() != ds.size())
       c.fail(ErrorKind::Value, "one padding amount per dim is needed");
     for (size_t i = 0; i < ds.size(); ++i)
       if (lo[i] < 0 || hi[i] < 0 || ds[i] != xs[i] + lo[i] + hi[i])
         c.fail(ErrorKind::Value, "dy is not like padded by left_padding and right_padding");
     if (t == DType::Bool) c.fail(ErrorKind::Type, "pad_gradient of bool tensors");
-    const PadKind m = pad_kind(c);
+    const PadKind m = pa.mode;
     const bool f32 = t == DType::Float16 || t == DType::BFloat16;
     T g = f32 ? c.raw_cast(c.in[0], DType::Float32) : c.in[0];
     Shape cur = ds;
@@ -413,11 +389,11 @@ void register_shape_lowerings() {
   // band_part: select(band mask, x, 0); the mask from coordinateAlongAxis (12.3) over the
   // matrix dims: keep (i, j) when i - j <= num_lower and j - i <= num_upper (negative: no bound).
   register_lowering("band_part", [](LowerCtx& c) {
-    c.only_attrs({"num_lower", "num_upper"});
     const Shape& xs = c.in_types[0].shape;
     if (xs.size() < 2) c.fail(ErrorKind::Value, "band_part needs rank >= 2");
     const int64_t rows = xs[xs.size() - 2], cols = xs.back();
-    const int64_t lower = c.attr_int({"num_lower"}, -1), upper = c.attr_int({"num_upper"}, -1);
+    const ops::BandPartAttrs& a = typed_attrs<ops::BandPartAttrs>(c.node);
+    const int64_t lower = a.num_lower, upper = a.num_upper;
     const bool bound_lo = lower >= 0 && lower < rows, bound_hi = upper >= 0 && upper < cols;
     if (!bound_lo && !bound_hi) return std::vector<T>{c.in[0]};
     MPSShape* ms = @[ @(rows), @(cols) ];
@@ -439,11 +415,11 @@ void register_shape_lowerings() {
   // MPSGraph's oneHot does with negative indices, and with on/off values its double arguments
   // cannot carry exactly for 64-bit integers).
   register_lowering("one_hot", [](LowerCtx& c) {
-    c.only_attrs({"depth", "axis", "dtype", "on_value", "off_value"});
+    const ops::OneHotAttrs& a = typed_attrs<ops::OneHotAttrs>(c.node);
     const Shape& is = c.in_types[0].shape;
     const Shape& os = c.out().shape;
-    const int64_t depth = node_attr<int64_t>(c.node, "depth");
-    const int64_t axis = c.attr_int({"axis"}, -1);
+    const int64_t depth = a.depth;
+    const int64_t axis = a.axis;  // of the result, normalised by inference
     if (axis < 0 || axis > int64_t(is.size()) || os.size() != is.size() + 1 || os[size_t(axis)] != depth)
       c.fail(ErrorKind::NotImplemented, "the metal lowering cannot reconcile one_hot's axis with its output shape");
     const DType it = c.in_dtype(0);
@@ -456,7 +432,7 @@ void register_shape_lowerings() {
     ds[size_t(axis)] = depth;
     T pos = c.raw_cast([c.g coordinateAlongAxis:NSInteger(axis) withShape:mps_shape(ds) name:nil], ct);
     const DType ot = c.out().dtype;
-    T on = c.k(c.attr_float({"on_value"}, 1.0), ot), off = c.k(c.attr_float({"off_value"}, 0.0), ot);
+    T on = c.k(a.on_value, ot), off = c.k(a.off_value, ot);
     return std::vector<T>{c.broadcast(c.sel(c.eq(idx, pos), on, off), os)};
   });
 
@@ -484,7 +460,6 @@ void register_shape_lowerings() {
 
   // tile: the multiplier follows from the shapes (numpy: reps or shape get leading 1s).
   register_lowering("tile", [](LowerCtx& c) {
-    c.only_attrs({"multiples"});
     const Shape& xs = c.in_types[0].shape;
     const Shape& os = c.out().shape;
     if (os.size() < xs.size()) c.fail(ErrorKind::NotImplemented, "the metal lowering cannot reconcile tile's output shape");
@@ -502,7 +477,6 @@ void register_shape_lowerings() {
   // tile_gradient: dy seen as (m0, l0, m1, l1, ...) summed over the m axes (exact composition;
   // MPSGraph's tileGradient op would do the same).
   register_lowering("tile_gradient", [](LowerCtx& c) {
-    c.only_attrs({"multiples"});
     const Shape& ds = c.in_types[0].shape;
     const Shape& ls = c.out().shape;
     if (ds.size() != ls.size()) c.fail(ErrorKind::Value, "dy and like differ in rank");
@@ -523,14 +497,8 @@ void register_shape_lowerings() {
   });
 
   register_lowering("reverse", [](LowerCtx& c) {
-    c.only_attrs({"axes"});
     const int64_t r = int64_t(c.in_types[0].shape.size());
-    bool found = false;
-    std::vector<int64_t> axes = c.attr_ints({"axes"}, &found);
-    if (!found) {
-      axes.resize(size_t(r));
-      std::iota(axes.begin(), axes.end(), 0);
-    }
+    std::vector<int64_t> axes = typed_attrs<ops::ReverseAttrs>(c.node).axes;  // all dims when none were given
     for (auto& a : axes) a = norm_axis(c, a, r);
     if (axes.empty() || r == 0) return std::vector<T>{c.in[0]};
     return std::vector<T>{[c.g reverseTensor:c.in[0] axes:ns_ints(axes) name:nil]};

@@ -1,5 +1,6 @@
 // Helpers shared by the op family files.
 #pragma once
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,17 @@ inline AttrSpec attr(const std::string& name, AttrKind kind, AttrValue def = Att
 inline AttrSpec optional_attr(const std::string& name, AttrKind kind, const std::string& doc = "") {
   return AttrSpec{name, kind, AttrNone{}, true, doc};
 }
+
+// An attribute as decoders and decompositions read it: inference filled every default, so a
+// missing one (or one of another kind) is an internal error. Optional attributes may be absent.
+template <class T>
+const T& get_attr(const Attrs& a, const std::string& name) {
+  auto it = a.find(name);
+  if (it == a.end() || !std::holds_alternative<T>(it->second))
+    throw std::logic_error("internal error: attribute '" + name + "' is missing or of an unexpected kind");
+  return std::get<T>(it->second);
+}
+inline bool has_attr(const Attrs& a, const std::string& name) { return a.count(name) > 0; }
 
 // dtype classes accepted by an op
 enum TypeClass : unsigned {

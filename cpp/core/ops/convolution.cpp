@@ -24,6 +24,7 @@
 #include <climits>
 
 #include "core/ops/common.h"
+#include "core/ops/convolution_attrs.h"
 
 namespace mg::ops {
 
@@ -223,7 +224,7 @@ std::vector<TensorType> infer_convolution(InferCtx& c) {
   return {{x.dtype, out}};
 }
 
-std::vector<TensorType> infer_data_gradient(InferCtx& c) {
+std::vector<TensorType> infer_convolution_data_gradient(InferCtx& c) {
   check_float_pair(c);
   const TensorType &d = c.in[0], &w = c.in[1], &like = c.in[2];
   if (d.shape.size() < 3)
@@ -274,7 +275,7 @@ std::vector<TensorType> infer_data_gradient(InferCtx& c) {
   return {{d.dtype, src}};
 }
 
-std::vector<TensorType> infer_weights_gradient(InferCtx& c) {
+std::vector<TensorType> infer_convolution_weights_gradient(InferCtx& c) {
   check_float_pair(c);
   const TensorType &d = c.in[0], &x = c.in[1], &like = c.in[2];
   if (d.shape.size() < 3)
@@ -320,6 +321,34 @@ std::vector<TensorType> infer_weights_gradient(InferCtx& c) {
   wshape.insert(wshape.end(), k_sp.begin(), k_sp.end());
   store_padding(c, a, x.shape, wshape);
   return {{d.dtype, wshape}};
+}
+
+// ---- typed attributes of the primitives (convolution_attrs.h) ----
+
+PaddingStyle padding_style(const std::string& s) {
+  if (s == "valid") return PaddingStyle::Valid;
+  if (s == "same") return PaddingStyle::Same;
+  if (s == "same_lower") return PaddingStyle::SameLower;
+  if (s == "explicit") return PaddingStyle::Explicit;
+  throw std::logic_error("internal error: unknown padding_style '" + s + "'");  // inference checked it
+}
+
+std::optional<Ints> optional_ints(const Attrs& a, const char* name) {
+  if (!has_attr(a, name)) return std::nullopt;
+  return get_attr<Ints>(a, name);
+}
+
+ConvolutionAttrs decode_convolution_attrs(const Attrs& a) {
+  ConvolutionAttrs r;
+  r.strides = get_attr<Ints>(a, "strides");
+  r.dilation_rates = get_attr<Ints>(a, "dilation_rates");
+  r.padding = get_attr<Ints>(a, "padding");
+  r.padding_style = padding_style(get_attr<std::string>(a, "padding_style"));
+  r.groups = get_attr<int64_t>(a, "groups");
+  r.output_padding = optional_ints(a, "output_padding");
+  r.source_spatial_shape = optional_ints(a, "source_spatial_shape");
+  r.kernel_spatial_shape = optional_ints(a, "kernel_spatial_shape");
+  return r;
 }
 
 // The attributes the three primitives share (gradient rules pass them on).
@@ -461,36 +490,45 @@ std::vector<AttrSpec> front_attrs(int64_t k, bool with_groups, bool with_weights
   return r;
 }
 
-// convolution_2d / convolution_3d
-void register_forward_front(int64_t k) {
-  const std::string name = k == 3 ? "convolution_3d" : "convolution_2d";
+// ---- convolution_2d / convolution_3d ----
+
+std::string forward_front_doc(int64_t k) {
   LayoutNames n = layout_names(k);
-  const size_t r = size_t(k) + 2;
-  register_op(
-      {.name = name,
-       .doc = "MPSGraph's convolution" + std::to_string(k) + "D: cross-correlation of source (" + n.data_last + " or " +
-              n.data_first + ") with weights (" + n.w_spatial + " or " + n.w_oi +
-              "; I = source channels / groups), with strides, dilation, padding and channel groups. Decomposes "
-              "into transposes and the channels-first `convolution` primitive.",
-       .inputs = {{"source"}, {"weights"}},
-       .attrs = front_attrs(k, true, true),
-       .infer = [k, r, n](InferCtx& c) {
-         check_float_pair(c);
-         Layouts l = read_layouts(c, k);
-         check_front_rank(c, 0, r, "source", l.data_last ? n.data_last : n.data_first);
-         check_front_rank(c, 1, r, "weights", l.w_spatial ? n.w_spatial : n.w_oi);
-         ConvAttrs a = read_attrs(c, k);
-         Shape out = forward_shape(c, a, data_canon(c.in[0].shape, l), weights_canon(c.in[1].shape, l),
-                                   shape_str(c.in[0].shape), shape_str(c.in[1].shape));
-         return std::vector<TensorType>{{c.in[0].dtype, data_user(out, l)}};
-       },
-       .family = "convolution",
-       .expand = [k, r](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
-         Layouts l = layouts_of(a, k);
-         ValueRef y = conv(g, data_in(g, in[0], l, r), weights_in(g, in[1], l, r), a);
-         return std::vector<ValueRef>{data_out(g, y, l, r)};
-       }});
+  return "MPSGraph's convolution" + std::to_string(k) + "D: cross-correlation of source (" + n.data_last + " or " +
+         n.data_first + ") with weights (" + n.w_spatial + " or " + n.w_oi +
+         "; I = source channels / groups), with strides, dilation, padding and channel groups. Decomposes "
+         "into transposes and the channels-first `convolution` primitive.";
 }
+
+std::vector<TensorType> infer_forward_front(InferCtx& c, int64_t k) {
+  const LayoutNames n = layout_names(k);
+  const size_t r = size_t(k) + 2;
+  check_float_pair(c);
+  Layouts l = read_layouts(c, k);
+  check_front_rank(c, 0, r, "source", l.data_last ? n.data_last : n.data_first);
+  check_front_rank(c, 1, r, "weights", l.w_spatial ? n.w_spatial : n.w_oi);
+  ConvAttrs a = read_attrs(c, k);
+  Shape out = forward_shape(c, a, data_canon(c.in[0].shape, l), weights_canon(c.in[1].shape, l),
+                            shape_str(c.in[0].shape), shape_str(c.in[1].shape));
+  return std::vector<TensorType>{{c.in[0].dtype, data_user(out, l)}};
+}
+std::vector<TensorType> infer_convolution_2d(InferCtx& c) { return infer_forward_front(c, 2); }
+std::vector<TensorType> infer_convolution_3d(InferCtx& c) { return infer_forward_front(c, 3); }
+
+std::vector<ValueRef> expand_forward_front(Graph& g, const std::vector<ValueRef>& in, const Attrs& a, int64_t k) {
+  const size_t r = size_t(k) + 2;
+  Layouts l = layouts_of(a, k);
+  ValueRef y = conv(g, data_in(g, in[0], l, r), weights_in(g, in[1], l, r), a);
+  return std::vector<ValueRef>{data_out(g, y, l, r)};
+}
+std::vector<ValueRef> expand_convolution_2d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return expand_forward_front(g, in, a, 2);
+}
+std::vector<ValueRef> expand_convolution_3d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return expand_forward_front(g, in, a, 3);
+}
+
+// ---- convolution_transpose_2d / convolution_2d_data_gradient ----
 
 // The forward convolution's source spatial dims, as given by output_shape (full, in data_layout,
 // or spatial only); checks its N and C against what is known.
@@ -520,71 +558,185 @@ Shape output_shape_spatial(const InferCtx& c, const Layouts& l, int64_t k, int64
 
 // convolution_transpose_2d and convolution_2d_data_gradient: data gradient of a forward
 // convolution whose weights are given (O = this op's input channels, I = output channels / groups).
-void register_transpose_front(const std::string& name, bool shape_required, const std::string& doc) {
-  const int64_t k = 2;
-  const size_t r = 4;
-  LayoutNames n = layout_names(k);
-  std::vector<AttrSpec> attrs = front_attrs(k, true, true);
+// convolution_2d_data_gradient requires output_shape (the forward source's shape).
+std::vector<AttrSpec> transpose_front_attrs(bool shape_required) {
+  std::vector<AttrSpec> attrs = front_attrs(2, true, true);
   attrs.insert(attrs.begin(), shape_required ? attr("output_shape", AttrKind::Shape, AttrNone{},
                                                     "the result's shape (in data_layout), i.e. the forward source's")
                                              : optional_attr("output_shape", AttrKind::Shape,
                                                              "the result's shape (in data_layout, or spatial (H, W)); "
                                                              "default: the smallest consistent one (input * stride for "
                                                              "'same')"));
+  return attrs;
+}
+
+std::vector<TensorType> infer_transpose_front(InferCtx& c, bool shape_required) {
+  const int64_t k = 2;
+  const size_t r = 4;
+  const LayoutNames n = layout_names(k);
   const std::string src = shape_required ? "incoming gradient" : "source";
-  register_op(
-      {.name = name,
-       .doc = doc,
-       .inputs = {{shape_required ? "incoming_gradient" : "source"}, {"weights"}},
-       .attrs = attrs,
-       .infer = [k, r, n, src](InferCtx& c) {
-         check_float_pair(c);
-         Layouts l = read_layouts(c, k);
-         check_front_rank(c, 0, r, src, l.data_last ? n.data_last : n.data_first);
-         check_front_rank(c, 1, r, "weights", l.w_spatial ? n.w_spatial : n.w_oi);
-         ConvAttrs a = read_attrs(c, k);
-         const Shape xs = data_canon(c.in[0].shape, l), ws = weights_canon(c.in[1].shape, l);
-         const std::string xd = shape_str(c.in[0].shape), wd = shape_str(c.in[1].shape);
-         if (xs[1] >= 0 && ws[0] >= 0 && xs[1] != ws[0])
-           c.fail(ErrorKind::Value, "channels differ: " + src + " " + xd + " has " + std::to_string(xs[1]) +
-                                        " channels but weights " + wd + " have " + std::to_string(ws[0]) +
-                                        " (their O, the forward convolution's output channels)");
-         const int64_t O = known_or(xs[1], ws[0]);
-         if (O >= 0 && O % a.groups != 0)
-           c.fail(ErrorKind::Value, "groups=" + std::to_string(a.groups) + " does not divide the " + std::to_string(O) +
-                                        " channels of " + src + " " + xd);
-         const int64_t C = ws[1] < 0 ? -1 : ws[1] * a.groups;
-         Shape sp;
-         if (c.has("output_shape")) {
-           sp = output_shape_spatial(c, l, k, xs[0], C);
-           c.attrs["output_shape"] = sp;  // normalised to the spatial dims
-           check_consistent(c, a, sp, tail(ws, 2), tail(xs, 2), xd, "output_shape " + shape_str(sp));
-         } else {
-           for (size_t i = 0; i < size_t(k); ++i) {
-             int64_t op = (a.style == "same" || a.style == "same_lower") ? a.strides[i] - 1 : 0;
-             sp.push_back(transposed_extent(c, a, i, xs[2 + i], ws[2 + i], op));
-           }
-         }
-         Shape out{xs[0], C};
-         out.insert(out.end(), sp.begin(), sp.end());
-         return std::vector<TensorType>{{c.in[0].dtype, data_user(out, l)}};
-       },
-       .family = "convolution",
-       .expand = [k, r](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
-         Layouts l = layouts_of(a, k);
-         ValueRef xs = data_in(g, in[0], l, r);
-         Attrs p = geometry(a);
-         if (a.count("output_shape")) {
-           p["source_spatial_shape"] = a.at("output_shape");
-         } else {
-           const std::string& style = std::get<std::string>(a.at("padding_style"));
-           Ints op;
-           for (auto s : std::get<Ints>(a.at("strides"))) op.push_back(style == "same" || style == "same_lower" ? s - 1 : 0);
-           p["output_padding"] = op;
-         }
-         ValueRef z = call(g, "convolution_data_gradient", {xs, weights_in(g, in[1], l, r), xs /* like: unused */}, p);
-         return std::vector<ValueRef>{data_out(g, z, l, r)};
-       }});
+  check_float_pair(c);
+  Layouts l = read_layouts(c, k);
+  check_front_rank(c, 0, r, src, l.data_last ? n.data_last : n.data_first);
+  check_front_rank(c, 1, r, "weights", l.w_spatial ? n.w_spatial : n.w_oi);
+  ConvAttrs a = read_attrs(c, k);
+  const Shape xs = data_canon(c.in[0].shape, l), ws = weights_canon(c.in[1].shape, l);
+  const std::string xd = shape_str(c.in[0].shape), wd = shape_str(c.in[1].shape);
+  if (xs[1] >= 0 && ws[0] >= 0 && xs[1] != ws[0])
+    c.fail(ErrorKind::Value, "channels differ: " + src + " " + xd + " has " + std::to_string(xs[1]) +
+                                 " channels but weights " + wd + " have " + std::to_string(ws[0]) +
+                                 " (their O, the forward convolution's output channels)");
+  const int64_t O = known_or(xs[1], ws[0]);
+  if (O >= 0 && O % a.groups != 0)
+    c.fail(ErrorKind::Value, "groups=" + std::to_string(a.groups) + " does not divide the " + std::to_string(O) +
+                                 " channels of " + src + " " + xd);
+  const int64_t C = ws[1] < 0 ? -1 : ws[1] * a.groups;
+  Shape sp;
+  if (c.has("output_shape")) {
+    sp = output_shape_spatial(c, l, k, xs[0], C);
+    c.attrs["output_shape"] = sp;  // normalised to the spatial dims
+    check_consistent(c, a, sp, tail(ws, 2), tail(xs, 2), xd, "output_shape " + shape_str(sp));
+  } else {
+    for (size_t i = 0; i < size_t(k); ++i) {
+      int64_t op = (a.style == "same" || a.style == "same_lower") ? a.strides[i] - 1 : 0;
+      sp.push_back(transposed_extent(c, a, i, xs[2 + i], ws[2 + i], op));
+    }
+  }
+  Shape out{xs[0], C};
+  out.insert(out.end(), sp.begin(), sp.end());
+  return std::vector<TensorType>{{c.in[0].dtype, data_user(out, l)}};
+}
+std::vector<TensorType> infer_convolution_transpose_2d(InferCtx& c) { return infer_transpose_front(c, false); }
+std::vector<TensorType> infer_convolution_2d_data_gradient(InferCtx& c) { return infer_transpose_front(c, true); }
+
+std::vector<ValueRef> expand_transpose_front(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  const int64_t k = 2;
+  const size_t r = 4;
+  Layouts l = layouts_of(a, k);
+  ValueRef xs = data_in(g, in[0], l, r);
+  Attrs p = geometry(a);
+  if (a.count("output_shape")) {
+    p["source_spatial_shape"] = a.at("output_shape");
+  } else {
+    const std::string& style = std::get<std::string>(a.at("padding_style"));
+    Ints op;
+    for (auto s : std::get<Ints>(a.at("strides"))) op.push_back(style == "same" || style == "same_lower" ? s - 1 : 0);
+    p["output_padding"] = op;
+  }
+  ValueRef z = call(g, "convolution_data_gradient", {xs, weights_in(g, in[1], l, r), xs /* like: unused */}, p);
+  return std::vector<ValueRef>{data_out(g, z, l, r)};
+}
+std::vector<ValueRef> expand_convolution_transpose_2d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return expand_transpose_front(g, in, a);
+}
+std::vector<ValueRef> expand_convolution_2d_data_gradient(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return expand_transpose_front(g, in, a);
+}
+
+
+// ---- convolution ----
+
+std::vector<ValueRef> grad_convolution(GradCtx& c) {
+  const Attrs& a = c.node.attrs;
+  ValueRef dy = c.dy[0];
+  return std::vector<ValueRef>{data_grad(c.g, dy, c.x(1), c.x(0), a), weights_grad(c.g, dy, c.x(0), c.x(1), a)};
+}
+
+// ---- convolution_data_gradient ----
+
+std::vector<ValueRef> grad_convolution_data_gradient(GradCtx& c) {
+  const Attrs& a = c.node.attrs;
+  ValueRef G = c.dy[0];
+  return std::vector<ValueRef>{conv(c.g, G, c.x(1), a), weights_grad(c.g, c.x(0), G, c.x(1), a), ValueRef{}};
+}
+
+// ---- convolution_weights_gradient ----
+
+std::vector<ValueRef> grad_convolution_weights_gradient(GradCtx& c) {
+  const Attrs& a = c.node.attrs;
+  ValueRef H = c.dy[0];
+  return std::vector<ValueRef>{conv(c.g, c.x(1), H, a), data_grad(c.g, c.x(0), H, c.x(1), a), ValueRef{}};
+}
+
+// ---- depthwise_convolution_2d ----
+
+std::vector<TensorType> infer_depthwise_convolution_2d(InferCtx& c) {
+  check_float_pair(c);
+  Layouts l = read_layouts(c, 2);
+  check_front_rank(c, 0, 4, "source", l.data_last ? "NHWC" : "NCHW");
+  check_front_rank(c, 1, 4, "weights", l.w_spatial ? "HWIO" : "OIHW");
+  ConvAttrs a = read_attrs(c, 2);
+  const Shape xs = data_canon(c.in[0].shape, l), &w = c.in[1].shape;
+  // (C, M, kh, kw)
+  Shape cm = l.w_spatial ? Shape{w[2], w[3], w[0], w[1]} : Shape{w[1], w[0], w[2], w[3]};
+  if (xs[1] >= 0 && cm[0] >= 0 && xs[1] != cm[0])
+    c.fail(ErrorKind::Value, "channels differ: source " + shape_str(c.in[0].shape) + " has " + std::to_string(xs[1]) +
+                                 " channels but depthwise weights " + shape_str(w) + " have " + std::to_string(cm[0]) +
+                                 " (weights_layout " + c.s("weights_layout") + ": I = channels, O = multiplier)");
+  const int64_t C = known_or(xs[1], cm[0]);
+  if (C < 0)
+    c.fail(ErrorKind::Value, "needs the channel count known when the graph is built (source " +
+                                 shape_str(c.in[0].shape) + ", weights " + shape_str(w) + ")");
+  int unknown = (cm[1] < 0) + (cm[2] < 0) + (cm[3] < 0);
+  if (unknown > 1)
+    c.fail(ErrorKind::Value, "needs the weights' kernel dims and channel multiplier known when the graph is built "
+                             "(at most one unknown), got " + shape_str(w));
+  a.groups = std::max<int64_t>(C, 1);
+  Shape ws{cm[1] < 0 ? -1 : C * cm[1], 1, cm[2], cm[3]};
+  Shape out = forward_shape(c, a, xs, ws, shape_str(c.in[0].shape), shape_str(w));
+  return std::vector<TensorType>{{c.in[0].dtype, data_user(out, l)}};
+}
+
+std::vector<ValueRef> expand_depthwise_convolution_2d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  Layouts l = layouts_of(a, 2);
+  const Shape& xs0 = g.type(in[0]).shape;
+  const Shape& w = g.type(in[1]).shape;
+  Shape cm = l.w_spatial ? Shape{w[2], w[3], w[0], w[1]} : Shape{w[1], w[0], w[2], w[3]};
+  const int64_t C = known_or(data_canon(xs0, l)[1], cm[0]);
+  ValueRef wc = transpose(g, in[1], l.w_spatial ? Ints{2, 3, 0, 1} : Ints{1, 0, 2, 3});  // (C, M, kh, kw)
+  ValueRef wr = call(g, "reshape", {wc}, {{"shape", Ints{cm[1] < 0 ? -1 : C * cm[1], 1, cm[2], cm[3]}}});
+  Attrs p = geometry(a);
+  p["groups"] = std::max<int64_t>(C, 1);
+  ValueRef y = conv(g, data_in(g, in[0], l, 4), wr, p);
+  return std::vector<ValueRef>{data_out(g, y, l, 4)};
+}
+
+// ---- convolution_2d_weights_gradient ----
+
+std::vector<TensorType> infer_convolution_2d_weights_gradient(InferCtx& c) {
+  check_float_pair(c);
+  Layouts l = read_layouts(c, 2);
+  check_front_rank(c, 0, 4, "incoming gradient", l.data_last ? "NHWC" : "NCHW");
+  check_front_rank(c, 1, 4, "source", l.data_last ? "NHWC" : "NCHW");
+  ConvAttrs a = read_attrs(c, 2);
+  const Ints& os = c.ints("output_shape");
+  if (os.size() != 4)
+    c.fail(ErrorKind::Value, "output_shape " + shape_str(os) + " must be the 4-d weights shape (" + c.s("weights_layout") + ")");
+  const Shape ds = data_canon(c.in[0].shape, l), xs = data_canon(c.in[1].shape, l), ws = weights_canon(os, l);
+  if (ws[2] < 1 || ws[3] < 1)
+    c.fail(ErrorKind::Value, "output_shape " + shape_str(os) + " needs known, positive kernel dims");
+  if (ds[0] >= 0 && xs[0] >= 0 && ds[0] != xs[0])
+    c.fail(ErrorKind::Value, "incoming gradient " + shape_str(c.in[0].shape) + " and source " +
+                                 shape_str(c.in[1].shape) + " differ in batch size");
+  if (ds[1] >= 0 && ws[0] >= 0 && ds[1] != ws[0])
+    c.fail(ErrorKind::Value, "incoming gradient " + shape_str(c.in[0].shape) + " has " + std::to_string(ds[1]) +
+                                 " channels but output_shape " + shape_str(os) + " has O = " + std::to_string(ws[0]));
+  check_channels(c, a.groups, xs[1], known_or(ds[1], ws[0]), ws[1], shape_str(c.in[1].shape), shape_str(os));
+  check_consistent(c, a, tail(xs, 2), tail(ws, 2), tail(ds, 2), shape_str(c.in[0].shape),
+                   "source " + shape_str(c.in[1].shape));
+  Shape out{known_or(ds[1], ws[0]), xs[1] >= 0 ? xs[1] / a.groups : ws[1], ws[2], ws[3]};
+  c.attrs["output_shape"] = weights_user(out, l);
+  return std::vector<TensorType>{{c.in[0].dtype, weights_user(out, l)}};
+}
+
+std::vector<ValueRef> expand_convolution_2d_weights_gradient(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  Layouts l = layouts_of(a, 2);
+  Shape ws = weights_canon(std::get<Ints>(a.at("output_shape")), l);
+  ValueRef d = data_in(g, in[0], l, 4);
+  Attrs p = geometry(a);
+  p["kernel_spatial_shape"] = Ints{ws[2], ws[3]};
+  ValueRef dw = call(g, "convolution_weights_gradient", {d, data_in(g, in[1], l, 4), d /* like: unused */}, p);
+  return std::vector<ValueRef>{weights_out(g, dw, l, 4)};
 }
 
 }  // namespace
@@ -599,12 +751,9 @@ void register_convolution_ops() {
                       "transposed convolutions.",
                .inputs = {{"source"}, {"weights"}},
                .attrs = prim_attrs,
+               .decode = attr_decoder(decode_convolution_attrs),
                .infer = infer_convolution,
-               .grad = [](GradCtx& c) {
-                 const Attrs& a = c.node.attrs;
-                 ValueRef dy = c.dy[0];
-                 return std::vector<ValueRef>{data_grad(c.g, dy, c.x(1), c.x(0), a), weights_grad(c.g, dy, c.x(0), c.x(1), a)};
-               },
+               .grad = grad_convolution,
                .family = "convolution"});
 
   auto dg_attrs = prim_attrs;
@@ -620,12 +769,9 @@ void register_convolution_ops() {
                       "tensor of its shape), or from output_padding / source_spatial_shape.",
                .inputs = {{"incoming_gradient"}, {"weights"}, {"like", false, false, InputRole::ShapeOnly}},
                .attrs = dg_attrs,
-               .infer = infer_data_gradient,
-               .grad = [](GradCtx& c) {
-                 const Attrs& a = c.node.attrs;
-                 ValueRef G = c.dy[0];
-                 return std::vector<ValueRef>{conv(c.g, G, c.x(1), a), weights_grad(c.g, c.x(0), G, c.x(1), a), ValueRef{}};
-               },
+               .decode = attr_decoder(decode_convolution_attrs),
+               .infer = infer_convolution_data_gradient,
+               .grad = grad_convolution_data_gradient,
                .family = "convolution"});
 
   auto wg_attrs = prim_attrs;
@@ -637,16 +783,25 @@ void register_convolution_ops() {
                       "or any tensor of their shape) or kernel_spatial_shape.",
                .inputs = {{"incoming_gradient"}, {"source"}, {"like", false, false, InputRole::ShapeOnly}},
                .attrs = wg_attrs,
-               .infer = infer_weights_gradient,
-               .grad = [](GradCtx& c) {
-                 const Attrs& a = c.node.attrs;
-                 ValueRef H = c.dy[0];
-                 return std::vector<ValueRef>{conv(c.g, c.x(1), H, a), data_grad(c.g, c.x(0), H, c.x(1), a), ValueRef{}};
-               },
+               .decode = attr_decoder(decode_convolution_attrs),
+               .infer = infer_convolution_weights_gradient,
+               .grad = grad_convolution_weights_gradient,
                .family = "convolution"});
 
-  register_forward_front(2);
-  register_forward_front(3);
+  register_op({.name = "convolution_2d",
+               .doc = forward_front_doc(2),
+               .inputs = {{"source"}, {"weights"}},
+               .attrs = front_attrs(2, true, true),
+               .infer = infer_convolution_2d,
+               .family = "convolution",
+               .expand = expand_convolution_2d});
+  register_op({.name = "convolution_3d",
+               .doc = forward_front_doc(3),
+               .inputs = {{"source"}, {"weights"}},
+               .attrs = front_attrs(3, true, true),
+               .infer = infer_convolution_3d,
+               .family = "convolution",
+               .expand = expand_convolution_3d});
 
   // depthwise_convolution_2d: MPSGraph's weights layout, where 'O' is the channel multiplier M:
   // HWIO = (kh, kw, C, M) (TensorFlow's depthwise filter), OIHW = (M, C, kh, kw). Output channel
@@ -659,59 +814,32 @@ void register_convolution_ops() {
               "A grouped convolution with groups = C.",
        .inputs = {{"source"}, {"weights"}},
        .attrs = front_attrs(2, false, true),
-       .infer = [](InferCtx& c) {
-         check_float_pair(c);
-         Layouts l = read_layouts(c, 2);
-         check_front_rank(c, 0, 4, "source", l.data_last ? "NHWC" : "NCHW");
-         check_front_rank(c, 1, 4, "weights", l.w_spatial ? "HWIO" : "OIHW");
-         ConvAttrs a = read_attrs(c, 2);
-         const Shape xs = data_canon(c.in[0].shape, l), &w = c.in[1].shape;
-         // (C, M, kh, kw)
-         Shape cm = l.w_spatial ? Shape{w[2], w[3], w[0], w[1]} : Shape{w[1], w[0], w[2], w[3]};
-         if (xs[1] >= 0 && cm[0] >= 0 && xs[1] != cm[0])
-           c.fail(ErrorKind::Value, "channels differ: source " + shape_str(c.in[0].shape) + " has " + std::to_string(xs[1]) +
-                                        " channels but depthwise weights " + shape_str(w) + " have " + std::to_string(cm[0]) +
-                                        " (weights_layout " + c.s("weights_layout") + ": I = channels, O = multiplier)");
-         const int64_t C = known_or(xs[1], cm[0]);
-         if (C < 0)
-           c.fail(ErrorKind::Value, "needs the channel count known when the graph is built (source " +
-                                        shape_str(c.in[0].shape) + ", weights " + shape_str(w) + ")");
-         int unknown = (cm[1] < 0) + (cm[2] < 0) + (cm[3] < 0);
-         if (unknown > 1)
-           c.fail(ErrorKind::Value, "needs the weights' kernel dims and channel multiplier known when the graph is built "
-                                    "(at most one unknown), got " + shape_str(w));
-         a.groups = std::max<int64_t>(C, 1);
-         Shape ws{cm[1] < 0 ? -1 : C * cm[1], 1, cm[2], cm[3]};
-         Shape out = forward_shape(c, a, xs, ws, shape_str(c.in[0].shape), shape_str(w));
-         return std::vector<TensorType>{{c.in[0].dtype, data_user(out, l)}};
-       },
+       .infer = infer_depthwise_convolution_2d,
        .family = "convolution",
-       .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
-         Layouts l = layouts_of(a, 2);
-         const Shape& xs0 = g.type(in[0]).shape;
-         const Shape& w = g.type(in[1]).shape;
-         Shape cm = l.w_spatial ? Shape{w[2], w[3], w[0], w[1]} : Shape{w[1], w[0], w[2], w[3]};
-         const int64_t C = known_or(data_canon(xs0, l)[1], cm[0]);
-         ValueRef wc = transpose(g, in[1], l.w_spatial ? Ints{2, 3, 0, 1} : Ints{1, 0, 2, 3});  // (C, M, kh, kw)
-         ValueRef wr = call(g, "reshape", {wc}, {{"shape", Ints{cm[1] < 0 ? -1 : C * cm[1], 1, cm[2], cm[3]}}});
-         Attrs p = geometry(a);
-         p["groups"] = std::max<int64_t>(C, 1);
-         ValueRef y = conv(g, data_in(g, in[0], l, 4), wr, p);
-         return std::vector<ValueRef>{data_out(g, y, l, 4)};
-       }});
+       .expand = expand_depthwise_convolution_2d});
 
-  register_transpose_front(
-      "convolution_transpose_2d", false,
-      "MPSGraph's convolutionTranspose2D (PyTorch conv_transpose2d): the data gradient of a forward convolution "
-      "whose source is this op's result. weights are the forward convolution's (weights_layout 'HWIO' or 'OIHW', "
-      "O = this op's input channels, I = output channels / groups; OIHW is PyTorch's (C_in, C_out/groups, kh, kw)); "
-      "strides, dilation_rates and padding describe the forward convolution. output_shape picks among the result "
-      "sizes that stride > 1 makes possible (PyTorch's output_padding); without it the result is the smallest "
-      "((in - 1) * stride + dilation * (k - 1) + 1 - padding), or in * stride for 'same'.");
-  register_transpose_front(
-      "convolution_2d_data_gradient", true,
-      "MPSGraph's convolution2DDataGradient: gradient of convolution_2d with respect to its source. output_shape is "
-      "the forward source's shape (in data_layout); the other attributes describe the forward convolution.");
+  register_op({.name = "convolution_transpose_2d",
+               .doc = "MPSGraph's convolutionTranspose2D (PyTorch conv_transpose2d): the data gradient of a forward "
+                      "convolution whose source is this op's result. weights are the forward convolution's "
+                      "(weights_layout 'HWIO' or 'OIHW', O = this op's input channels, I = output channels / groups; "
+                      "OIHW is PyTorch's (C_in, C_out/groups, kh, kw)); strides, dilation_rates and padding describe "
+                      "the forward convolution. output_shape picks among the result sizes that stride > 1 makes "
+                      "possible (PyTorch's output_padding); without it the result is the smallest ((in - 1) * stride + "
+                      "dilation * (k - 1) + 1 - padding), or in * stride for 'same'.",
+               .inputs = {{"source"}, {"weights"}},
+               .attrs = transpose_front_attrs(false),
+               .infer = infer_convolution_transpose_2d,
+               .family = "convolution",
+               .expand = expand_convolution_transpose_2d});
+  register_op({.name = "convolution_2d_data_gradient",
+               .doc = "MPSGraph's convolution2DDataGradient: gradient of convolution_2d with respect to its source. "
+                      "output_shape is the forward source's shape (in data_layout); the other attributes describe the "
+                      "forward convolution.",
+               .inputs = {{"incoming_gradient"}, {"weights"}},
+               .attrs = transpose_front_attrs(true),
+               .infer = infer_convolution_2d_data_gradient,
+               .family = "convolution",
+               .expand = expand_convolution_2d_data_gradient});
 
   register_op(
       {.name = "convolution_2d_weights_gradient",
@@ -724,41 +852,9 @@ void register_convolution_ops() {
          a.insert(a.begin(), attr("output_shape", AttrKind::Shape, AttrNone{}, "the weights' shape (in weights_layout)"));
          return a;
        }(),
-       .infer = [](InferCtx& c) {
-         check_float_pair(c);
-         Layouts l = read_layouts(c, 2);
-         check_front_rank(c, 0, 4, "incoming gradient", l.data_last ? "NHWC" : "NCHW");
-         check_front_rank(c, 1, 4, "source", l.data_last ? "NHWC" : "NCHW");
-         ConvAttrs a = read_attrs(c, 2);
-         const Ints& os = c.ints("output_shape");
-         if (os.size() != 4)
-           c.fail(ErrorKind::Value, "output_shape " + shape_str(os) + " must be the 4-d weights shape (" + c.s("weights_layout") + ")");
-         const Shape ds = data_canon(c.in[0].shape, l), xs = data_canon(c.in[1].shape, l), ws = weights_canon(os, l);
-         if (ws[2] < 1 || ws[3] < 1)
-           c.fail(ErrorKind::Value, "output_shape " + shape_str(os) + " needs known, positive kernel dims");
-         if (ds[0] >= 0 && xs[0] >= 0 && ds[0] != xs[0])
-           c.fail(ErrorKind::Value, "incoming gradient " + shape_str(c.in[0].shape) + " and source " +
-                                        shape_str(c.in[1].shape) + " differ in batch size");
-         if (ds[1] >= 0 && ws[0] >= 0 && ds[1] != ws[0])
-           c.fail(ErrorKind::Value, "incoming gradient " + shape_str(c.in[0].shape) + " has " + std::to_string(ds[1]) +
-                                        " channels but output_shape " + shape_str(os) + " has O = " + std::to_string(ws[0]));
-         check_channels(c, a.groups, xs[1], known_or(ds[1], ws[0]), ws[1], shape_str(c.in[1].shape), shape_str(os));
-         check_consistent(c, a, tail(xs, 2), tail(ws, 2), tail(ds, 2), shape_str(c.in[0].shape),
-                          "source " + shape_str(c.in[1].shape));
-         Shape out{known_or(ds[1], ws[0]), xs[1] >= 0 ? xs[1] / a.groups : ws[1], ws[2], ws[3]};
-         c.attrs["output_shape"] = weights_user(out, l);
-         return std::vector<TensorType>{{c.in[0].dtype, weights_user(out, l)}};
-       },
+       .infer = infer_convolution_2d_weights_gradient,
        .family = "convolution",
-       .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
-         Layouts l = layouts_of(a, 2);
-         Shape ws = weights_canon(std::get<Ints>(a.at("output_shape")), l);
-         ValueRef d = data_in(g, in[0], l, 4);
-         Attrs p = geometry(a);
-         p["kernel_spatial_shape"] = Ints{ws[2], ws[3]};
-         ValueRef dw = call(g, "convolution_weights_gradient", {d, data_in(g, in[1], l, 4), d /* like: unused */}, p);
-         return std::vector<ValueRef>{weights_out(g, dw, l, 4)};
-       }});
+       .expand = expand_convolution_2d_weights_gradient});
 }
 
 }  // namespace mg::ops

@@ -40,6 +40,17 @@ struct BinarySpec {
   Rule2 grad = nullptr;  // gradients before summing back broadcast dims
 };
 
+std::vector<TensorType> infer_unary(InferCtx& c, unsigned cls, bool to_bool) {
+  require_class(c, 0, cls);
+  return std::vector<TensorType>{{to_bool ? DType::Bool : c.in[0].dtype, c.in[0].shape}};
+}
+
+std::vector<TensorType> infer_binary(InferCtx& c, unsigned cls, bool to_bool) {
+  c.same_dtype(0, 1);
+  require_class(c, 0, cls);
+  return std::vector<TensorType>{{to_bool ? DType::Bool : c.in[0].dtype, c.broadcast({0, 1})}};
+}
+
 void unary(const UnarySpec& s) {
   unsigned cls = s.accepts;
   bool to_bool = s.to_bool;
@@ -52,10 +63,7 @@ void unary(const UnarySpec& s) {
   register_op({.name = s.name,
                .doc = s.doc,
                .inputs = {{"x"}},
-               .infer = [cls, to_bool](InferCtx& c) {
-                 require_class(c, 0, cls);
-                 return std::vector<TensorType>{{to_bool ? DType::Bool : c.in[0].dtype, c.in[0].shape}};
-               },
+               .infer = [cls, to_bool](InferCtx& c) { return infer_unary(c, cls, to_bool); },
                .grad = grad,
                .differentiable = s.grad ? Differentiable::Yes : Differentiable::No,
                .aliases = s.aliases,
@@ -76,15 +84,57 @@ void binary(const BinarySpec& s) {
   register_op({.name = s.name,
                .doc = std::string(s.doc) + " Broadcasts like numpy; both inputs must have the same dtype.",
                .inputs = {{"x"}, {"y"}},
-               .infer = [cls, to_bool](InferCtx& c) {
-                 c.same_dtype(0, 1);
-                 require_class(c, 0, cls);
-                 return std::vector<TensorType>{{to_bool ? DType::Bool : c.in[0].dtype, c.broadcast({0, 1})}};
-               },
+               .infer = [cls, to_bool](InferCtx& c) { return infer_binary(c, cls, to_bool); },
                .grad = grad,
                .differentiable = s.grad ? Differentiable::Yes : Differentiable::No,
                .aliases = s.aliases,
                .family = "elementwise"});
+}
+
+
+// ---- select ----
+
+std::vector<TensorType> infer_select(InferCtx& c) {
+  c.same_dtype(1, 2);
+  return std::vector<TensorType>{{c.in[1].dtype, c.broadcast({0, 1, 2})}};
+}
+
+std::vector<ValueRef> grad_select(GradCtx& c) {
+  RuleBuilder b{c.g};
+  ValueRef p = c.x(0), dy = c.dy[0], zero = b.k(0, dy);
+  return std::vector<ValueRef>{ValueRef{}, sum_to_like(c.g, b.select(p, dy, zero), c.x(1)),
+                               sum_to_like(c.g, b.select(p, zero, dy), c.x(2))};
+}
+
+// ---- clamp ----
+
+std::vector<TensorType> infer_clamp(InferCtx& c) {
+  c.same_dtype(0, 1);
+  c.same_dtype(0, 2);
+  require_class(c, 0, kNumeric);
+  return std::vector<TensorType>{{c.in[0].dtype, c.broadcast({0, 1, 2})}};
+}
+
+std::vector<ValueRef> grad_clamp(GradCtx& c) {
+  RuleBuilder b{c.g};
+  ValueRef x = c.x(0), lo = c.x(1), hi = c.x(2), dy = c.dy[0];
+  ValueRef below = b.op("less_than", {x, lo}), above = b.op("greater_than", {x, hi});
+  ValueRef inside = b.op("logical_not", {b.op("logical_or", {below, above})});
+  return std::vector<ValueRef>{sum_to_like(c.g, b.zero_where_not(inside, dy), x),
+                               sum_to_like(c.g, b.zero_where_not(below, dy), lo),
+                               sum_to_like(c.g, b.zero_where_not(above, dy), hi)};
+}
+
+// ---- cast ----
+
+std::vector<TensorType> infer_cast(InferCtx& c) {
+  return std::vector<TensorType>{{c.dtype("dtype"), c.in[0].shape}};
+}
+
+std::vector<ValueRef> grad_cast(GradCtx& c) {
+  DType from = c.g.type(c.x(0)).dtype;
+  if (!is_floating(from) || !is_floating(c.g.type(c.dy[0]).dtype)) return std::vector<ValueRef>{ValueRef{}};
+  return std::vector<ValueRef>{call(c.g, "cast", {c.dy[0]}, {{"dtype", from}})};
 }
 
 }  // namespace
@@ -244,36 +294,15 @@ void register_elementwise_ops() {
   register_op({.name = "select",
                .doc = "predicate ? x : y, broadcasting all three. The predicate is bool, or nonzero means true.",
                .inputs = {{"predicate", false, false, InputRole::Predicate}, {"true_tensor"}, {"false_tensor"}},
-               .infer = [](InferCtx& c) {
-                 c.same_dtype(1, 2);
-                 return std::vector<TensorType>{{c.in[1].dtype, c.broadcast({0, 1, 2})}};
-               },
-               .grad = [](GradCtx& c) {
-                 RuleBuilder b{c.g};
-                 ValueRef p = c.x(0), dy = c.dy[0], zero = b.k(0, dy);
-                 return std::vector<ValueRef>{ValueRef{}, sum_to_like(c.g, b.select(p, dy, zero), c.x(1)),
-                                              sum_to_like(c.g, b.select(p, zero, dy), c.x(2))};
-               },
+               .infer = infer_select,
+               .grad = grad_select,
                .aliases = {"where"},
                .family = "elementwise"});
   register_op({.name = "clamp",
                .doc = "min(max(x, min_value), max_value), broadcasting all three; all share one dtype.",
                .inputs = {{"x"}, {"min_value"}, {"max_value"}},
-               .infer = [](InferCtx& c) {
-                 c.same_dtype(0, 1);
-                 c.same_dtype(0, 2);
-                 require_class(c, 0, kNumeric);
-                 return std::vector<TensorType>{{c.in[0].dtype, c.broadcast({0, 1, 2})}};
-               },
-               .grad = [](GradCtx& c) {
-                 RuleBuilder b{c.g};
-                 ValueRef x = c.x(0), lo = c.x(1), hi = c.x(2), dy = c.dy[0];
-                 ValueRef below = b.op("less_than", {x, lo}), above = b.op("greater_than", {x, hi});
-                 ValueRef inside = b.op("logical_not", {b.op("logical_or", {below, above})});
-                 return std::vector<ValueRef>{sum_to_like(c.g, b.zero_where_not(inside, dy), x),
-                                              sum_to_like(c.g, b.zero_where_not(below, dy), lo),
-                                              sum_to_like(c.g, b.zero_where_not(above, dy), hi)};
-               },
+               .infer = infer_clamp,
+               .grad = grad_clamp,
                .aliases = {"clip"},
                .family = "elementwise"});
   register_op({.name = "cast",
@@ -281,12 +310,8 @@ void register_elementwise_ops() {
                       "integer's range; NaN becomes 0. Anything nonzero becomes True.",
                .inputs = {{"x"}},
                .attrs = {attr("dtype", AttrKind::DType)},
-               .infer = [](InferCtx& c) { return std::vector<TensorType>{{c.dtype("dtype"), c.in[0].shape}}; },
-               .grad = [](GradCtx& c) {
-                 DType from = c.g.type(c.x(0)).dtype;
-                 if (!is_floating(from) || !is_floating(c.g.type(c.dy[0]).dtype)) return std::vector<ValueRef>{ValueRef{}};
-                 return std::vector<ValueRef>{call(c.g, "cast", {c.dy[0]}, {{"dtype", from}})};
-               },
+               .infer = infer_cast,
+               .grad = grad_cast,
                .aliases = {"astype"},
                .family = "elementwise"});
 }

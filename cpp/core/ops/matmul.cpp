@@ -45,6 +45,33 @@ std::vector<ValueRef> grad_matmul(GradCtx& c) {
   return {sum_to_like(g, dx, x), sum_to_like(g, dyy, y)};
 }
 
+
+// ---- matrix_multiplication ----
+
+std::vector<TensorType> infer_matrix_multiplication(InferCtx& c) {
+  c.same_dtype(0, 1);
+  require_class(c, 0, kNumeric);
+  const Shape& xs0 = c.in[0].shape;
+  const Shape& ys0 = c.in[1].shape;
+  if (xs0.empty() || ys0.empty())
+    c.fail(ErrorKind::Value, "operands must have rank >= 1, got " + shape_str(xs0) + " @ " + shape_str(ys0) +
+                                 "; use multiplication for scalars");
+  Shape xs = xs0, ys = ys0;
+  if (xs.size() == 1) xs.insert(xs.begin(), 1);
+  if (ys.size() == 1) ys.push_back(1);
+  int64_t kx = xs.back(), ky = ys[ys.size() - 2];
+  if (kx >= 0 && ky >= 0 && kx != ky)
+    c.fail(ErrorKind::Value, "inner dimensions differ: " + shape_str(xs0) + " @ " + shape_str(ys0));
+  Shape bx(xs.begin(), xs.end() - 2), by(ys.begin(), ys.end() - 2);
+  auto b = broadcast_shapes(bx, by);
+  if (!b)
+    c.fail(ErrorKind::Value, "batch dimensions do not broadcast: " + shape_str(xs0) + " @ " + shape_str(ys0));
+  Shape out = *b;
+  if (xs0.size() > 1) out.push_back(xs[xs.size() - 2]);
+  if (ys0.size() > 1) out.push_back(ys.back());
+  return std::vector<TensorType>{{c.in[0].dtype, out}};
+}
+
 }  // namespace
 
 void register_matmul_ops() {
@@ -54,29 +81,7 @@ void register_matmul_ops() {
               "broadcast; a 1-D operand is treated as a row (x) or column (y) vector and that dim is dropped from "
               "the result. Both inputs must have the same numeric dtype; integers wrap around.",
        .inputs = {{"x"}, {"y"}},
-       .infer = [](InferCtx& c) {
-         c.same_dtype(0, 1);
-         require_class(c, 0, kNumeric);
-         const Shape& xs0 = c.in[0].shape;
-         const Shape& ys0 = c.in[1].shape;
-         if (xs0.empty() || ys0.empty())
-           c.fail(ErrorKind::Value, "operands must have rank >= 1, got " + shape_str(xs0) + " @ " + shape_str(ys0) +
-                                        "; use multiplication for scalars");
-         Shape xs = xs0, ys = ys0;
-         if (xs.size() == 1) xs.insert(xs.begin(), 1);
-         if (ys.size() == 1) ys.push_back(1);
-         int64_t kx = xs.back(), ky = ys[ys.size() - 2];
-         if (kx >= 0 && ky >= 0 && kx != ky)
-           c.fail(ErrorKind::Value, "inner dimensions differ: " + shape_str(xs0) + " @ " + shape_str(ys0));
-         Shape bx(xs.begin(), xs.end() - 2), by(ys.begin(), ys.end() - 2);
-         auto b = broadcast_shapes(bx, by);
-         if (!b)
-           c.fail(ErrorKind::Value, "batch dimensions do not broadcast: " + shape_str(xs0) + " @ " + shape_str(ys0));
-         Shape out = *b;
-         if (xs0.size() > 1) out.push_back(xs[xs.size() - 2]);
-         if (ys0.size() > 1) out.push_back(ys.back());
-         return std::vector<TensorType>{{c.in[0].dtype, out}};
-       },
+       .infer = infer_matrix_multiplication,
        .grad = grad_matmul,
        .aliases = {"matmul"},
        .family = "matmul"});

@@ -22,24 +22,13 @@
 #include <algorithm>
 
 #include "core/ops/common.h"
-#include "core/ops/pooling_geom.h"
+#include "core/ops/pooling_attrs.h"
 
 namespace mg::ops {
 
 using Ints = std::vector<int64_t>;
 
 // ---------------- geometry (declared in pooling_geom.h) ----------------
-
-PoolSpec pool_spec_from_attrs(const Attrs& a) {
-  PoolSpec s;
-  s.kernel = std::get<Ints>(a.at("kernel_sizes"));
-  s.stride = std::get<Ints>(a.at("strides"));
-  s.dilation = std::get<Ints>(a.at("dilation_rates"));
-  s.padding = std::get<Ints>(a.at("padding"));
-  s.style = std::get<std::string>(a.at("padding_style"));
-  s.ceil_mode = std::get<bool>(a.at("ceil_mode"));
-  return s;
-}
 
 std::string pool_dims(const PoolSpec& s, const Ints& in, std::vector<PoolDim>& dims) {
   const size_t k = s.k();
@@ -81,6 +70,29 @@ std::string pool_dims(const PoolSpec& s, const Ints& in, std::vector<PoolDim>& d
 }
 
 namespace {
+
+// A pooling node's window, from its attributes as inference normalised them (full lists).
+PoolSpec pool_spec_from_attrs(const Attrs& a) {
+  PoolSpec s;
+  s.kernel = get_attr<Ints>(a, "kernel_sizes");
+  s.stride = get_attr<Ints>(a, "strides");
+  s.dilation = get_attr<Ints>(a, "dilation_rates");
+  s.padding = get_attr<Ints>(a, "padding");
+  s.style = get_attr<std::string>(a, "padding_style");
+  s.ceil_mode = get_attr<bool>(a, "ceil_mode");
+  return s;
+}
+
+// ---- typed attributes of the primitives (pooling_attrs.h) ----
+
+PoolingAttrs decode_pooling(const Attrs& a) { return {pool_spec_from_attrs(a), PoolDivisor::None, DType::Int32}; }
+PoolingAttrs decode_avg_pooling(const Attrs& a) {
+  return {pool_spec_from_attrs(a),
+          get_attr<bool>(a, "include_zero_pad") ? PoolDivisor::PaddedTaps : PoolDivisor::ValidTaps, DType::Int32};
+}
+PoolingAttrs decode_max_pooling_indices(const Attrs& a) {
+  return {pool_spec_from_attrs(a), PoolDivisor::None, get_attr<DType>(a, "indices_dtype")};
+}
 
 constexpr int64_t kMaxAttr = int64_t(1) << 30;
 constexpr size_t kMaxPoolDims = 8;
@@ -283,6 +295,220 @@ ValueRef l2_of(Graph& g, ValueRef x, const Attrs& pool_attrs) {
   return call(g, "select", {pos, call(g, "square_root", {safe}), zero});
 }
 
+
+// ---- max_pooling_nd ----
+
+std::vector<TensorType> infer_max_pooling_nd(InferCtx& c) {
+  return std::vector<TensorType>{{c.in[0].dtype, primitive_pooled(c, 0)}};
+}
+
+std::vector<ValueRef> grad_max_pooling_nd(GradCtx& c) {
+  if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}};
+  return std::vector<ValueRef>{
+      call(c.g, "max_pooling_nd_gradient", {c.dy[0], c.x(0)}, pool_attrs_of(c.node.attrs))};
+}
+
+// ---- max_pooling_nd_return_indices ----
+
+std::vector<TensorType> infer_max_pooling_nd_return_indices(InferCtx& c) {
+  check_indices_dtype(c);
+  Shape s = primitive_pooled(c, 0);
+  return std::vector<TensorType>{{c.in[0].dtype, s}, {c.dtype("indices_dtype"), s}};
+}
+
+std::vector<ValueRef> grad_max_pooling_nd_return_indices(GradCtx& c) {
+  if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}};
+  return std::vector<ValueRef>{
+      call(c.g, "max_pooling_nd_gradient", {c.dy[0], c.x(0)}, pool_attrs_of(c.node.attrs))};
+}
+
+// ---- max_pooling_nd_gradient ----
+
+std::vector<TensorType> infer_max_pooling_nd_gradient(InferCtx& c) {
+  Shape pooled = primitive_pooled(c, 1);
+  c.same_dtype(0, 1);
+  if (!compatible(c.in[0].shape, pooled))
+    c.fail(ErrorKind::Value, "dy " + type_str(c.in[0]) + " does not match the pooled shape " +
+                                 shape_str(pooled) + " of source " + type_str(c.in[1]));
+  return std::vector<TensorType>{c.in[1]};
+}
+
+std::vector<ValueRef> grad_max_pooling_nd_gradient(GradCtx& c) {
+  if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}, ValueRef{}};
+  return std::vector<ValueRef>{
+      call(c.g, "max_pooling_nd_gather", {c.dy[0], c.x(1)}, pool_attrs_of(c.node.attrs)), ValueRef{}};
+}
+
+// ---- max_pooling_nd_gather ----
+
+std::vector<TensorType> infer_max_pooling_nd_gather(InferCtx& c) {
+  Shape pooled = primitive_pooled(c, 1);
+  c.same_dtype(0, 1);
+  if (!compatible(c.in[0].shape, c.in[1].shape))
+    c.fail(ErrorKind::Value, "x " + type_str(c.in[0]) + " does not match source " + type_str(c.in[1]));
+  return std::vector<TensorType>{{c.in[0].dtype, pooled}};
+}
+
+std::vector<ValueRef> grad_max_pooling_nd_gather(GradCtx& c) {
+  if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}, ValueRef{}};
+  return std::vector<ValueRef>{
+      call(c.g, "max_pooling_nd_gradient", {c.dy[0], c.x(1)}, pool_attrs_of(c.node.attrs)), ValueRef{}};
+}
+
+// ---- l2_norm_pooling_nd ----
+
+std::vector<TensorType> infer_l2_norm_pooling_nd(InferCtx& c) {
+  return std::vector<TensorType>{{c.in[0].dtype, primitive_pooled(c, 0)}};
+}
+
+std::vector<ValueRef> expand_l2_norm_pooling_nd(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return std::vector<ValueRef>{l2_of(g, in[0], pool_attrs_of(a))};
+}
+
+
+// ---- avg_pooling_nd, sum_pooling_nd and their gradients (linear pooling) ----
+
+std::vector<TensorType> infer_linear_pooling(InferCtx& c) {
+  return std::vector<TensorType>{{c.in[0].dtype, primitive_pooled(c, 0)}};
+}
+
+std::vector<TensorType> infer_linear_pooling_gradient(InferCtx& c) {
+  Shape pooled = primitive_pooled(c, 1);
+  c.same_dtype(0, 1);
+  if (!compatible(c.in[0].shape, pooled))
+    c.fail(ErrorKind::Value, "dy " + type_str(c.in[0]) + " does not match the pooled shape " + shape_str(pooled) +
+                                 " of source " + type_str(c.in[1]));
+  return std::vector<TensorType>{c.in[1]};
+}
+
+// pooling -> its transposed scatter
+std::vector<ValueRef> linear_pooling_grad(GradCtx& c, const char* transpose, bool avg) {
+  if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}};
+  return std::vector<ValueRef>{call(c.g, transpose, {c.dy[0], c.x(0)}, pool_attrs_of(c.node.attrs, avg))};
+}
+std::vector<ValueRef> grad_avg_pooling_nd(GradCtx& c) { return linear_pooling_grad(c, "avg_pooling_nd_gradient", true); }
+std::vector<ValueRef> grad_sum_pooling_nd(GradCtx& c) { return linear_pooling_grad(c, "sum_pooling_nd_gradient", false); }
+
+// transposed scatter -> the pooling (linear in dy; source gives only the shape)
+std::vector<ValueRef> linear_pooling_gradient_grad(GradCtx& c, const char* pooling, bool avg) {
+  if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}, ValueRef{}};
+  return std::vector<ValueRef>{call(c.g, pooling, {c.dy[0]}, pool_attrs_of(c.node.attrs, avg)), ValueRef{}};
+}
+std::vector<ValueRef> grad_avg_pooling_nd_gradient(GradCtx& c) { return linear_pooling_gradient_grad(c, "avg_pooling_nd", true); }
+std::vector<ValueRef> grad_sum_pooling_nd_gradient(GradCtx& c) { return linear_pooling_gradient_grad(c, "sum_pooling_nd", false); }
+
+// ---- 2-D front ends (MPSGraph's Pooling2DOpDescriptor) ----
+
+const char* const kDoc2d =
+    " source is rank 4 in data_layout (NHWC as MPSGraph by default, or NCHW); kernel_sizes, strides and "
+    "dilation_rates are (H, W) (one value: both); padding is (top, bottom, left, right), i.e. before and after "
+    "per dim in H, W order (one value: all; two: symmetric per dim).";
+
+std::vector<AttrSpec> attrs_2d(std::vector<AttrSpec> extra) {
+  return with(with(pool_attr_specs(true, 2), {layout_attr()}), std::move(extra));
+}
+
+std::vector<TensorType> pooled_2d(InferCtx& c, bool indices) {
+  require_class(c, 0, kFloat);
+  Layout2D l = layout_2d(c);
+  normalize_pool_attrs(c, 2, "H, W");
+  Shape s = pooled_shape(c, c.in[0], l.spatial);
+  std::vector<TensorType> r{{c.in[0].dtype, s}};
+  if (indices) {
+    check_indices_dtype(c);
+    r.push_back({c.dtype("indices_dtype"), s});
+  }
+  return r;
+}
+std::vector<TensorType> infer_pooling_2d(InferCtx& c) { return pooled_2d(c, false); }
+std::vector<TensorType> infer_pooling_2d_return_indices(InferCtx& c) { return pooled_2d(c, true); }
+
+std::vector<ValueRef> expand_max_pooling_2d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return run_2d(g, "max_pooling_nd", in[0], a, {});
+}
+std::vector<ValueRef> expand_max_pooling_2d_return_indices(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return run_2d(g, "max_pooling_nd_return_indices", in[0], a, {"indices_dtype"});
+}
+std::vector<ValueRef> expand_avg_pooling_2d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return run_2d(g, "avg_pooling_nd", in[0], a, {"include_zero_pad"});
+}
+std::vector<ValueRef> expand_l2_norm_pooling_2d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return run_2d(g, "l2_norm_pooling_nd", in[0], a, {});
+}
+
+// ---- 4-D front ends (MPSGraph's Pooling4DOpDescriptor) ----
+
+const char* const kDoc4d =
+    " Pools over all 4 dims of a rank-4 source; kernel_sizes, strides and dilation_rates have 4 values (one: all), "
+    "padding 8 (before and after per dim, as MPSGraph's paddingValues).";
+
+std::vector<AttrSpec> attrs_4d(std::vector<AttrSpec> extra) { return with(pool_attr_specs(false, 4), std::move(extra)); }
+
+std::vector<TensorType> pooled_4d(InferCtx& c, bool indices) {
+  require_class(c, 0, kFloat);
+  if (c.in[0].shape.size() != 4) c.fail(ErrorKind::Value, "expects a rank-4 source, got " + type_str(c.in[0]));
+  normalize_pool_attrs(c, 4, "0-3");
+  Shape s = pooled_shape(c, c.in[0], {0, 1, 2, 3});
+  std::vector<TensorType> r{{c.in[0].dtype, s}};
+  if (indices) {
+    check_indices_dtype(c);
+    r.push_back({c.dtype("indices_dtype"), s});
+  }
+  return r;
+}
+std::vector<TensorType> infer_pooling_4d(InferCtx& c) { return pooled_4d(c, false); }
+std::vector<TensorType> infer_pooling_4d_return_indices(InferCtx& c) { return pooled_4d(c, true); }
+
+// Runs primitive `op` with the pooling attrs and `extra` on the 4-d source as it is.
+std::vector<ValueRef> run_4d(Graph& g, const std::string& op, ValueRef x, const Attrs& a,
+                             const std::vector<std::string>& extra) {
+  Attrs pa = pool_attrs_of(a);
+  for (auto& e : extra) pa[e] = a.at(e);
+  return g.add(op, {x}, pa);
+}
+std::vector<ValueRef> expand_max_pooling_4d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return run_4d(g, "max_pooling_nd", in[0], a, {});
+}
+std::vector<ValueRef> expand_max_pooling_4d_return_indices(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return run_4d(g, "max_pooling_nd_return_indices", in[0], a, {"indices_dtype"});
+}
+std::vector<ValueRef> expand_avg_pooling_4d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return run_4d(g, "avg_pooling_nd", in[0], a, {"include_zero_pad"});
+}
+std::vector<ValueRef> expand_l2_norm_pooling_4d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return run_4d(g, "l2_norm_pooling_nd", in[0], a, {});
+}
+
+// ---- global pooling ----
+
+const char* const kDocGlobal =
+    " over H and W of a rank-4 source in data_layout, keeping them as size-1 dims: (N, 1, 1, C) for NHWC, "
+    "(N, C, 1, 1) for NCHW.";
+
+std::vector<TensorType> infer_global_pooling_2d(InferCtx& c) {
+  require_class(c, 0, kFloat);
+  Layout2D l = layout_2d(c);
+  Shape s = c.in[0].shape;
+  for (auto a : l.spatial) {
+    if (s[a] == 0) c.fail(ErrorKind::Value, "cannot pool an empty plane: source " + type_str(c.in[0]));
+    s[a] = 1;
+  }
+  return std::vector<TensorType>{{c.in[0].dtype, s}};
+}
+
+// `reduction` over the source's H and W, kept as size-1 dims.
+std::vector<ValueRef> global_reduce(Graph& g, const char* reduction, ValueRef x, const Attrs& a) {
+  bool nhwc = get_attr<std::string>(a, "data_layout") == "NHWC";
+  Ints axes = nhwc ? Ints{1, 2} : Ints{2, 3};
+  return std::vector<ValueRef>{call(g, reduction, {x}, {{"axes", axes}, {"keep_dims", true}})};
+}
+std::vector<ValueRef> expand_global_average_pooling_2d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return global_reduce(g, "mean", in[0], a);
+}
+std::vector<ValueRef> expand_global_max_pooling_2d(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  return global_reduce(g, "reduction_maximum", in[0], a);
+}
+
 }  // namespace
 
 void register_pooling_ops() {
@@ -291,14 +517,9 @@ void register_pooling_ops() {
                .doc = std::string("Maximum over each pooling window; padding never wins (it is -inf).") + kPrimitiveNote,
                .inputs = {{"source"}},
                .attrs = pool_attr_specs(false, 0),
-               .infer = [](InferCtx& c) {
-                 return std::vector<TensorType>{{c.in[0].dtype, primitive_pooled(c, 0)}};
-               },
-               .grad = [](GradCtx& c) {
-                 if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}};
-                 return std::vector<ValueRef>{
-                     call(c.g, "max_pooling_nd_gradient", {c.dy[0], c.x(0)}, pool_attrs_of(c.node.attrs))};
-               },
+               .decode = attr_decoder(decode_pooling),
+               .infer = infer_max_pooling_nd,
+               .grad = grad_max_pooling_nd,
                .family = "pooling"});
   register_op({.name = "max_pooling_nd_return_indices",
                .doc = std::string("max_pooling_nd and the argmax of each window as a flat row-major index into "
@@ -307,16 +528,9 @@ void register_pooling_ops() {
                       kPrimitiveNote,
                .inputs = {{"source"}},
                .attrs = with(pool_attr_specs(false, 0), {indices_dtype_attr()}),
-               .infer = [](InferCtx& c) {
-                 check_indices_dtype(c);
-                 Shape s = primitive_pooled(c, 0);
-                 return std::vector<TensorType>{{c.in[0].dtype, s}, {c.dtype("indices_dtype"), s}};
-               },
-               .grad = [](GradCtx& c) {
-                 if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}};
-                 return std::vector<ValueRef>{
-                     call(c.g, "max_pooling_nd_gradient", {c.dy[0], c.x(0)}, pool_attrs_of(c.node.attrs))};
-               },
+               .decode = attr_decoder(decode_max_pooling_indices),
+               .infer = infer_max_pooling_nd_return_indices,
+               .grad = grad_max_pooling_nd_return_indices,
                .family = "pooling"});
   register_op({.name = "max_pooling_nd_gradient",
                .doc = "Gradient of max_pooling_nd: a tensor of source's shape, zero except at each window's "
@@ -325,19 +539,9 @@ void register_pooling_ops() {
                       "max_pooling_nd_gather; w.r.t. source it is zero almost everywhere.",
                .inputs = {{"dy"}, {"source"}},
                .attrs = pool_attr_specs(false, 0),
-               .infer = [](InferCtx& c) {
-                 Shape pooled = primitive_pooled(c, 1);
-                 c.same_dtype(0, 1);
-                 if (!compatible(c.in[0].shape, pooled))
-                   c.fail(ErrorKind::Value, "dy " + type_str(c.in[0]) + " does not match the pooled shape " +
-                                                shape_str(pooled) + " of source " + type_str(c.in[1]));
-                 return std::vector<TensorType>{c.in[1]};
-               },
-               .grad = [](GradCtx& c) {
-                 if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}, ValueRef{}};
-                 return std::vector<ValueRef>{
-                     call(c.g, "max_pooling_nd_gather", {c.dy[0], c.x(1)}, pool_attrs_of(c.node.attrs)), ValueRef{}};
-               },
+               .decode = attr_decoder(decode_pooling),
+               .infer = infer_max_pooling_nd_gradient,
+               .grad = grad_max_pooling_nd_gradient,
                .family = "pooling"});
   register_op({.name = "max_pooling_nd_gather",
                .doc = "x (of source's shape) read at each pooling window's argmax in source: pooled shape. "
@@ -345,62 +549,50 @@ void register_pooling_ops() {
                       "max_pooling_nd_gradient. Windows of padding only give 0.",
                .inputs = {{"x"}, {"source"}},
                .attrs = pool_attr_specs(false, 0),
-               .infer = [](InferCtx& c) {
-                 Shape pooled = primitive_pooled(c, 1);
-                 c.same_dtype(0, 1);
-                 if (!compatible(c.in[0].shape, c.in[1].shape))
-                   c.fail(ErrorKind::Value, "x " + type_str(c.in[0]) + " does not match source " + type_str(c.in[1]));
-                 return std::vector<TensorType>{{c.in[0].dtype, pooled}};
-               },
-               .grad = [](GradCtx& c) {
-                 if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}, ValueRef{}};
-                 return std::vector<ValueRef>{
-                     call(c.g, "max_pooling_nd_gradient", {c.dy[0], c.x(1)}, pool_attrs_of(c.node.attrs)), ValueRef{}};
-               },
+               .decode = attr_decoder(decode_pooling),
+               .infer = infer_max_pooling_nd_gather,
+               .grad = grad_max_pooling_nd_gather,
                .family = "pooling"});
 
   // linear pooling (average, sum) and their transposes
-  auto linear = [](const char* name, const char* grad_name, bool avg, const std::string& doc, const std::string& gdoc) {
-    std::vector<AttrSpec> attrs = pool_attr_specs(false, 0);
-    if (avg) attrs.push_back(zero_pad_attr());
-    std::string fwd = name, bwd = grad_name;
-    register_op({.name = name,
-                 .doc = doc + kPrimitiveNote,
-                 .inputs = {{"source"}},
-                 .attrs = attrs,
-                 .infer = [](InferCtx& c) { return std::vector<TensorType>{{c.in[0].dtype, primitive_pooled(c, 0)}}; },
-                 .grad = [bwd, avg](GradCtx& c) {
-                   if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}};
-                   return std::vector<ValueRef>{call(c.g, bwd, {c.dy[0], c.x(0)}, pool_attrs_of(c.node.attrs, avg))};
-                 },
-                 .family = "pooling"});
-    register_op({.name = grad_name,
-                 .doc = gdoc,
-                 .inputs = {{"dy"}, {"source", false, false, InputRole::ShapeOnly}},
-                 .attrs = attrs,
-                 .infer = [](InferCtx& c) {
-                   Shape pooled = primitive_pooled(c, 1);
-                   c.same_dtype(0, 1);
-                   if (!compatible(c.in[0].shape, pooled))
-                     c.fail(ErrorKind::Value, "dy " + type_str(c.in[0]) + " does not match the pooled shape " +
-                                                  shape_str(pooled) + " of source " + type_str(c.in[1]));
-                   return std::vector<TensorType>{c.in[1]};
-                 },
-                 .grad = [fwd, avg](GradCtx& c) {
-                   if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}, ValueRef{}};
-                   return std::vector<ValueRef>{call(c.g, fwd, {c.dy[0]}, pool_attrs_of(c.node.attrs, avg)), ValueRef{}};
-                 },
-                 .family = "pooling"});
-  };
-  linear("avg_pooling_nd", "avg_pooling_nd_gradient", true,
-         "Mean over each pooling window. The divisor counts the window taps inside the input, or with "
-         "include_zero_pad also those in the padding (not those past it, as PyTorch's count_include_pad).",
-         "Gradient of avg_pooling_nd: each window's dy divided by its divisor, added to the window's taps "
-         "(MPSGraph's avgPoolingGradientWithGradientTensor:sourceTensor:); source gives only the shape. Linear: "
-         "its gradient w.r.t. dy is avg_pooling_nd.");
-  linear("sum_pooling_nd", "sum_pooling_nd_gradient", false, "Sum over each pooling window (padding adds 0).",
-         "Gradient of sum_pooling_nd: each window's dy added to the window's taps; source gives only the shape. "
-         "Linear: its gradient w.r.t. dy is sum_pooling_nd.");
+  register_op({.name = "avg_pooling_nd",
+               .doc = std::string("Mean over each pooling window. The divisor counts the window taps inside the input, "
+                                  "or with include_zero_pad also those in the padding (not those past it, as "
+                                  "PyTorch's count_include_pad).") +
+                      kPrimitiveNote,
+               .inputs = {{"source"}},
+               .attrs = with(pool_attr_specs(false, 0), {zero_pad_attr()}),
+               .decode = attr_decoder(decode_avg_pooling),
+               .infer = infer_linear_pooling,
+               .grad = grad_avg_pooling_nd,
+               .family = "pooling"});
+  register_op({.name = "avg_pooling_nd_gradient",
+               .doc = "Gradient of avg_pooling_nd: each window's dy divided by its divisor, added to the window's taps "
+                      "(MPSGraph's avgPoolingGradientWithGradientTensor:sourceTensor:); source gives only the shape. "
+                      "Linear: its gradient w.r.t. dy is avg_pooling_nd.",
+               .inputs = {{"dy"}, {"source", false, false, InputRole::ShapeOnly}},
+               .attrs = with(pool_attr_specs(false, 0), {zero_pad_attr()}),
+               .decode = attr_decoder(decode_avg_pooling),
+               .infer = infer_linear_pooling_gradient,
+               .grad = grad_avg_pooling_nd_gradient,
+               .family = "pooling"});
+  register_op({.name = "sum_pooling_nd",
+               .doc = std::string("Sum over each pooling window (padding adds 0).") + kPrimitiveNote,
+               .inputs = {{"source"}},
+               .attrs = pool_attr_specs(false, 0),
+               .decode = attr_decoder(decode_pooling),
+               .infer = infer_linear_pooling,
+               .grad = grad_sum_pooling_nd,
+               .family = "pooling"});
+  register_op({.name = "sum_pooling_nd_gradient",
+               .doc = "Gradient of sum_pooling_nd: each window's dy added to the window's taps; source gives only the "
+                      "shape. Linear: its gradient w.r.t. dy is sum_pooling_nd.",
+               .inputs = {{"dy"}, {"source", false, false, InputRole::ShapeOnly}},
+               .attrs = pool_attr_specs(false, 0),
+               .decode = attr_decoder(decode_pooling),
+               .infer = infer_linear_pooling_gradient,
+               .grad = grad_sum_pooling_nd_gradient,
+               .family = "pooling"});
 
   register_op({.name = "l2_norm_pooling_nd",
                .doc = std::string("sqrt(sum of squares) over each pooling window: the composite "
@@ -408,126 +600,92 @@ void register_pooling_ops() {
                       kPrimitiveNote,
                .inputs = {{"source"}},
                .attrs = pool_attr_specs(false, 0),
-               .infer = [](InferCtx& c) { return std::vector<TensorType>{{c.in[0].dtype, primitive_pooled(c, 0)}}; },
+               .infer = infer_l2_norm_pooling_nd,
                .family = "pooling",
-               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
-                 return std::vector<ValueRef>{l2_of(g, in[0], pool_attrs_of(a))};
-               }});
+               .expand = expand_l2_norm_pooling_nd});
 
   // ---------------- 2-D front ends (MPSGraph's Pooling2DOpDescriptor) ----------------
-  const std::string doc2d =
-      " source is rank 4 in data_layout (NHWC as MPSGraph by default, or NCHW); kernel_sizes, strides and "
-      "dilation_rates are (H, W) (one value: both); padding is (top, bottom, left, right), i.e. before and after "
-      "per dim in H, W order (one value: all; two: symmetric per dim).";
-  auto front2d = [&](const char* name, const char* prim, std::string doc, std::vector<AttrSpec> extra,
-                     bool indices) {
-    std::vector<AttrSpec> attrs = with(pool_attr_specs(true, 2), {layout_attr()});
-    attrs = with(attrs, extra);
-    std::vector<std::string> extra_names;
-    for (auto& e : extra) extra_names.push_back(e.name);
-    std::string p = prim;
-    register_op({.name = name,
-                 .doc = doc + doc2d,
-                 .inputs = {{"source"}},
-                 .attrs = attrs,
-                 .infer = [indices](InferCtx& c) {
-                   require_class(c, 0, kFloat);
-                   Layout2D l = layout_2d(c);
-                   normalize_pool_attrs(c, 2, "H, W");
-                   Shape s = pooled_shape(c, c.in[0], l.spatial);
-                   std::vector<TensorType> r{{c.in[0].dtype, s}};
-                   if (indices) {
-                     check_indices_dtype(c);
-                     r.push_back({c.dtype("indices_dtype"), s});
-                   }
-                   return r;
-                 },
-                 .family = "pooling",
-                 .expand = [p, extra_names](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
-                   return run_2d(g, p, in[0], a, extra_names);
-                 }});
-  };
-  front2d("max_pooling_2d", "max_pooling_nd", "2-D max pooling (MPSGraph's maxPooling2D).", {}, false);
-  front2d("max_pooling_2d_return_indices", "max_pooling_nd_return_indices",
-          "2-D max pooling returning (values, indices); indices are flat h * W + w positions in the unpadded "
-          "input plane of each (batch, channel), whatever the layout (PyTorch's return_indices; MPSGraph's "
-          "GlobalFlatten2D).",
-          {indices_dtype_attr()}, true);
-  front2d("avg_pooling_2d", "avg_pooling_nd", "2-D average pooling (MPSGraph's avgPooling2D).", {zero_pad_attr()},
-          false);
-  front2d("l2_norm_pooling_2d", "l2_norm_pooling_nd", "2-D L2-norm pooling: sqrt of the window's sum of squares.",
-          {}, false);
+  register_op({.name = "max_pooling_2d",
+               .doc = std::string("2-D max pooling (MPSGraph's maxPooling2D).") + kDoc2d,
+               .inputs = {{"source"}},
+               .attrs = attrs_2d({}),
+               .infer = infer_pooling_2d,
+               .family = "pooling",
+               .expand = expand_max_pooling_2d});
+  register_op({.name = "max_pooling_2d_return_indices",
+               .doc = std::string("2-D max pooling returning (values, indices); indices are flat h * W + w positions "
+                                  "in the unpadded input plane of each (batch, channel), whatever the layout "
+                                  "(PyTorch's return_indices; MPSGraph's GlobalFlatten2D).") +
+                      kDoc2d,
+               .inputs = {{"source"}},
+               .attrs = attrs_2d({indices_dtype_attr()}),
+               .infer = infer_pooling_2d_return_indices,
+               .family = "pooling",
+               .expand = expand_max_pooling_2d_return_indices});
+  register_op({.name = "avg_pooling_2d",
+               .doc = std::string("2-D average pooling (MPSGraph's avgPooling2D).") + kDoc2d,
+               .inputs = {{"source"}},
+               .attrs = attrs_2d({zero_pad_attr()}),
+               .infer = infer_pooling_2d,
+               .family = "pooling",
+               .expand = expand_avg_pooling_2d});
+  register_op({.name = "l2_norm_pooling_2d",
+               .doc = std::string("2-D L2-norm pooling: sqrt of the window's sum of squares.") + kDoc2d,
+               .inputs = {{"source"}},
+               .attrs = attrs_2d({}),
+               .infer = infer_pooling_2d,
+               .family = "pooling",
+               .expand = expand_l2_norm_pooling_2d});
 
   // ---------------- 4-D front ends (MPSGraph's Pooling4DOpDescriptor) ----------------
-  const std::string doc4d =
-      " Pools over all 4 dims of a rank-4 source; kernel_sizes, strides and dilation_rates have 4 values (one: all), "
-      "padding 8 (before and after per dim, as MPSGraph's paddingValues).";
-  auto front4d = [&](const char* name, const char* prim, std::string doc, std::vector<AttrSpec> extra, bool indices) {
-    std::vector<AttrSpec> attrs = with(pool_attr_specs(false, 4), extra);
-    std::vector<std::string> extra_names;
-    for (auto& e : extra) extra_names.push_back(e.name);
-    std::string p = prim;
-    register_op({.name = name,
-                 .doc = doc + doc4d,
-                 .inputs = {{"source"}},
-                 .attrs = attrs,
-                 .infer = [indices](InferCtx& c) {
-                   require_class(c, 0, kFloat);
-                   if (c.in[0].shape.size() != 4) c.fail(ErrorKind::Value, "expects a rank-4 source, got " + type_str(c.in[0]));
-                   normalize_pool_attrs(c, 4, "0-3");
-                   Shape s = pooled_shape(c, c.in[0], {0, 1, 2, 3});
-                   std::vector<TensorType> r{{c.in[0].dtype, s}};
-                   if (indices) {
-                     check_indices_dtype(c);
-                     r.push_back({c.dtype("indices_dtype"), s});
-                   }
-                   return r;
-                 },
-                 .family = "pooling",
-                 .expand = [p, extra_names](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
-                   Attrs pa = pool_attrs_of(a);
-                   for (auto& e : extra_names) pa[e] = a.at(e);
-                   return g.add(p, {in[0]}, pa);
-                 }});
-  };
-  front4d("max_pooling_4d", "max_pooling_nd", "4-D max pooling (MPSGraph's maxPooling4D).", {}, false);
-  front4d("max_pooling_4d_return_indices", "max_pooling_nd_return_indices",
-          "4-D max pooling returning (values, indices); indices are flat row-major positions in the whole "
-          "unpadded input (MPSGraph's GlobalFlatten4D).",
-          {indices_dtype_attr()}, true);
-  front4d("avg_pooling_4d", "avg_pooling_nd", "4-D average pooling (MPSGraph's avgPooling4D).", {zero_pad_attr()},
-          false);
-  front4d("l2_norm_pooling_4d", "l2_norm_pooling_nd",
-          "4-D L2-norm pooling (MPSGraph's L2NormPooling4D): sqrt of the window's sum of squares.", {}, false);
+  register_op({.name = "max_pooling_4d",
+               .doc = std::string("4-D max pooling (MPSGraph's maxPooling4D).") + kDoc4d,
+               .inputs = {{"source"}},
+               .attrs = attrs_4d({}),
+               .infer = infer_pooling_4d,
+               .family = "pooling",
+               .expand = expand_max_pooling_4d});
+  register_op({.name = "max_pooling_4d_return_indices",
+               .doc = std::string("4-D max pooling returning (values, indices); indices are flat row-major positions "
+                                  "in the whole unpadded input (MPSGraph's GlobalFlatten4D).") +
+                      kDoc4d,
+               .inputs = {{"source"}},
+               .attrs = attrs_4d({indices_dtype_attr()}),
+               .infer = infer_pooling_4d_return_indices,
+               .family = "pooling",
+               .expand = expand_max_pooling_4d_return_indices});
+  register_op({.name = "avg_pooling_4d",
+               .doc = std::string("4-D average pooling (MPSGraph's avgPooling4D).") + kDoc4d,
+               .inputs = {{"source"}},
+               .attrs = attrs_4d({zero_pad_attr()}),
+               .infer = infer_pooling_4d,
+               .family = "pooling",
+               .expand = expand_avg_pooling_4d});
+  register_op({.name = "l2_norm_pooling_4d",
+               .doc = std::string("4-D L2-norm pooling (MPSGraph's L2NormPooling4D): sqrt of the window's sum of "
+                                  "squares.") +
+                      kDoc4d,
+               .inputs = {{"source"}},
+               .attrs = attrs_4d({}),
+               .infer = infer_pooling_4d,
+               .family = "pooling",
+               .expand = expand_l2_norm_pooling_4d});
 
   // ---------------- global pooling ----------------
-  auto global = [](const char* name, const char* reduction, const char* doc) {
-    std::string red = reduction;
-    register_op({.name = name,
-                 .doc = std::string(doc) + " over H and W of a rank-4 source in data_layout, keeping them as size-1 "
-                                           "dims: (N, 1, 1, C) for NHWC, (N, C, 1, 1) for NCHW.",
-                 .inputs = {{"source"}},
-                 .attrs = {layout_attr()},
-                 .infer = [](InferCtx& c) {
-                   require_class(c, 0, kFloat);
-                   Layout2D l = layout_2d(c);
-                   Shape s = c.in[0].shape;
-                   for (auto a : l.spatial) {
-                     if (s[a] == 0)
-                       c.fail(ErrorKind::Value, "cannot pool an empty plane: source " + type_str(c.in[0]));
-                     s[a] = 1;
-                   }
-                   return std::vector<TensorType>{{c.in[0].dtype, s}};
-                 },
-                 .family = "pooling",
-                 .expand = [red](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
-                   bool nhwc = std::get<std::string>(a.at("data_layout")) == "NHWC";
-                   Ints axes = nhwc ? Ints{1, 2} : Ints{2, 3};
-                   return std::vector<ValueRef>{call(g, red, {in[0]}, {{"axes", axes}, {"keep_dims", true}})};
-                 }});
-  };
-  global("global_average_pooling_2d", "mean", "Mean");
-  global("global_max_pooling_2d", "reduction_maximum", "Maximum");
+  register_op({.name = "global_average_pooling_2d",
+               .doc = std::string("Mean") + kDocGlobal,
+               .inputs = {{"source"}},
+               .attrs = {layout_attr()},
+               .infer = infer_global_pooling_2d,
+               .family = "pooling",
+               .expand = expand_global_average_pooling_2d});
+  register_op({.name = "global_max_pooling_2d",
+               .doc = std::string("Maximum") + kDocGlobal,
+               .inputs = {{"source"}},
+               .attrs = {layout_attr()},
+               .infer = infer_global_pooling_2d,
+               .family = "pooling",
+               .expand = expand_global_max_pooling_2d});
 }
 
 }  // namespace mg::ops

@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "core/attrs.h"
 #include "core/shape.h"
 
 namespace mg::ops {
@@ -32,9 +31,6 @@ struct PoolSpec {
 struct PoolDim {
   int64_t in = -1, out = -1, before = -1, after = -1;  // -1: unknown until specialisation
 };
-
-// Reads a pooling node's attributes (as normalised by inference: every list is full length).
-PoolSpec pool_spec_from_attrs(const Attrs& a);
 
 // Output sizes and padding for spatial input sizes `in` (entries may be -1). Returns "" or an
 // error message (without the op name or shapes; callers add them).

@@ -6,11 +6,14 @@
 #include <cstring>
 
 #include "core/ops/common.h"
+#include "core/ops/random_attrs.h"
 
 namespace mg::ops {
 
 namespace {
 
+
+RandomUniformAttrs decode_random_uniform(const Attrs& a) { return {get_attr<int64_t>(a, "seed")}; }  // random_attrs.h
 
 int64_t seed_of(const Attrs& a, int64_t salt) {
   int64_t s = a.count("seed") ? std::get<int64_t>(a.at("seed")) : 0;
@@ -88,6 +91,102 @@ GradFn no_grad_through_randomness() {
   return [](GradCtx& c) { return std::vector<ValueRef>(c.node.inputs.size(), ValueRef{}); };
 }
 
+
+// ---- random_uniform ----
+
+std::vector<ValueRef> expand_random_uniform(Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
+  ValueRef u = uniform_like(g, shape_source(g, a), dtype_of(a), seed_of(a, 0));
+  double lo = std::get<double>(a.at("minimum")), hi = std::get<double>(a.at("maximum"));
+  ValueRef r = bin(g, "addition", bin(g, "multiplication", u, k(g, hi - lo, u)), k(g, lo, u));
+  if (hi > lo) r = bin(g, "minimum", r, k(g, largest_below(hi, dtype_of(a)), u));
+  return std::vector<ValueRef>{r};
+}
+
+// ---- random_truncated_normal ----
+
+std::vector<ValueRef> expand_random_truncated_normal(Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
+  ValueRef u = uniform_like(g, shape_source(g, a), dtype_of(a), seed_of(a, 0));
+  // u in [0,1) -> v in (-erf(sqrt 2), erf(sqrt 2)) -> z = sqrt2 * erfinv(v) in (-2, 2)
+  const double e = 0.9544997361036416;  // erf(2 / sqrt 2)
+  ValueRef v = bin(g, "multiplication", bin(g, "subtraction", bin(g, "multiplication", u, k(g, 2, u)), k(g, 1, u)),
+                   k(g, e, u));
+  ValueRef z = bin(g, "multiplication", erfinv_of(g, v), k(g, 1.4142135623730951, u));
+  double mean = std::get<double>(a.at("mean")), sd = std::get<double>(a.at("standard_deviation"));
+  return std::vector<ValueRef>{bin(g, "addition", bin(g, "multiplication", z, k(g, sd, z)), k(g, mean, z))};
+}
+
+// ---- random_bernoulli ----
+
+std::vector<TensorType> infer_random_bernoulli(InferCtx& c) {
+  double p = c.f("probability");
+  if (!(p >= 0 && p <= 1)) c.fail(ErrorKind::Value, "probability must be in [0, 1], got " + std::to_string(p));
+  for (auto d : c.ints("shape"))
+    if (d < 0) c.fail(ErrorKind::Value, "shape " + shape_str(c.ints("shape")) + " must be fully known");
+  return std::vector<TensorType>{{c.dtype("dtype"), c.ints("shape")}};
+}
+
+std::vector<ValueRef> expand_random_bernoulli(Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
+  ValueRef u = uniform_like(g, shape_source(g, a), DType::Float32, seed_of(a, 0));
+  ValueRef hit = bin(g, "less_than", u, k(g, std::get<double>(a.at("probability")), u));
+  return std::vector<ValueRef>{call(g, "cast", {hit}, {{"dtype", dtype_of(a)}})};
+}
+
+// ---- dropout ----
+
+std::vector<TensorType> infer_dropout(InferCtx& c) {
+  require_class(c, 0, kFloat);
+  double r = c.f("rate");
+  if (!(r >= 0 && r < 1)) c.fail(ErrorKind::Value, "rate must be in [0, 1), got " + std::to_string(r));
+  return std::vector<TensorType>{c.in[0]};
+}
+
+std::vector<ValueRef> grad_dropout(GradCtx& c) {
+  return std::vector<ValueRef>{call(c.g, "dropout", {c.dy[0]}, c.node.attrs)};
+}
+
+std::vector<ValueRef> expand_dropout(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  ValueRef x = in[0];
+  double rate = std::get<double>(a.at("rate"));
+  if (rate == 0) return std::vector<ValueRef>{x};
+  ValueRef keep = bin(g, "greater_than_or_equal_to", uniform_like(g, x, g.type(x).dtype, seed_of(a, 0)), k(g, rate, x));
+  ValueRef scaled = bin(g, "multiplication", x, k(g, 1.0 / (1.0 - rate), x));
+  return std::vector<ValueRef>{call(g, "select", {keep, scaled, k(g, 0, x)})};
+}
+
+// ---- erfinv ----
+
+std::vector<TensorType> infer_erfinv(InferCtx& c) {
+  require_class(c, 0, kFloat);
+  return std::vector<TensorType>{c.in[0]};
+}
+
+std::vector<ValueRef> expand_erfinv(Graph& g, const std::vector<ValueRef>& in, const Attrs&) {
+  return std::vector<ValueRef>{erfinv_of(g, in[0])};
+}
+
+
+// ---- random_normal / random_normal_like ----
+
+// Box-Muller on two Philox uniforms shaped like `like`, scaled to the node's mean and deviation.
+ValueRef normal_of(Graph& g, ValueRef like, DType dtype, const Attrs& a) {
+  // u1 in (0, 1] so the log is finite
+  ValueRef u0 = uniform_like(g, like, dtype, seed_of(a, 0));
+  ValueRef u1 = bin(g, "subtraction", k(g, 1, u0), u0);
+  ValueRef u2 = uniform_like(g, like, dtype, seed_of(a, 1));
+  ValueRef r = un(g, "square_root", bin(g, "multiplication", k(g, -2, u1), un(g, "logarithm", u1)));
+  ValueRef z = bin(g, "multiplication", r, un(g, "cos", bin(g, "multiplication", k(g, 6.283185307179586, u2), u2)));
+  double mean = std::get<double>(a.at("mean")), sd = std::get<double>(a.at("standard_deviation"));
+  return bin(g, "addition", bin(g, "multiplication", z, k(g, sd, z)), k(g, mean, z));
+}
+
+std::vector<ValueRef> expand_random_normal(Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
+  return std::vector<ValueRef>{normal_of(g, shape_source(g, a), dtype_of(a), a)};
+}
+
+std::vector<ValueRef> expand_random_normal_like(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  DType d = a.count("dtype") ? std::get<DType>(a.at("dtype")) : g.type(in[0]).dtype;
+  return std::vector<ValueRef>{normal_of(g, in[0], d, a)};
+}
 }  // namespace
 
 void register_random_ops() {
@@ -96,6 +195,7 @@ void register_random_ops() {
                       "executable advances the counter, so runs draw fresh numbers).",
                .inputs = {{"like", false, false, InputRole::ShapeOnly}},
                .attrs = {attr("seed", AttrKind::Int, int64_t(0)), optional_attr("dtype", AttrKind::DType)},
+               .decode = attr_decoder(decode_random_uniform),
                .infer = like_type,
                .grad = no_grad_through_randomness(),
                .stateful = true,
@@ -108,32 +208,14 @@ void register_random_ops() {
                          attr("maximum", AttrKind::Float, 1.0), attr("dtype", AttrKind::DType, DType::Float32)},
                .infer = static_shape_type,
                .family = "random",
-               .expand = [](Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
-                 ValueRef u = uniform_like(g, shape_source(g, a), dtype_of(a), seed_of(a, 0));
-                 double lo = std::get<double>(a.at("minimum")), hi = std::get<double>(a.at("maximum"));
-                 ValueRef r = bin(g, "addition", bin(g, "multiplication", u, k(g, hi - lo, u)), k(g, lo, u));
-                 if (hi > lo) r = bin(g, "minimum", r, k(g, largest_below(hi, dtype_of(a)), u));
-                 return std::vector<ValueRef>{r};
-               }});
-  auto normal_of = [](Graph& g, ValueRef like, DType dtype, const Attrs& a) {
-    // Box-Muller: u1 in (0, 1] so the log is finite
-    ValueRef u0 = uniform_like(g, like, dtype, seed_of(a, 0));
-    ValueRef u1 = bin(g, "subtraction", k(g, 1, u0), u0);
-    ValueRef u2 = uniform_like(g, like, dtype, seed_of(a, 1));
-    ValueRef r = un(g, "square_root", bin(g, "multiplication", k(g, -2, u1), un(g, "logarithm", u1)));
-    ValueRef z = bin(g, "multiplication", r, un(g, "cos", bin(g, "multiplication", k(g, 6.283185307179586, u2), u2)));
-    double mean = std::get<double>(a.at("mean")), sd = std::get<double>(a.at("standard_deviation"));
-    return bin(g, "addition", bin(g, "multiplication", z, k(g, sd, z)), k(g, mean, z));
-  };
+               .expand = expand_random_uniform});
   register_op({.name = "random_normal",
                .doc = "Normal numbers with the given mean and standard deviation (Box-Muller on Philox uniforms).",
                .attrs = {attr("shape", AttrKind::Shape), seed_attr, attr("mean", AttrKind::Float, 0.0),
                          attr("standard_deviation", AttrKind::Float, 1.0), attr("dtype", AttrKind::DType, DType::Float32)},
                .infer = static_shape_type,
                .family = "random",
-               .expand = [normal_of](Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
-                 return std::vector<ValueRef>{normal_of(g, shape_source(g, a), dtype_of(a), a)};
-               }});
+               .expand = expand_random_normal});
   register_op({.name = "random_normal_like",
                .doc = "random_normal shaped like `like` (unknown dims allowed).",
                .inputs = {{"like"}},
@@ -141,10 +223,7 @@ void register_random_ops() {
                          optional_attr("dtype", AttrKind::DType)},
                .infer = like_type,
                .family = "random",
-               .expand = [normal_of](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
-                 DType d = a.count("dtype") ? std::get<DType>(a.at("dtype")) : g.type(in[0]).dtype;
-                 return std::vector<ValueRef>{normal_of(g, in[0], d, a)};
-               }});
+               .expand = expand_random_normal_like});
   register_op({.name = "random_truncated_normal",
                .doc = "Normal numbers truncated to mean +- 2 standard deviations (as MPSGraph and TensorFlow), by "
                       "inverting the normal CDF of a uniform draw restricted to that range.",
@@ -152,69 +231,33 @@ void register_random_ops() {
                          attr("standard_deviation", AttrKind::Float, 1.0), attr("dtype", AttrKind::DType, DType::Float32)},
                .infer = static_shape_type,
                .family = "random",
-               .expand = [](Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
-                 ValueRef u = uniform_like(g, shape_source(g, a), dtype_of(a), seed_of(a, 0));
-                 // u in [0,1) -> v in (-erf(sqrt 2), erf(sqrt 2)) -> z = sqrt2 * erfinv(v) in (-2, 2)
-                 const double e = 0.9544997361036416;  // erf(2 / sqrt 2)
-                 ValueRef v = bin(g, "multiplication", bin(g, "subtraction", bin(g, "multiplication", u, k(g, 2, u)), k(g, 1, u)),
-                                  k(g, e, u));
-                 ValueRef z = bin(g, "multiplication", erfinv_of(g, v), k(g, 1.4142135623730951, u));
-                 double mean = std::get<double>(a.at("mean")), sd = std::get<double>(a.at("standard_deviation"));
-                 return std::vector<ValueRef>{bin(g, "addition", bin(g, "multiplication", z, k(g, sd, z)), k(g, mean, z))};
-               }});
+               .expand = expand_random_truncated_normal});
   register_op({.name = "random_bernoulli",
                .doc = "1 with probability p, else 0, in the given dtype.",
                .attrs = {attr("shape", AttrKind::Shape), attr("probability", AttrKind::Float, 0.5), seed_attr,
                          attr("dtype", AttrKind::DType, DType::Float32)},
-               .infer = [](InferCtx& c) {
-                 double p = c.f("probability");
-                 if (!(p >= 0 && p <= 1)) c.fail(ErrorKind::Value, "probability must be in [0, 1], got " + std::to_string(p));
-                 for (auto d : c.ints("shape"))
-                   if (d < 0) c.fail(ErrorKind::Value, "shape " + shape_str(c.ints("shape")) + " must be fully known");
-                 return std::vector<TensorType>{{c.dtype("dtype"), c.ints("shape")}};
-               },
+               .infer = infer_random_bernoulli,
                .differentiable = Differentiable::No,
                .family = "random",
-               .expand = [](Graph& g, const std::vector<ValueRef>&, const Attrs& a) {
-                 ValueRef u = uniform_like(g, shape_source(g, a), DType::Float32, seed_of(a, 0));
-                 ValueRef hit = bin(g, "less_than", u, k(g, std::get<double>(a.at("probability")), u));
-                 return std::vector<ValueRef>{call(g, "cast", {hit}, {{"dtype", dtype_of(a)}})};
-               }});
+               .expand = expand_random_bernoulli});
   register_op({.name = "dropout",
                .doc = "Zeroes each element with probability rate and scales the rest by 1 / (1 - rate) (inverted "
                       "dropout); fresh masks on every run.",
                .inputs = {{"x"}},
                .attrs = {attr("rate", AttrKind::Float, 0.5), seed_attr},
-               .infer = [](InferCtx& c) {
-                 require_class(c, 0, kFloat);
-                 double r = c.f("rate");
-                 if (!(r >= 0 && r < 1)) c.fail(ErrorKind::Value, "rate must be in [0, 1), got " + std::to_string(r));
-                 return std::vector<TensorType>{c.in[0]};
-               },
+               .infer = infer_dropout,
                // the mask depends only on shape, seed and run, so dropout of dy with the same
                // attributes applies the forward's mask (and draws nothing new to keep)
-               .grad = [](GradCtx& c) { return std::vector<ValueRef>{call(c.g, "dropout", {c.dy[0]}, c.node.attrs)}; },
+               .grad = grad_dropout,
                .family = "random",
-               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
-                 ValueRef x = in[0];
-                 double rate = std::get<double>(a.at("rate"));
-                 if (rate == 0) return std::vector<ValueRef>{x};
-                 ValueRef keep = bin(g, "greater_than_or_equal_to", uniform_like(g, x, g.type(x).dtype, seed_of(a, 0)), k(g, rate, x));
-                 ValueRef scaled = bin(g, "multiplication", x, k(g, 1.0 / (1.0 - rate), x));
-                 return std::vector<ValueRef>{call(g, "select", {keep, scaled, k(g, 0, x)})};
-               }});
+               .expand = expand_dropout});
   register_op({.name = "erfinv",
                .doc = "Inverse error function (Giles' single-precision approximation, about 1e-7 relative; "
                       "+-1 give +-inf).",
                .inputs = {{"x"}},
-               .infer = [](InferCtx& c) {
-                 require_class(c, 0, kFloat);
-                 return std::vector<TensorType>{c.in[0]};
-               },
+               .infer = infer_erfinv,
                .family = "elementwise",
-               .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs&) {
-                 return std::vector<ValueRef>{erfinv_of(g, in[0])};
-               }});
+               .expand = expand_erfinv});
 }
 
 }  // namespace mg::ops

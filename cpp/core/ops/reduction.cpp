@@ -4,21 +4,26 @@
 #include <cmath>
 
 #include "core/ops/common.h"
+#include "core/ops/reduction_attrs.h"
 
 namespace mg::ops {
 
 namespace {
 
-// Normalised axes of a reduction node (infer stored them back, sorted and non-negative).
-std::vector<int64_t> node_axes(const Graph& g, const Node& n) {
-  int64_t rank = int64_t(g.type(n.inputs[0]).shape.size());
-  if (!node_has_attr(n, "axes")) {
-    std::vector<int64_t> all;
-    for (int64_t i = 0; i < rank; ++i) all.push_back(i);
-    return all;
-  }
-  return node_attr<std::vector<int64_t>>(n, "axes");
+using Ints = std::vector<int64_t>;
+
+// ---- typed attributes (reduction_attrs.h) ----
+
+ReductionAttrs decode_reduction_attrs(const Attrs& a) {
+  return {get_attr<Ints>(a, "axes"), get_attr<bool>(a, "keep_dims")};  // infer resolved the axes
 }
+
+ArgReductionAttrs decode_arg_reduction_attrs(const Attrs& a) {
+  return {get_attr<int64_t>(a, "axis"), get_attr<bool>(a, "keep_dims"), get_attr<DType>(a, "dtype")};
+}
+
+// Normalised axes of a reduction node (infer stored them back, sorted and non-negative).
+const Ints& node_axes(const Node& n) { return typed_attrs<ReductionAttrs>(n).axes; }
 
 // Output shape of reducing `s` over sorted `axes`.
 Shape reduced_shape(const Shape& s, const std::vector<int64_t>& axes, bool keep) {
@@ -67,7 +72,7 @@ void check_nonempty(InferCtx& c, const std::vector<int64_t>& axes) {
 
 // dy (or y) of a reduction with the reduced axes restored as size-1 dims.
 ValueRef restore_axes(GradCtx& c, ValueRef v, const std::vector<int64_t>& axes) {
-  bool keep = node_attr<bool>(c.node, "keep_dims");
+  bool keep = typed_attrs<ReductionAttrs>(c.node).keep_dims;
   if (keep || axes.empty()) return v;
   return call(c.g, "expand_dims", {v}, {{"axes", axes}});
 }
@@ -88,13 +93,13 @@ ValueRef reduced_count(GradCtx& c, const std::vector<int64_t>& axes) {
 
 std::vector<ValueRef> grad_sum(GradCtx& c) {
   if (!c.dy[0].valid()) return {ValueRef{}};
-  auto axes = node_axes(c.g, c.node);
+  auto axes = node_axes(c.node);
   return {broadcast_like(c.g, restore_axes(c, c.dy[0], axes), c.x(0))};
 }
 
 std::vector<ValueRef> grad_mean(GradCtx& c) {
   if (!c.dy[0].valid()) return {ValueRef{}};
-  auto axes = node_axes(c.g, c.node);
+  auto axes = node_axes(c.node);
   ValueRef d = restore_axes(c, c.dy[0], axes);
   d = call(c.g, "division", {d, reduced_count(c, axes)});
   return {broadcast_like(c.g, d, c.x(0))};
@@ -105,7 +110,7 @@ std::vector<ValueRef> grad_mean(GradCtx& c) {
 std::vector<ValueRef> grad_product(GradCtx& c) {
   if (!c.dy[0].valid()) return {ValueRef{}};
   Graph& g = c.g;
-  auto axes = node_axes(g, c.node);
+  auto axes = node_axes(c.node);
   ValueRef x = c.x(0);
   DType dt = g.type(x).dtype;
   ValueRef zero = scalar_like(g, 0.0, x), one = scalar_like(g, 1.0, x);
@@ -128,7 +133,7 @@ std::vector<ValueRef> grad_product(GradCtx& c) {
 std::vector<ValueRef> grad_extremum(GradCtx& c) {
   if (!c.dy[0].valid()) return {ValueRef{}};
   Graph& g = c.g;
-  auto axes = node_axes(g, c.node);
+  auto axes = node_axes(c.node);
   ValueRef x = c.x(0);
   DType dt = g.type(x).dtype;
   ValueRef y = restore_axes(c, c.y(0), axes);
@@ -142,7 +147,7 @@ std::vector<ValueRef> grad_extremum(GradCtx& c) {
 std::vector<ValueRef> grad_variance(GradCtx& c) {
   if (!c.dy[0].valid()) return {ValueRef{}};
   Graph& g = c.g;
-  auto axes = node_axes(g, c.node);
+  auto axes = node_axes(c.node);
   ValueRef x = c.x(0);
   ValueRef m = call(g, "mean", {x}, {{"axes", axes}, {"keep_dims", true}});
   ValueRef centred = call(g, "subtraction", {x, m});
@@ -155,7 +160,7 @@ std::vector<ValueRef> grad_variance(GradCtx& c) {
 std::vector<ValueRef> grad_logsumexp(GradCtx& c) {
   if (!c.dy[0].valid()) return {ValueRef{}};
   Graph& g = c.g;
-  auto axes = node_axes(g, c.node);
+  auto axes = node_axes(c.node);
   ValueRef x = c.x(0);
   ValueRef y = restore_axes(c, c.y(0), axes);
   ValueRef sm = call(g, "exponent", {call(g, "subtraction", {x, y})});
@@ -172,6 +177,30 @@ struct ReductionSpec {
   const char* doc;
 };
 
+// The reductions over `axes`: dtype class `cls`, bool result when to_bool, an error for a
+// zero-size reduced axis when nonempty (maximum and minimum have no identity).
+std::vector<TensorType> infer_reduction(InferCtx& c, unsigned cls, bool to_bool, bool nonempty) {
+  require_class(c, 0, cls);
+  auto axes = resolve_axes(c);
+  if (nonempty) check_nonempty(c, axes);
+  return std::vector<TensorType>{
+      {to_bool ? DType::Bool : c.in[0].dtype, reduced_shape(c.in[0].shape, axes, c.b("keep_dims"))}};
+}
+
+std::vector<TensorType> infer_arg_reduction(InferCtx& c) {
+  require_class(c, 0, kNumeric);
+  DType dt = c.dtype("dtype");
+  if (dt != DType::Int32 && dt != DType::Int64)
+    c.fail(ErrorKind::Type, std::string("dtype must be int32 or int64, got ") + dtype_name(dt));
+  int64_t rank = int64_t(c.in[0].shape.size());
+  if (rank == 0) c.fail(ErrorKind::Index, "needs an input of rank >= 1, got " + type_str(c.in[0]));
+  int64_t axis = c.axis(c.i("axis"), rank);
+  c.attrs["axis"] = axis;
+  std::vector<int64_t> axes{axis};
+  check_nonempty(c, axes);
+  return std::vector<TensorType>{{dt, reduced_shape(c.in[0].shape, axes, c.b("keep_dims"))}};
+}
+
 void reduction(const ReductionSpec& s) {
   unsigned cls = s.accepts;
   bool to_bool = s.to_bool, nonempty = s.needs_nonempty;
@@ -182,13 +211,8 @@ void reduction(const ReductionSpec& s) {
           .inputs = {{"x"}},
           .attrs = {optional_attr("axes", AttrKind::Axes, "axes to reduce; all when omitted"),
                     attr("keep_dims", AttrKind::Bool, true, "keep reduced axes as size-1 dims")},
-          .infer = [cls, to_bool, nonempty](InferCtx& c) {
-            require_class(c, 0, cls);
-            auto axes = resolve_axes(c);
-            if (nonempty) check_nonempty(c, axes);
-            return std::vector<TensorType>{
-                {to_bool ? DType::Bool : c.in[0].dtype, reduced_shape(c.in[0].shape, axes, c.b("keep_dims"))}};
-          },
+          .decode = attr_decoder(decode_reduction_attrs),
+          .infer = [cls, to_bool, nonempty](InferCtx& c) { return infer_reduction(c, cls, to_bool, nonempty); },
           .grad = s.grad,
           .aliases = s.aliases,
           .family = "reduction"};
@@ -203,19 +227,8 @@ void arg_reduction(const char* name, std::vector<std::string> aliases, const cha
                .attrs = {attr("axis", AttrKind::Int, AttrNone{}, "the axis to reduce"),
                          attr("keep_dims", AttrKind::Bool, true, "keep the reduced axis as a size-1 dim"),
                          attr("dtype", AttrKind::DType, DType::Int32, "index dtype: int32 or int64")},
-               .infer = [](InferCtx& c) {
-                 require_class(c, 0, kNumeric);
-                 DType dt = c.dtype("dtype");
-                 if (dt != DType::Int32 && dt != DType::Int64)
-                   c.fail(ErrorKind::Type, std::string("dtype must be int32 or int64, got ") + dtype_name(dt));
-                 int64_t rank = int64_t(c.in[0].shape.size());
-                 if (rank == 0) c.fail(ErrorKind::Index, "needs an input of rank >= 1, got " + type_str(c.in[0]));
-                 int64_t axis = c.axis(c.i("axis"), rank);
-                 c.attrs["axis"] = axis;
-                 std::vector<int64_t> axes{axis};
-                 check_nonempty(c, axes);
-                 return std::vector<TensorType>{{dt, reduced_shape(c.in[0].shape, axes, c.b("keep_dims"))}};
-               },
+               .decode = attr_decoder(decode_arg_reduction_attrs),
+               .infer = infer_arg_reduction,
                .differentiable = Differentiable::No,
                .aliases = std::move(aliases),
                .family = "reduction"});

@@ -15,7 +15,7 @@
 //   mode='nearest-exact'               -> mode='nearest', center_result=True (round_prefer_ceil)
 //   mode='nearest' (legacy, floor)     -> mode='nearest', center_result=False, nearest_rounding_mode='floor'
 #include "core/ops/common.h"
-#include "core/ops/resize_geom.h"
+#include "core/ops/resize_attrs.h"
 
 namespace mg::ops {
 
@@ -70,11 +70,52 @@ Shape resized_shape(InferCtx& c, const TensorType& src, const char* what) {
   return out;
 }
 
+ResizeAttrs decode_resize(const Attrs& a) {
+  ResizeAttrs r;
+  r.size = get_attr<Ints>(a, "size");
+  r.bilinear = get_attr<std::string>(a, "mode") == "bilinear";
+  r.center_result = get_attr<bool>(a, "center_result");
+  r.align_corners = get_attr<bool>(a, "align_corners");
+  r.layout = resize_layout(get_attr<std::string>(a, "data_layout"));
+  r.nearest_rounding_mode = get_attr<std::string>(a, "nearest_rounding_mode");
+  return r;
+}
+
 bool compatible(const Shape& a, const Shape& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i] >= 0 && b[i] >= 0 && a[i] != b[i]) return false;
   return true;
+}
+
+
+// ---- resize ----
+
+std::vector<TensorType> infer_resize(InferCtx& c) {
+  require_class(c, 0, kFloat);
+  return std::vector<TensorType>{{c.in[0].dtype, resized_shape(c, c.in[0], "source")}};
+}
+
+std::vector<ValueRef> grad_resize(GradCtx& c) {
+  if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}};
+  return std::vector<ValueRef>{call(c.g, "resize_gradient", {c.dy[0], c.x(0)}, c.node.attrs)};
+}
+
+// ---- resize_gradient ----
+
+std::vector<TensorType> infer_resize_gradient(InferCtx& c) {
+  require_class(c, 1, kFloat);
+  c.same_dtype(0, 1);
+  Shape fwd = resized_shape(c, c.in[1], "source");
+  if (!compatible(c.in[0].shape, fwd))
+    c.fail(ErrorKind::Value, "dy " + type_str(c.in[0]) + " does not match the resized shape " +
+                                 shape_str(fwd) + " of source " + type_str(c.in[1]));
+  return std::vector<TensorType>{c.in[1]};
+}
+
+std::vector<ValueRef> grad_resize_gradient(GradCtx& c) {
+  if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}, ValueRef{}};
+  return std::vector<ValueRef>{call(c.g, "resize", {c.dy[0]}, c.node.attrs), ValueRef{}};
 }
 
 }  // namespace
@@ -91,14 +132,9 @@ void register_resize_ops() {
                       "nearest_rounding_mode='floor'. Float dtypes.",
                .inputs = {{"source"}},
                .attrs = resize_attrs(),
-               .infer = [](InferCtx& c) {
-                 require_class(c, 0, kFloat);
-                 return std::vector<TensorType>{{c.in[0].dtype, resized_shape(c, c.in[0], "source")}};
-               },
-               .grad = [](GradCtx& c) {
-                 if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}};
-                 return std::vector<ValueRef>{call(c.g, "resize_gradient", {c.dy[0], c.x(0)}, c.node.attrs)};
-               },
+               .decode = attr_decoder(decode_resize),
+               .infer = infer_resize,
+               .grad = grad_resize,
                .family = "resize"});
   register_op({.name = "resize_gradient",
                .doc = "Gradient of resize (same attributes): dy spread back onto source's shape with the "
@@ -106,19 +142,9 @@ void register_resize_ops() {
                       "shape. Linear: its gradient w.r.t. dy is resize.",
                .inputs = {{"dy"}, {"source", false, false, InputRole::ShapeOnly}},
                .attrs = resize_attrs(),
-               .infer = [](InferCtx& c) {
-                 require_class(c, 1, kFloat);
-                 c.same_dtype(0, 1);
-                 Shape fwd = resized_shape(c, c.in[1], "source");
-                 if (!compatible(c.in[0].shape, fwd))
-                   c.fail(ErrorKind::Value, "dy " + type_str(c.in[0]) + " does not match the resized shape " +
-                                                shape_str(fwd) + " of source " + type_str(c.in[1]));
-                 return std::vector<TensorType>{c.in[1]};
-               },
-               .grad = [](GradCtx& c) {
-                 if (!c.dy[0].valid()) return std::vector<ValueRef>{ValueRef{}, ValueRef{}};
-                 return std::vector<ValueRef>{call(c.g, "resize", {c.dy[0]}, c.node.attrs), ValueRef{}};
-               },
+               .decode = attr_decoder(decode_resize),
+               .infer = infer_resize_gradient,
+               .grad = grad_resize_gradient,
                .family = "resize"});
 }
 
