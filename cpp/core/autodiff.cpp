@@ -1,5 +1,6 @@
 #include "core/autodiff.h"
 
+#include <cstdint>
 #include <map>
 
 #include "core/ops/common.h"

@@ -1,6 +1,9 @@
 #include "core/graph.h"
 
+#include <cstdint>
 #include <cstring>
+#include <utility>
+#include <variant>
 
 #include "core/registry.h"
 

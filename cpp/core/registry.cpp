@@ -1,8 +1,12 @@
 #include "core/registry.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <stdexcept>
+#include <utility>
+#include <variant>
 
 namespace mg {
 

@@ -1,4 +1,8 @@
+#include <exception>
 #include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "runtime/backend.h"

@@ -2,6 +2,8 @@
 // that runtime/device.cpp asks for through make_metal_backend().
 #include <unistd.h>
 
+#include <utility>
+
 #include "backends/metal/metal_internal.h"
 
 namespace mg::metal {

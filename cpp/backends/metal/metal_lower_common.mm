@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 #include <unordered_map>
+#include <utility>
+#include <variant>
 
 #include "backends/metal/metal_internal.h"
 

@@ -1,6 +1,7 @@
 // Helpers shared by the op family files.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/registry.h"

@@ -1,6 +1,12 @@
 // Neural-network composites: softmax, losses and optimizer updates. Each decomposes into
 // primitive ops at build time, so every backend runs them and gradients come for free.
 #include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "core/ops/common.h"
 

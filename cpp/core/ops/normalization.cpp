@@ -1,5 +1,10 @@
 // Normalisation layers as compositions of reductions and elementwise ops (MPSGraph has
 // mean, variance and normalization ops and builds layers from them the same way).
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
 #include "core/ops/common.h"
 
 namespace mg::ops {

@@ -20,6 +20,10 @@
 // 2-D, whatever the data layout. Windows that cover only padding give -inf and index -1 (max),
 // 0 (average, sum); no gradient flows from them.
 #include <algorithm>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
 
 #include "core/ops/common.h"
 #include "core/ops/pooling_geom.h"

@@ -2,6 +2,10 @@
 // composites for the distributions and dropout. Each run of an executable draws fresh
 // numbers; the same seed gives the same sequence of runs in every new executable.
 #include <cmath>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
 
 #include "core/ops/common.h"
 
