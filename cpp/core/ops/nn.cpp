@@ -262,6 +262,7 @@ void register_nn_ops() {
                  same_float_inputs(c, 4);
                  return std::vector<TensorType>{c.in[1], c.in[2]};
                },
+               .multi_output = true,
                .family = "optimizer",
                .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
                  ValueRef lr = in[0], w = in[1], v = in[2], grad = in[3];
@@ -315,6 +316,7 @@ void register_nn_ops() {
                       "maximum_velocity for AMSGrad.",
                .inputs = adam_inputs,
                .infer = adam_infer,
+               .multi_output = true,
                .family = "optimizer",
                .expand = adam_expand(0.0)});
   register_op({.name = "adamw",
@@ -323,6 +325,7 @@ void register_nn_ops() {
                .inputs = adam_inputs,
                .attrs = {attr("weight_decay", AttrKind::Float, 0.01)},
                .infer = adam_infer,
+               .multi_output = true,
                .family = "optimizer",
                .expand = adam_expand(0.01)});
 }

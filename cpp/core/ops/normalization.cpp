@@ -88,6 +88,7 @@ void register_normalization_ops() {
                  for (auto ax : axes) s[size_t(ax)] = 1;
                  return std::vector<TensorType>{{c.in[0].dtype, s}, {c.in[0].dtype, s}};
                },
+               .multi_output = true,
                .family = "normalization",
                .expand = [](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
                  auto& axes = std::get<std::vector<int64_t>>(a.at("axes"));

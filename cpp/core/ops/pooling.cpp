@@ -321,6 +321,7 @@ void register_pooling_ops() {
                  return std::vector<ValueRef>{
                      call(c.g, "max_pooling_nd_gradient", {c.dy[0], c.x(0)}, pool_attrs_of(c.node.attrs))};
                },
+               .multi_output = true,
                .family = "pooling"});
   register_op({.name = "max_pooling_nd_gradient",
                .doc = "Gradient of max_pooling_nd: a tensor of source's shape, zero except at each window's "
@@ -446,6 +447,7 @@ void register_pooling_ops() {
                    }
                    return r;
                  },
+                 .multi_output = indices,
                  .family = "pooling",
                  .expand = [p, extra_names](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
                    return run_2d(g, p, in[0], a, extra_names);
@@ -487,6 +489,7 @@ void register_pooling_ops() {
                    }
                    return r;
                  },
+                 .multi_output = indices,
                  .family = "pooling",
                  .expand = [p, extra_names](Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
                    Attrs pa = pool_attrs_of(a);
