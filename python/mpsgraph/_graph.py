@@ -1,5 +1,4 @@
 """Graph, Tensor, Operation, Executable: the Python face of the C++ IR."""
-import concurrent.futures
 import numbers
 import threading
 from collections import namedtuple
@@ -8,7 +7,7 @@ import numpy as np
 
 from . import _core
 from ._devices import resolve
-from ._dtypes import as_dtype, to_numpy_dtype, float32, int32, bool_, is_floating
+from ._dtypes import as_dtype, to_numpy_dtype, float32, int32, bool_, is_floating, is_bfloat16_numpy
 
 GraphError = _core.GraphError
 GraphValueError = _core.GraphValueError
@@ -80,7 +79,7 @@ def as_tensor_data(value, dtype=None, op="run"):
     if isinstance(value, TensorData):
         return value
     if hasattr(value, "__dlpack__") or isinstance(value, (np.ndarray, memoryview, bytearray)):
-        if isinstance(value, np.ndarray) and value.dtype == to_numpy_dtype(bfloat16_):
+        if isinstance(value, np.ndarray) and is_bfloat16_numpy(value.dtype):
             return TensorData(value.view(np.uint16))._reinterpret(bfloat16_)  # same memory
         return TensorData(value)
     if isinstance(value, (list, tuple, numbers.Number, np.generic)):
@@ -268,6 +267,8 @@ def _pool():
     global _async_pool
     with _async_lock:
         if _async_pool is None:
+            import concurrent.futures  # here, not at import: it loads logging (~10 ms)
+
             _async_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="mpsgraph")
         return _async_pool
 
