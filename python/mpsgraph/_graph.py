@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _core
 from ._devices import resolve
-from ._dtypes import as_dtype, to_numpy_dtype, float32, int32, bool_, is_floating, is_bfloat16_numpy
+from ._dtypes import as_dtype, to_numpy_dtype, float32, bool_, is_bfloat16_numpy
 
 GraphError = _core.GraphError
 GraphValueError = _core.GraphValueError

@@ -104,14 +104,6 @@ const LowerFn* find_lowering(const std::string& op) {
   return it == table().end() ? nullptr : &it->second;
 }
 
-std::vector<std::string> lowered_op_names() {
-  ensure_registered();
-  std::vector<std::string> r;
-  for (auto& kv : table()) r.push_back(kv.first);
-  std::sort(r.begin(), r.end());
-  return r;
-}
-
 // ---------------- LowerCtx ----------------
 
 LowerCtx::LowerCtx(MPSGraph* graph, const Node& n, std::vector<MPSGraphTensor*> inputs, std::vector<TensorType> types,
