@@ -67,8 +67,8 @@ def _scalar_constant(g, op, value, ref):
     if is_integer(ref):
         if isinstance(v, float):
             if not float(v).is_integer():
-                raise GraphTypeError(f"[{op}] Python float {v!r} cannot take the dtype {ref.name} of the other operand; "
-                                     f"use a float tensor or cast")
+                raise GraphTypeError(f"[{op}] Python float {v!r} cannot take the dtype {ref.name} of the other "
+                                     f"operand; use a float tensor or cast")
             v = int(v)
         info = np.iinfo(np.dtype(ref.name))
         if isinstance(v, numbers.Integral) and not (info.min <= v <= info.max):

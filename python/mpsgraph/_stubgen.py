@@ -84,7 +84,8 @@ def render():
            "from ._core import DType\n",
            "from ._core import TensorData as TensorData\n\n",
            "TensorLike = Union[Tensor, ArrayLike]  # scalars and arrays become constants (the other operand's dtype)\n",
-           "DTypeLike = Union[DType, str, numpy.dtype, type]  # mg.float32, 'float32', np.dtype('float32'), np.float32\n\n"]
+           "DTypeLike = Union[DType, str, numpy.dtype, type]  # mg.float32, 'float32', np.dtype('float32'), "
+           "np.float32\n\n"]
     out.append("class ShapedType(NamedTuple):\n    shape: Tuple[Optional[int], ...]\n    dtype: DTypeLike\n\n")
     out.append("class CacheInfo(NamedTuple):\n    hits: int\n    misses: int\n    size: int\n    capacity: int\n\n")
     for cls in (_graph.Operation, _graph.Tensor, _graph.Variable, _graph.Executable, _graph.Graph):
