@@ -1,7 +1,9 @@
 #include "core/array.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <utility>
 
 namespace mg {
 

@@ -3,6 +3,7 @@
 // large so Metal can wrap it) or borrowed from a producer kept alive by `owner`.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 

@@ -1,8 +1,10 @@
 #include "core/attrs.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <sstream>
+#include <type_traits>
 
 #include "core/array.h"
 

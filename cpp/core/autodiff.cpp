@@ -1,6 +1,7 @@
 #include "core/autodiff.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 #include "core/ops/common.h"

@@ -1,7 +1,10 @@
 #include "core/graph.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <utility>
+#include <variant>
 
 #include "core/registry.h"
 

@@ -1,9 +1,13 @@
 #include "core/registry.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <stdexcept>
+#include <utility>
+#include <variant>
 #if defined(__GNUG__) || defined(__clang__)
 #include <cxxabi.h>
 #endif

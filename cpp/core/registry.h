@@ -1,6 +1,8 @@
 // The op registry: one entry per op kind owns its schema, inference, gradient and docs.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>

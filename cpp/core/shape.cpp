@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "core/shape.h"
 
 namespace mg {

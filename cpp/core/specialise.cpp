@@ -1,6 +1,11 @@
 #include "core/specialise.h"
 
+#include <cstdint>
+#include <functional>
+#include <string>
 #include <unordered_map>
+#include <utility>
+#include <variant>
 
 #include "core/registry.h"
 

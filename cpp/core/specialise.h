@@ -1,6 +1,7 @@
 // Specialisation: fix every shape from the feeds, prune to the targets, fold constants
 // and merge common subexpressions. The result is what backends compile.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>

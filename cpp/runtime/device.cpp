@@ -1,3 +1,4 @@
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <stdexcept>

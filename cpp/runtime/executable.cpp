@@ -1,3 +1,7 @@
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
 #include "runtime/executable.h"
 
 #include "core/registry.h"

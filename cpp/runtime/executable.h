@@ -1,11 +1,13 @@
 // Executables: a pruned, specialised graph compiled for one device, plus the output pool,
 // and the bounded LRU cache that Graph.run uses.
 #pragma once
+#include <cstdint>
 #include <list>
 #include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/graph.h"

@@ -10,14 +10,22 @@ import sys as _sys
 
 if _sys.platform.startswith("linux"):
     # _core needs libscipy_openblas; load it from the installed scipy_openblas32 package so
-    # the extension finds it wherever pip put that package (not only beside this one).
+    # the extension finds it wherever pip put that package (not only beside this one). The
+    # package is found, not imported: its import reads its version with importlib.metadata,
+    # which cost a third of `import mpsgraph`. Its lib/ holds one libscipy_openblas*.so, the
+    # file scipy_openblas32.get_library() names.
     import ctypes as _ctypes
+    import importlib.util as _importlib_util
     import os as _os
 
-    import scipy_openblas32 as _openblas
-
-    _ctypes.CDLL(_os.path.join(_openblas.get_lib_dir(), "lib" + _openblas.get_library() + ".so"),
+    _spec = _importlib_util.find_spec("scipy_openblas32")
+    if _spec is None or not _spec.submodule_search_locations:
+        raise ImportError("mpsgraph needs the scipy-openblas32 package on Linux: pip install scipy-openblas32")
+    _libdir = _os.path.join(_spec.submodule_search_locations[0], "lib")
+    _ctypes.CDLL(_os.path.join(_libdir, next(f for f in sorted(_os.listdir(_libdir))
+                                             if f.startswith("libscipy_openblas") and ".so" in f)),
                  mode=_ctypes.RTLD_GLOBAL)
+    del _spec, _libdir
 from . import _core
 from ._dtypes import (DType, as_dtype, bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16,
                       bfloat16, float32, float64)

@@ -1,4 +1,6 @@
 """dtypes: mg.float32 & co., and conversions from numpy dtypes and strings."""
+import sys
+
 import numpy as np
 
 from . import _core
@@ -9,12 +11,27 @@ int8, int16, int32, int64 = DType.int8, DType.int16, DType.int32, DType.int64
 uint8, uint16, uint32, uint64 = DType.uint8, DType.uint16, DType.uint32, DType.uint64
 float16, bfloat16, float32, float64 = DType.float16, DType.bfloat16, DType.float32, DType.float64
 
-try:
-    import ml_dtypes as _ml
+_BF16_NP = None  # numpy's bfloat16 (ml_dtypes), loaded by bfloat16_numpy() on first use
 
-    _BF16_NP = np.dtype(_ml.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes is a dependency
-    _BF16_NP = None
+
+def bfloat16_numpy():
+    """numpy's bfloat16 dtype. ml_dtypes is imported here, the first time a bfloat16 value
+    crosses to numpy, not with mpsgraph: loading its extension costs more than the rest of
+    `import mpsgraph` together."""
+    global _BF16_NP
+    if _BF16_NP is None:
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+            raise TypeError("bfloat16 needs the ml_dtypes package to be viewed from numpy") from None
+        _BF16_NP = np.dtype(ml_dtypes.bfloat16)
+    return _BF16_NP
+
+
+def is_bfloat16_numpy(nd):
+    """Whether numpy dtype nd is bfloat16, without importing ml_dtypes for other dtypes (who
+    holds a bfloat16 numpy dtype has imported ml_dtypes already)."""
+    return nd.name == "bfloat16" and "ml_dtypes" in sys.modules and nd == bfloat16_numpy()
 
 _NAMES = {d.name: d for d in DType.__members__.values()}
 
@@ -31,7 +48,7 @@ def as_dtype(x, op="dtype"):
         nd = np.dtype(x)
     except TypeError:
         raise _core.GraphTypeError(f"[{op}] not a dtype: {x!r}") from None
-    if _BF16_NP is not None and nd == _BF16_NP:
+    if is_bfloat16_numpy(nd):
         return bfloat16
     name = "bool" if nd == np.bool_ else nd.name
     if name not in _NAMES:
@@ -42,9 +59,7 @@ def as_dtype(x, op="dtype"):
 def to_numpy_dtype(d):
     d = as_dtype(d)
     if d == bfloat16:
-        if _BF16_NP is None:
-            raise TypeError("bfloat16 needs the ml_dtypes package to be viewed from numpy")
-        return _BF16_NP
+        return bfloat16_numpy()
     return np.dtype("bool" if d == bool_ else d.name)
 
 

@@ -1,5 +1,4 @@
 """Graph, Tensor, Operation, Executable: the Python face of the C++ IR."""
-import concurrent.futures
 import numbers
 import threading
 from collections import namedtuple
@@ -8,7 +7,7 @@ import numpy as np
 
 from . import _core, _viz
 from ._devices import resolve
-from ._dtypes import as_dtype, to_numpy_dtype, float32, int32, bool_, is_floating
+from ._dtypes import as_dtype, to_numpy_dtype, float32, bool_, is_bfloat16_numpy
 
 GraphError = _core.GraphError
 GraphValueError = _core.GraphValueError
@@ -36,8 +35,8 @@ def host_array(value, dtype, op):
     except OverflowError:
         raise GraphValueError(f"[{op}] value {value!r} is out of range for {as_dtype(dtype).name}") from None
     except (TypeError, ValueError) as e:
-        raise GraphTypeError(f"[{op}] cannot make a tensor of {as_dtype(dtype).name if dtype is not None else 'any dtype'}"
-                             f" from {value!r}: {e}") from None
+        what = as_dtype(dtype).name if dtype is not None else "any dtype"
+        raise GraphTypeError(f"[{op}] cannot make a tensor of {what} from {value!r}: {e}") from None
     as_dtype(arr.dtype, op)  # unsupported dtypes (strings, complex, objects) raise naming the op
     return arr
 
@@ -71,7 +70,8 @@ def _td_repr(self):
 TensorData.numpy = _td_numpy
 TensorData.__array__ = _td_array
 TensorData.__repr__ = _td_repr
-TensorData.__len__ = lambda self: self.shape[0] if self.shape else (_ for _ in ()).throw(TypeError("len() of a 0-d TensorData"))
+TensorData.__len__ = lambda self: (self.shape[0] if self.shape
+                                   else (_ for _ in ()).throw(TypeError("len() of a 0-d TensorData")))
 
 
 def feed_value(value, dtype=None, op="run"):
@@ -88,7 +88,7 @@ def as_tensor_data(value, dtype=None, op="run"):
     if isinstance(value, TensorData):
         return value
     if hasattr(value, "__dlpack__") or isinstance(value, (np.ndarray, memoryview, bytearray)):
-        if isinstance(value, np.ndarray) and value.dtype == to_numpy_dtype(bfloat16_):
+        if isinstance(value, np.ndarray) and is_bfloat16_numpy(value.dtype):
             return TensorData(value.view(np.uint16))._reinterpret(bfloat16_)  # same memory
         return TensorData(value)
     if isinstance(value, (list, tuple, numbers.Number, np.generic)):
@@ -167,7 +167,8 @@ class Tensor:
         return Operation(self.graph, self.node)
 
     def __repr__(self):
-        shape = "(" + ", ".join("None" if d is None else str(d) for d in self._shape) + ("," if len(self._shape) == 1 else "") + ")"
+        shape = ("(" + ", ".join("None" if d is None else str(d) for d in self._shape)
+                 + ("," if len(self._shape) == 1 else "") + ")")
         return f"Tensor(name='{self.name}', shape={shape}, dtype={self._dtype.name})"
 
     def __bool__(self):
@@ -276,6 +277,8 @@ def _pool():
     global _async_pool
     with _async_lock:
         if _async_pool is None:
+            import concurrent.futures  # here, not at import: it loads logging (~10 ms)
+
             _async_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="mpsgraph")
         return _async_pool
 
@@ -316,7 +319,8 @@ class Graph:
     def placeholder(self, shape, dtype=float32, name=None):
         """A tensor fed at run time; None in shape marks a dim known only then."""
         if shape is None:
-            raise GraphValueError("[placeholder] unranked placeholders are not supported; give a shape (None for unknown dims)")
+            raise GraphValueError("[placeholder] unranked placeholders are not supported; "
+                                  "give a shape (None for unknown dims)")
         shape = tuple(None if d is None or d == -1 else as_int(d, "placeholder", "a dim") for d in shape)
         return self._add("placeholder", [], {"shape": shape, "dtype": as_dtype(dtype, "placeholder")}, name)[0]
 
@@ -525,7 +529,8 @@ class Executable:
             inputs = [inputs[t] for t in self.feed_tensors]
         inputs = list(inputs)
         if len(inputs) != len(self.feed_tensors):
-            raise GraphValueError(f"[run] expected {len(self.feed_tensors)} inputs in the order of feed_tensors, got {len(inputs)}")
+            raise GraphValueError(f"[run] expected {len(self.feed_tensors)} inputs in the order of feed_tensors, "
+                                  f"got {len(inputs)}")
         return [feed_value(v, t.dtype) for v, t in zip(inputs, self.feed_tensors)]
 
     def run(self, inputs=(), out=None):

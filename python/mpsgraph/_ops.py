@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 
 from . import _core
-from ._dtypes import as_dtype, is_floating, is_integer, bool_
+from ._dtypes import as_dtype, is_integer, bool_
 from ._graph import Graph, Tensor, GraphTypeError, GraphValueError, as_tensor_data, as_int
 
 SCHEMAS = {s["name"]: s for s in _core.op_schemas()}
@@ -61,16 +61,14 @@ def _scalar_constant(g, op, value, ref):
     """A Python/numpy scalar takes the dtype of the op's other tensor operand."""
     if ref is None:
         return g.constant(value)
-    if isinstance(value, (np.ndarray,)) and value.ndim > 0:
+    if isinstance(value, np.ndarray) and value.ndim > 0:
         return g.constant(value)  # arrays keep their own dtype
     v = value.item() if isinstance(value, np.generic) else value
-    if isinstance(v, bool) and ref != bool_ and not isinstance(value, np.generic):
-        pass
     if is_integer(ref):
         if isinstance(v, float):
             if not float(v).is_integer():
-                raise GraphTypeError(f"[{op}] Python float {v!r} cannot take the dtype {ref.name} of the other operand; "
-                                     f"use a float tensor or cast")
+                raise GraphTypeError(f"[{op}] Python float {v!r} cannot take the dtype {ref.name} of the other "
+                                     f"operand; use a float tensor or cast")
             v = int(v)
         info = np.iinfo(np.dtype(ref.name))
         if isinstance(v, numbers.Integral) and not (info.min <= v <= info.max):

@@ -1,3 +1,7 @@
+#include <array>
+#include <cstdint>
+#include <vector>
+
 #include "backends/cpu/elementwise_util.h"
 
 namespace mg::cpu {

@@ -1,6 +1,8 @@
 // CPU backend internals shared by the kernel files.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 

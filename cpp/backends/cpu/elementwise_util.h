@@ -1,9 +1,11 @@
 // Broadcast loops and numeric helpers for CPU kernels.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 

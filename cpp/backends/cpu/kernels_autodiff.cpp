@@ -1,6 +1,11 @@
 // CPU kernels for the autodiff helper ops.
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
+#include <vector>
 
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/creation_attrs.h"

@@ -13,8 +13,11 @@
 // one image at a time with parallel gathers and BLAS's own threads.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/convolution_attrs.h"

@@ -1,7 +1,11 @@
 // CPU kernels for the creation family. The factory converts the fill value (or, for
 // arange, every value) into the output dtype once; a run only copies bytes.
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/creation_attrs.h"

@@ -3,8 +3,11 @@
 // broadcasting) are computed once in the factory.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
+#include <vector>
 
 #include "backends/cpu/elementwise_util.h"
 

@@ -6,11 +6,15 @@
 // the padded input (the include_zero_pad divisor), so a run only walks valid taps in row-major
 // window order. Forward ops run in parallel over output rows; the scatters (gradients) run in
 // parallel over batch planes, which never overlap.
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/pooling_attrs.h"

@@ -2,7 +2,9 @@
 // counter-based, so element i of run r is a pure function of (seed, r, i) and threads
 // need no shared state.
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <type_traits>
 
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/random_attrs.h"

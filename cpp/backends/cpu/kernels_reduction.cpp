@@ -10,8 +10,13 @@
 // instantiated only for the dtypes it accepts.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include <stdexcept>
 

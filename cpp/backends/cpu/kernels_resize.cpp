@@ -4,8 +4,11 @@
 // output row and column, the source indices and the bilinear weight (nearest: one index,
 // rounded in exact integer arithmetic). resize runs in parallel over output rows;
 // resize_gradient scatters in parallel over the outer planes, which never overlap.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/resize_attrs.h"

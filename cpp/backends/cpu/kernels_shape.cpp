@@ -6,8 +6,15 @@
 // with one strided copy per dim and side inside the output. Copies move elements by size,
 // so one loop serves every dtype; band_part and one_hot are byte loops too. The sums
 // (tile_gradient, pad_gradient) compute in Num<S>::C.
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/shape_attrs.h"

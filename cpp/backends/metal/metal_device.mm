@@ -2,6 +2,8 @@
 // that registers itself with the runtime (RegisterBackend).
 #include <unistd.h>
 
+#include <utility>
+
 #include "backends/metal/metal_internal.h"
 
 namespace mg::metal {

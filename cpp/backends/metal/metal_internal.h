@@ -140,7 +140,6 @@ class LowerCtx {
 using LowerFn = std::function<std::vector<MPSGraphTensor*>(LowerCtx&)>;
 void register_lowering(const std::string& op, LowerFn fn);
 const LowerFn* find_lowering(const std::string& op);
-std::vector<std::string> lowered_op_names();
 
 // Family registration (one per .mm file).
 void register_elementwise_lowerings();

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 #include <unordered_map>
+#include <utility>
+#include <variant>
 
 #include "backends/metal/metal_internal.h"
 
@@ -100,14 +102,6 @@ const LowerFn* find_lowering(const std::string& op) {
   ensure_registered();
   auto it = table().find(op);
   return it == table().end() ? nullptr : &it->second;
-}
-
-std::vector<std::string> lowered_op_names() {
-  ensure_registered();
-  std::vector<std::string> r;
-  for (auto& kv : table()) r.push_back(kv.first);
-  std::sort(r.begin(), r.end());
-  return r;
 }
 
 // ---------------- LowerCtx ----------------

@@ -3,6 +3,9 @@
 // Floats use matrixMultiplicationWithPrimaryTensor:secondaryTensor:name:, split along K when
 // K >= 32767 (silently wrong on M1/M2 GPUs, pytorch/pytorch#195163). Integers are composed
 // exactly (multiply + reduce-sum, wrapping like the CPU kernel) instead of going through float.
+#include <algorithm>
+#include <utility>
+
 #include "backends/metal/metal_internal.h"
 #include "core/shape.h"
 

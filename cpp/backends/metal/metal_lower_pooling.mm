@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <utility>
 
 #include "backends/metal/metal_internal.h"
 #include "core/ops/pooling_attrs.h"

@@ -1,4 +1,7 @@
 // Built where Metal is not: the Metal device exists in the API and says why it is absent.
+#include <memory>
+#include <string>
+
 #include "core/error.h"
 #include "runtime/backend.h"
 

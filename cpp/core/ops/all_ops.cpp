@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <string>
+
 #include "core/ops/common.h"
 
 namespace mg {

@@ -1,5 +1,8 @@
 // Ops that gradient rules are made of: undoing broadcasting, filling, stopping gradients.
 // Each has its own gradient rule, so gradients of gradients work.
+#include <cstdint>
+#include <vector>
+
 #include "core/ops/common.h"
 #include "core/ops/creation_attrs.h"
 

@@ -22,6 +22,11 @@
 // transpose to the canonical layout, call a primitive and transpose back.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "core/ops/common.h"
 #include "core/ops/convolution_attrs.h"

@@ -1,6 +1,10 @@
 // Creation family: tensors made from attributes alone (no inputs). Shapes must be static;
 // these fold into constants at specialisation.
 #include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/ops/common.h"
 #include "core/ops/creation_attrs.h"

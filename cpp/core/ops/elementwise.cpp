@@ -1,4 +1,9 @@
 // Elementwise family: unary, binary (numpy broadcasting), select, clamp, cast.
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/ops/common.h"
 
 namespace mg::ops {

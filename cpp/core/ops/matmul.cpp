@@ -1,5 +1,9 @@
 // Matrix multiplication with numpy matmul semantics: 1-D operands are promoted (a leading
 // 1 for x, a trailing 1 for y) and the added dim removed again; batch dims broadcast.
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "core/ops/common.h"
 
 namespace mg::ops {

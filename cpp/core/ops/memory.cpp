@@ -1,4 +1,7 @@
 // Graph inputs and state: placeholder, constant, variables.
+#include <string>
+#include <vector>
+
 #include "core/ops/common.h"
 
 namespace mg::ops {

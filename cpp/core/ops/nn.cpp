@@ -1,6 +1,12 @@
 // Neural-network composites: softmax, losses and optimizer updates. Each decomposes into
 // primitive ops at build time, so every backend runs them and gradients come for free.
 #include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "core/ops/common.h"
 
@@ -392,6 +398,7 @@ void register_nn_ops() {
                .inputs = {{"learning_rate"}, {"values"}, {"velocity"}, {"gradient"}},
                .attrs = {attr("momentum", AttrKind::Float, 0.9), attr("nesterov", AttrKind::Bool, false)},
                .infer = infer_momentum,
+               .multi_output = true,
                .family = "optimizer",
                .expand = expand_momentum});
   register_op({.name = "adam",
@@ -400,6 +407,7 @@ void register_nn_ops() {
                       "maximum_velocity for AMSGrad.",
                .inputs = adam_inputs(),
                .infer = infer_adam,
+               .multi_output = true,
                .family = "optimizer",
                .expand = expand_adam});
   register_op({.name = "adamw",
@@ -408,6 +416,7 @@ void register_nn_ops() {
                .inputs = adam_inputs(),
                .attrs = {attr("weight_decay", AttrKind::Float, 0.01)},
                .infer = infer_adam,
+               .multi_output = true,
                .family = "optimizer",
                .expand = expand_adamw});
 }

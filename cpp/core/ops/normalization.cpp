@@ -1,5 +1,10 @@
 // Normalisation layers as compositions of reductions and elementwise ops (MPSGraph has
 // mean, variance and normalization ops and builds layers from them the same way).
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
 #include "core/ops/common.h"
 
 namespace mg::ops {
@@ -260,6 +265,7 @@ void register_normalization_ops() {
                .inputs = {{"x"}},
                .attrs = {attr("axes", AttrKind::Axes)},
                .infer = infer_moments,
+               .multi_output = true,
                .family = "normalization",
                .expand = expand_moments});
   register_op({.name = "batch_normalization",

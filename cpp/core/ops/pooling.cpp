@@ -20,6 +20,10 @@
 // 2-D, whatever the data layout. Windows that cover only padding give -inf and index -1 (max),
 // 0 (average, sum); no gradient flows from them.
 #include <algorithm>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
 
 #include "core/ops/common.h"
 #include "core/ops/pooling_attrs.h"
@@ -531,6 +535,7 @@ void register_pooling_ops() {
                .decode = attr_decoder(decode_max_pooling_indices),
                .infer = infer_max_pooling_nd_return_indices,
                .grad = grad_max_pooling_nd_return_indices,
+               .multi_output = true,
                .family = "pooling"});
   register_op({.name = "max_pooling_nd_gradient",
                .doc = "Gradient of max_pooling_nd: a tensor of source's shape, zero except at each window's "
@@ -620,6 +625,7 @@ void register_pooling_ops() {
                .inputs = {{"source"}},
                .attrs = attrs_2d({indices_dtype_attr()}),
                .infer = infer_pooling_2d_return_indices,
+               .multi_output = true,
                .family = "pooling",
                .expand = expand_max_pooling_2d_return_indices});
   register_op({.name = "avg_pooling_2d",
@@ -652,6 +658,7 @@ void register_pooling_ops() {
                .inputs = {{"source"}},
                .attrs = attrs_4d({indices_dtype_attr()}),
                .infer = infer_pooling_4d_return_indices,
+               .multi_output = true,
                .family = "pooling",
                .expand = expand_max_pooling_4d_return_indices});
   register_op({.name = "avg_pooling_4d",

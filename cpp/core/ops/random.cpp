@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <variant>
+#include <vector>
 
 #include "core/ops/common.h"
 #include "core/ops/random_attrs.h"

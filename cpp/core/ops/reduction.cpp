@@ -2,6 +2,10 @@
 // arg maximum / arg minimum. MPSGraph keeps the reduced axes by default (keep_dims=True);
 // the numpy-named sugar (sum, mean, ...) drops them.
 #include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/ops/common.h"
 #include "core/ops/reduction_attrs.h"

@@ -14,6 +14,10 @@
 //   bilinear, align_corners=False      -> mode='bilinear', center_result=True, align_corners=False
 //   mode='nearest-exact'               -> mode='nearest', center_result=True (round_prefer_ceil)
 //   mode='nearest' (legacy, floor)     -> mode='nearest', center_result=False, nearest_rounding_mode='floor'
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "core/ops/common.h"
 #include "core/ops/resize_attrs.h"
 

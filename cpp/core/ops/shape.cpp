@@ -6,8 +6,13 @@
 // happen. Decisions that depend on static knowledge (squeeze's default axes, normalised
 // axes) are written back into the node's attributes so they stay the same later.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/ops/common.h"
 #include "core/ops/shape_attrs.h"
