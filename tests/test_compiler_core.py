@@ -208,3 +208,20 @@ def test_backends_register_themselves():
         x = g.placeholder((1,), mg.float32)
         with pytest.raises(mg.GraphError, match="cuda"):
             g.run({x: np.ones(1, np.float32)}, [x + 1.0], device="cuda:0")
+
+
+def test_random_ops_without_a_seed_draw_independent_streams():
+    # Regression: with the old default seed 0, two dropout layers of one shape drew the
+    # same mask in every run.
+    g = mg.Graph()
+    x = g.placeholder((64, 64), mg.float32, name="x")
+    a, b = g.dropout(x, rate=0.5), g.dropout(x, rate=0.5)
+    u, v = g.random_uniform((1000,)), g.random_uniform((1000,))
+    out = g.run({x: np.ones((64, 64), np.float32)}, [a, b, u, v])
+    same_mask = (out[a].numpy() == out[b].numpy()).mean()
+    assert 0.35 < same_mask < 0.65  # independent masks agree about half the time
+    assert not np.array_equal(out[u].numpy(), out[v].numpy())
+    # a graph built the same way repeats its numbers
+    g2 = mg.Graph()
+    u2 = g2.random_uniform((1000,))
+    np.testing.assert_array_equal(g2.run({}, [u2])[u2].numpy(), out[u].numpy())

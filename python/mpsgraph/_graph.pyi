@@ -321,7 +321,7 @@ class Graph:
     def division(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """x / y. Integer division truncates toward zero as in C and MPSGraph; integer division by zero gives 0. Broadcasts like numpy; both inputs must have the same dtype."""
         ...
-    def dropout(self, x: TensorLike, rate: float = ..., seed: int = ..., *, name: Optional[str] = ...) -> Tensor:
+    def dropout(self, x: TensorLike, rate: float = ..., seed: Optional[int] = ..., *, name: Optional[str] = ...) -> Tensor:
         """Zeroes each element with probability rate and scales the rest by 1 / (1 - rate) (inverted dropout); fresh masks on every run."""
         ...
     def elu(self, x: TensorLike, alpha: float = ..., *, name: Optional[str] = ...) -> Tensor:
@@ -640,22 +640,22 @@ class Graph:
     def prod(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, axes: Any = ..., keep_dims: Any = ..., name: Any = ...) -> Any:
         """numpy-style prod(x, axis=None, keepdims=False): Graph.reduction_product with the reduced axes dropped by default (axis=None reduces all axes)."""
         ...
-    def random_bernoulli(self, shape: Sequence[Optional[int]], probability: float = ..., seed: int = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
+    def random_bernoulli(self, shape: Sequence[Optional[int]], probability: float = ..., seed: Optional[int] = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
         """1 with probability p, else 0, in the given dtype."""
         ...
-    def random_normal(self, shape: Sequence[Optional[int]], seed: int = ..., mean: float = ..., standard_deviation: float = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
+    def random_normal(self, shape: Sequence[Optional[int]], seed: Optional[int] = ..., mean: float = ..., standard_deviation: float = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
         """Normal numbers with the given mean and standard deviation (Box-Muller on Philox uniforms)."""
         ...
-    def random_normal_like(self, like: TensorLike, seed: int = ..., mean: float = ..., standard_deviation: float = ..., dtype: Optional[DTypeLike] = ..., *, name: Optional[str] = ...) -> Tensor:
+    def random_normal_like(self, like: TensorLike, seed: Optional[int] = ..., mean: float = ..., standard_deviation: float = ..., dtype: Optional[DTypeLike] = ..., *, name: Optional[str] = ...) -> Tensor:
         """random_normal shaped like `like` (unknown dims allowed)."""
         ...
-    def random_truncated_normal(self, shape: Sequence[Optional[int]], seed: int = ..., mean: float = ..., standard_deviation: float = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
+    def random_truncated_normal(self, shape: Sequence[Optional[int]], seed: Optional[int] = ..., mean: float = ..., standard_deviation: float = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
         """Normal numbers truncated to mean +- 2 standard deviations (as MPSGraph and TensorFlow), by inverting the normal CDF of a uniform draw restricted to that range."""
         ...
-    def random_uniform(self, shape: Sequence[Optional[int]], seed: int = ..., minimum: float = ..., maximum: float = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
+    def random_uniform(self, shape: Sequence[Optional[int]], seed: Optional[int] = ..., minimum: float = ..., maximum: float = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
         """Uniform numbers in [minimum, maximum)."""
         ...
-    def random_uniform_like(self, like: TensorLike, seed: int = ..., dtype: Optional[DTypeLike] = ..., *, name: Optional[str] = ...) -> Tensor:
+    def random_uniform_like(self, like: TensorLike, seed: Optional[int] = ..., dtype: Optional[DTypeLike] = ..., *, name: Optional[str] = ...) -> Tensor:
         """Uniform numbers in [0, 1) shaped like `like` (Philox-4x32-10 keyed by seed; each run of an executable advances the counter, so runs draw fresh numbers)."""
         ...
     def ravel(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:

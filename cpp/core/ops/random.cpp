@@ -76,7 +76,18 @@ ValueRef erfinv_of(Graph& g, ValueRef x) {
   return call(g, "select", {bin(g, "equal", un(g, "absolute", x), k(g, 1, x)), edge, bin(g, "multiplication", p, x)});
 }
 
+// Without a seed, an op's stream is keyed by its node's name, so two ops never share
+// numbers (two dropout layers of one shape drew the same mask when the default was 0)
+// and a graph built the same way draws the same sequence.
+void default_seed(InferCtx& c) {
+  if (c.has("seed")) return;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char ch : c.node) h = (h ^ ch) * 1099511628211ull;
+  c.attrs["seed"] = int64_t(h >> 33);
+}
+
 std::vector<TensorType> static_shape_type(InferCtx& c) {
+  default_seed(c);
   for (auto d : c.ints("shape"))
     if (d < 0) c.fail(ErrorKind::Value, "shape " + shape_str(c.ints("shape")) + " must be fully known; use the _like form");
   if (!is_floating(c.dtype("dtype"))) c.fail(ErrorKind::Type, std::string("dtype must be floating, not ") + dtype_name(c.dtype("dtype")));
@@ -84,6 +95,7 @@ std::vector<TensorType> static_shape_type(InferCtx& c) {
 }
 
 std::vector<TensorType> like_type(InferCtx& c) {
+  default_seed(c);
   DType d = c.has("dtype") ? c.dtype("dtype") : c.in[0].dtype;
   if (!is_floating(d)) c.fail(ErrorKind::Type, std::string("dtype must be floating, not ") + dtype_name(d));
   return {{d, c.in[0].shape}};
@@ -118,9 +130,13 @@ std::vector<ValueRef> expand_random_truncated_normal(Graph& g, const std::vector
   return std::vector<ValueRef>{bin(g, "addition", bin(g, "multiplication", z, k(g, sd, z)), k(g, mean, z))};
 }
 
+const char* const kSeedDoc =
+    "the same seed gives the same sequence of runs; without one, the op's node name picks its stream";
+
 // ---- random_bernoulli ----
 
 std::vector<TensorType> infer_random_bernoulli(InferCtx& c) {
+  default_seed(c);
   double p = c.f("probability");
   if (!(p >= 0 && p <= 1)) c.fail(ErrorKind::Value, "probability must be in [0, 1], got " + std::to_string(p));
   for (auto d : c.ints("shape"))
@@ -137,6 +153,7 @@ std::vector<ValueRef> expand_random_bernoulli(Graph& g, const std::vector<ValueR
 // ---- dropout ----
 
 std::vector<TensorType> infer_dropout(InferCtx& c) {
+  default_seed(c);
   require_class(c, 0, kFloat);
   double r = c.f("rate");
   if (!(r >= 0 && r < 1)) c.fail(ErrorKind::Value, "rate must be in [0, 1), got " + std::to_string(r));
@@ -197,14 +214,14 @@ void register_random_ops() {
                .doc = "Uniform numbers in [0, 1) shaped like `like` (Philox-4x32-10 keyed by seed; each run of an "
                       "executable advances the counter, so runs draw fresh numbers).",
                .inputs = {{"like", false, false, InputRole::ShapeOnly}},
-               .attrs = {attr("seed", AttrKind::Int, int64_t(0)), optional_attr("dtype", AttrKind::DType)},
+               .attrs = {optional_attr("seed", AttrKind::Int, kSeedDoc), optional_attr("dtype", AttrKind::DType)},
                .decode = attr_decoder(decode_random_uniform),
                .infer = like_type,
                .grad = no_grad_through_randomness(),
                .stateful = true,
                .family = "random"});
 
-  auto seed_attr = attr("seed", AttrKind::Int, int64_t(0), "the same seed gives the same sequence of runs");
+  auto seed_attr = optional_attr("seed", AttrKind::Int, kSeedDoc);
   register_op({.name = "random_uniform",
                .doc = "Uniform numbers in [minimum, maximum).",
                .attrs = {attr("shape", AttrKind::Shape), seed_attr, attr("minimum", AttrKind::Float, 0.0),
