@@ -1,6 +1,9 @@
 #include "core/expand.h"
 
+#include <cstdint>
+#include <exception>
 #include <set>
+#include <utility>
 
 #include "core/error.h"
 #include "core/registry.h"

@@ -3,6 +3,7 @@
 // Unlike specialisation nothing is fed, pruned, folded or merged: shapes stay as
 // declared (unknown dims stay unknown) and every node of the source is kept.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <typeinfo>
 #include <utility>
 #include <variant>
 #if defined(__GNUG__) || defined(__clang__)

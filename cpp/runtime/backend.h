@@ -1,5 +1,6 @@
 // Devices, backends and compiled programs. Backends depend on core and runtime only.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

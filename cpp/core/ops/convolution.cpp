@@ -23,6 +23,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <variant>
