@@ -68,19 +68,6 @@ std::vector<char> live_nodes(const Graph& src, const std::vector<ValueRef>& targ
   return live;
 }
 
-std::vector<TensorType> infer_node(const Graph& g, const Node& d, Attrs& attrs) {
-  std::vector<ValueRef> ins = schema_inputs(d);
-  std::vector<TensorType> in;
-  std::vector<char> absent(ins.size(), 0);
-  for (size_t i = 0; i < ins.size(); ++i) {
-    absent[i] = !ins[i].valid();
-    in.push_back(absent[i] ? TensorType{} : g.type(ins[i]));
-  }
-  InferCtx ctx(*d.op, d.name, in, attrs);
-  ctx.absent = absent;
-  return d.op->infer(ctx);
-}
-
 // Fold, merge and fix shapes over a graph whose composites are already resolved.
 Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars, const std::vector<int32_t>& feed_nodes,
                            const std::vector<TensorType>& feed_types, const std::vector<ValueRef>& targets,
@@ -141,8 +128,10 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
     }
     std::vector<TensorType> in;
     for (auto& v : d.inputs) in.push_back(dst.type(v));
-    d.outputs = infer_node(dst, d, d.attrs);
-    decode_attrs(d);  // inference may have resolved more with concrete shapes
+    // pass 1 inferred (and decoded) every node with the feeds' types; folding and merging
+    // replace inputs by values of the same types, so nothing is inferred again here
+    d.outputs = s.outputs;
+    d.decoded = s.decoded;
     for (auto& t : d.outputs)
       if (!shape_known(t.shape))
         raise(ErrorKind::Value, s.op->name, s.name, "output shape " + shape_str(t.shape) + " is still unknown after specialisation");
@@ -237,16 +226,9 @@ Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
   for (auto& t : targets) new_targets.push_back(map[size_t(t.node)][size_t(t.index)]);
   std::vector<int32_t> new_target_ops;
   for (auto id : target_ops) new_target_ops.push_back(map[size_t(id)][0].node);
-  // unused feeds stay unused
-  std::vector<int32_t> pass2_feeds;
-  std::vector<TensorType> pass2_types;
-  for (size_t i = 0; i < feed_nodes.size(); ++i) {
-    pass2_feeds.push_back(new_feeds[i]);
-    pass2_types.push_back(feed_types[i]);
-  }
-  // Pass 2: fold constants, merge common subexpressions.
+  // Pass 2: fold constants, merge common subexpressions (a pruned feed stays -1).
   Specialised out =
-      fold_and_merge(expanded, src.variables(), pass2_feeds, pass2_types, new_targets, new_target_ops, evaluator, opts);
+      fold_and_merge(expanded, src.variables(), new_feeds, feed_types, new_targets, new_target_ops, evaluator, opts);
   out.evaluator = evaluator;
   return out;
 }
