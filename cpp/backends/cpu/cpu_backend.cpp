@@ -185,15 +185,15 @@ class CpuProgram final : public Program {
       slots_.push_back(std::move(s));
       return int(slots_.size() - 1);
     };
-    auto is_target = [&](ValueRef v) {
+    auto untaken_target = [&](ValueRef v) {  // the first target v still has to fill, or -1
       for (size_t t = 0; t < sg.targets.size(); ++t)
-        if (sg.targets[t] == v && !target_taken[t]) return true;
-      return false;
+        if (sg.targets[t] == v && !target_taken[t]) return int(t);
+      return -1;
     };
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
-      if (n.op->view && !is_target({int32_t(id), 0})) {  // same bytes, another shape: no copy
+      if (n.op->view && untaken_target({int32_t(id), 0}) < 0) {  // same bytes, another shape: no copy
         slot_of[{int32_t(id), 0}] = slot_of.at(n.inputs[0]);
         views_.push_back({n.name, op, slot_of.at(n.inputs[0])});
         continue;
@@ -229,13 +229,8 @@ class CpuProgram final : public Program {
       for (auto& v : n.inputs) st.in.push_back(slot_of.at(v));
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         ValueRef v{int32_t(id), int32_t(k)};
-        int out_index = -1;
-        for (size_t t = 0; t < sg.targets.size(); ++t)
-          if (sg.targets[t] == v && !target_taken[t]) {
-            out_index = int(t);
-            target_taken[t] = 1;
-            break;
-          }
+        const int out_index = untaken_target(v);
+        if (out_index >= 0) target_taken[size_t(out_index)] = 1;
         size_t nbytes = size_t(num_elements(n.outputs[k].shape)) * dtype_size(n.outputs[k].dtype);
         int s = out_index >= 0 ? new_slot({SlotKind::Output, out_index, nullptr, nbytes})
                                : new_slot({SlotKind::Arena, -1, nullptr, nbytes});
@@ -306,13 +301,12 @@ class CpuProgram final : public Program {
     }
   }
 
- std::vector<PlanEntry> memory_plan() const override {
+  std::vector<PlanEntry> memory_plan() const override {
     static const char* kinds[] = {"feed", "constant", "variable", "arena", "output"};
     std::vector<PlanEntry> r;
     for (auto& sl : slots_) {
       PlanEntry e{sl.node, sl.op, sl.scratch ? "scratch" : kinds[int(sl.kind)], -1, sl.nbytes, ""};
-      if (sl.kind == SlotKind::Arena) e.buffer = sl.index;
-      if (sl.kind == SlotKind::Feed || sl.kind == SlotKind::Output) e.buffer = sl.index;
+      if (sl.kind == SlotKind::Arena || sl.kind == SlotKind::Feed || sl.kind == SlotKind::Output) e.buffer = sl.index;
       r.push_back(std::move(e));
     }
     for (auto& v : views_) {
