@@ -146,13 +146,10 @@ std::shared_ptr<Executable> ExecutableCache::get(const std::shared_ptr<Graph>& g
                                                  const std::vector<int32_t>& target_ops, const Device& device) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (!lru_.empty()) {  // the same run again: compare in place, copy nothing
-      const ExecutableKey& k = lru_.front().first;
-      if (k.device == device && k.feeds == feeds && k.feed_types == feed_types && k.targets == targets &&
-          k.target_ops == target_ops) {
-        ++hits_;
-        return lru_.front().second;
-      }
+    // the same run again: compare in place, copy nothing
+    if (!lru_.empty() && lru_.front().first.matches(device, feeds, feed_types, targets, target_ops)) {
+      ++hits_;
+      return lru_.front().second;
     }
   }
   ExecutableKey key{device, feeds, feed_types, targets, target_ops};

@@ -70,10 +70,11 @@ struct ExecutableKey {
   std::vector<TensorType> feed_types;
   std::vector<ValueRef> targets;
   std::vector<int32_t> target_ops;
-  bool operator==(const ExecutableKey& o) const {
-    return device == o.device && feeds == o.feeds && feed_types == o.feed_types && targets == o.targets &&
-           target_ops == o.target_ops;
+  bool matches(const Device& d, const std::vector<int32_t>& f, const std::vector<TensorType>& ft,
+               const std::vector<ValueRef>& t, const std::vector<int32_t>& ops) const {
+    return device == d && feeds == f && feed_types == ft && targets == t && target_ops == ops;
   }
+  bool operator==(const ExecutableKey& o) const { return matches(o.device, o.feeds, o.feed_types, o.targets, o.target_ops); }
 };
 struct ExecutableKeyHash {
   size_t operator()(const ExecutableKey& k) const;
