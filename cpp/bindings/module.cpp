@@ -19,6 +19,7 @@
 
 #include "bindings/dlpack.h"
 #include "core/autodiff.h"
+#include "core/control_flow.h"
 #include "core/expand.h"
 #include "core/graph.h"
 #include "core/registry.h"
@@ -281,6 +282,8 @@ std::vector<ValueRef> refs_arg(const std::vector<std::pair<int32_t, int32_t>>& v
   return r;
 }
 
+using RegionHandle = std::shared_ptr<Region>;
+
 py::dict schema_dict(const OpDef& op) {
   py::dict d;
   d["name"] = op.name;
@@ -503,6 +506,14 @@ PYBIND11_MODULE(_core, m) {
             return r;
           });
 
+  py::class_<Region, std::shared_ptr<Region>>(m, "Region")
+      .def_property_readonly("num_captures", [](const Region& r) { return r.captures.size(); })
+      .def_property_readonly("result_types", [](const Region& r) {
+            py::list l;
+            for (auto& t : r.result_types()) l.append(py::make_tuple(shape_tuple(t.shape), t.dtype));
+            return l;
+          });
+
   py::class_<PyGraph>(m, "Graph")
       .def(py::init<>())
       .def_property_readonly("uid", [](const PyGraph& g) { return g.graph->uid(); })
@@ -602,6 +613,29 @@ PYBIND11_MODULE(_core, m) {
             Device d = parse_device(device);
             py::gil_scoped_release nogil;
             return std::make_shared<Executable>(g.graph, feeds, tt, refs_arg(targets), target_ops, d);
+          })
+      .def("begin_region", [](PyGraph& g, std::vector<py::handle> types, const std::string& what) {
+            std::vector<TensorType> tt;
+            for (auto& t : types) tt.push_back(type_arg(t));
+            return refs_py(g.graph->begin_region(tt, what));
+          })
+      .def("end_region", [](PyGraph& g, const std::vector<std::pair<int32_t, int32_t>>& results) {
+            return g.graph->end_region(refs_arg(results));
+          })
+      .def("abandon_region", [](PyGraph& g) { g.graph->abandon_region(); })
+      .def("build_if", [](PyGraph& g, std::pair<int32_t, int32_t> pred, RegionHandle then_r, RegionHandle else_r,
+                          const std::string& name) {
+            return refs_py(build_if(*g.graph, {pred.first, pred.second}, then_r, else_r, name));
+          })
+      .def("build_while", [](PyGraph& g, const std::vector<std::pair<int32_t, int32_t>>& initial, RegionHandle before,
+                             RegionHandle after, const std::string& name, bool checkpoint) {
+            return refs_py(build_while(*g.graph, refs_arg(initial), before, after, name, checkpoint));
+          })
+      .def("build_for", [](PyGraph& g, std::pair<int32_t, int32_t> lower, std::pair<int32_t, int32_t> upper,
+                           std::pair<int32_t, int32_t> step, const std::vector<std::pair<int32_t, int32_t>>& initial,
+                           RegionHandle body, const std::string& name, bool checkpoint) {
+            return refs_py(build_for(*g.graph, {lower.first, lower.second}, {upper.first, upper.second},
+                                     {step.first, step.second}, refs_arg(initial), body, name, checkpoint));
           })
       .def("gradients", [](PyGraph& g, std::pair<int32_t, int32_t> y,
                            const std::vector<std::pair<int32_t, int32_t>>& xs, std::optional<std::pair<int32_t, int32_t>> dy) {

@@ -94,6 +94,17 @@ std::map<ValueRef, ValueRef> backward(Graph& g, const std::vector<ValueRef>& ys,
 
 }  // namespace
 
+std::vector<ValueRef> vjp(Graph& g, const std::vector<ValueRef>& ys, const std::vector<ValueRef>& dys,
+                          const std::vector<ValueRef>& xs, int32_t first) {
+  auto grad = backward(g, ys, dys, xs, first);
+  std::vector<ValueRef> out;
+  for (auto& x : xs) {
+    auto it = grad.find(x);
+    out.push_back(it != grad.end() ? it->second : ValueRef{});
+  }
+  return out;
+}
+
 std::vector<ValueRef> gradients(Graph& g, ValueRef y, const std::vector<ValueRef>& xs, ValueRef dy) {
   g.check_ref(y, "gradients");
   for (auto& x : xs) g.check_ref(x, "gradients");

@@ -54,7 +54,7 @@ Expansion expand_once(const Graph& src, const std::function<bool(const Node&)>& 
     current = int32_t(id);
     out.first[id] = int32_t(dst.size());
     try {
-      out.outputs[id] = dst.add(s.op->name, ins, s.attrs, s.name);
+      out.outputs[id] = dst.add(s.op->name, ins, s.attrs, s.name, s.regions);
     } catch (const std::exception&) {
       if (!s.op->composite() || keep.count(current)) throw;  // the source graph itself was fine
       failed = current;

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
 #include <utility>
 #include <variant>
 
@@ -47,8 +51,10 @@ static void check_attr_kind(const OpDef& op, const std::string& node, const Attr
 }
 
 std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<ValueRef>& inputs, Attrs attrs,
-                                 const std::string& name) {
+                                 const std::string& name, std::vector<std::shared_ptr<const Region>> regions) {
   const OpDef& op = get_op(opname);
+  if (!open_.empty() && op.name == "placeholder")
+    raise(ErrorKind::Value, op.name, name, "placeholders are fed from outside: make them before " + open_.back().what);
   std::string node_name = name;
   if (node_name.empty()) node_name = op.name + "_" + std::to_string(name_counts_[op.name]);
   std::vector<char> absent(inputs.size(), 0);
@@ -60,6 +66,7 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
     if (inputs[i].node == -1 && i < op.inputs.size())
       raise(ErrorKind::Value, op.name, name, "missing input '" + op.inputs[i].name + "'");
     check_ref(inputs[i], op.name);
+    check_visible(inputs[i], op.name, name);
   }
   bool variadic = !op.inputs.empty() && op.inputs.back().variadic;
   size_t fixed = op.inputs.size() - (variadic ? 1 : 0);
@@ -87,6 +94,7 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
   for (size_t i = 0; i < inputs.size(); ++i) in.push_back(absent[i] ? TensorType{} : type(inputs[i]));
   InferCtx ctx(op, node_name, in, attrs);
   ctx.absent = absent;
+  ctx.regions = &regions;
   std::vector<TensorType> outs = op.infer(ctx);
   Node n;
   n.op = &op;
@@ -96,6 +104,7 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
   decode_attrs(n);  // after inference normalised the attributes
   n.origin_op = &op;
   n.origin_name = node_name;
+  n.regions = std::move(regions);
   for (size_t i = 0; i < inputs.size(); ++i)
     if (!absent[i]) n.inputs.push_back(inputs[i]);
   if (std::find(absent.begin(), absent.end(), 1) != absent.end()) n.absent = std::move(absent);
@@ -147,8 +156,111 @@ std::vector<ValueRef> schema_inputs(const Node& n) {
 
 int32_t Graph::append(Node n) {
   n.id = int32_t(nodes_.size());
+  // variable reads see the value from before the run wherever they are written: they
+  // belong to the top level, and regions capture them
+  if (!open_.empty() && n.op->name != "read_variable") n.region = open_.back().id;
   nodes_.push_back(std::move(n));
   return nodes_.back().id;
+}
+
+void Graph::check_visible(ValueRef v, const std::string& op, const std::string& node) const {
+  int32_t r = nodes_[size_t(v.node)].region;
+  if (r < 0 || region_open_[size_t(r)]) return;
+  raise(ErrorKind::Value, op, node,
+        "input '" + nodes_[size_t(v.node)].name + "' of type " + type_str(type(v)) + " was made inside " +
+            region_what_[size_t(r)] + ", which is closed; return it from that region to use it here");
+}
+
+std::vector<TensorType> Region::arg_types() const {
+  std::vector<TensorType> r;
+  for (size_t i = 0; i < num_args; ++i) r.push_back(body->node(feeds[i]).outputs[0]);
+  return r;
+}
+std::vector<TensorType> Region::capture_types() const {
+  std::vector<TensorType> r;
+  for (size_t i = num_args; i < feeds.size(); ++i) r.push_back(body->node(feeds[i]).outputs[0]);
+  return r;
+}
+std::vector<TensorType> Region::result_types() const {
+  std::vector<TensorType> r;
+  for (auto& v : results) r.push_back(body->type(v));
+  return r;
+}
+
+std::vector<ValueRef> Graph::begin_region(const std::vector<TensorType>& arg_types, const std::string& what) {
+  OpenRegion r;
+  r.id = int32_t(region_what_.size());
+  region_what_.push_back(what);
+  region_open_.push_back(1);
+  r.what = what;
+  r.first = int32_t(nodes_.size());
+  open_.push_back(r);
+  std::vector<ValueRef> args;
+  for (size_t i = 0; i < arg_types.size(); ++i)
+    args.push_back(add1("region_argument", {}, {{"shape", arg_types[i].shape}, {"dtype", arg_types[i].dtype}},
+                        "arg" + std::to_string(i)));
+  open_.back().args = args;
+  return args;
+}
+
+void Graph::abandon_region() {
+  if (open_.empty()) return;
+  region_open_[size_t(open_.back().id)] = 0;
+  open_.pop_back();
+}
+
+std::shared_ptr<Region> Graph::end_region(const std::vector<ValueRef>& results) {
+  if (open_.empty()) raise(ErrorKind::Runtime, "end_region", "", "no region is open");
+  const OpenRegion scope = open_.back();
+  for (auto& v : results) {
+    check_ref(v, "region");
+    check_visible(v, "region", scope.what);
+  }
+  open_.pop_back();
+  region_open_[size_t(scope.id)] = 0;
+
+  auto reg = std::make_shared<Region>();
+  reg->body = std::make_shared<Graph>();
+  Graph& body = *reg->body;
+  std::unordered_map<int32_t, std::vector<ValueRef>> map;  // outer node -> body values
+  std::map<ValueRef, ValueRef> captured;                   // outer value -> body placeholder
+  auto feed = [&](const TensorType& t, const std::string& name) {
+    ValueRef p = body.add1("placeholder", {}, {{"shape", t.shape}, {"dtype", t.dtype}}, name);
+    reg->feeds.push_back(p.node);
+    return p;
+  };
+  for (auto& a : scope.args) map[a.node] = {feed(type(a), nodes_[size_t(a.node)].name)};
+  reg->num_args = scope.args.size();
+  auto lookup = [&](ValueRef v) -> ValueRef {
+    auto it = map.find(v.node);
+    if (it != map.end()) return it->second.at(size_t(v.index));
+    auto c = captured.find(v);
+    if (c != captured.end()) return c->second;
+    ValueRef p = feed(type(v), "capture_" + nodes_[size_t(v.node)].name);
+    captured[v] = p;
+    reg->captures.push_back(v);
+    return p;
+  };
+  std::map<int64_t, ValueRef> assigned;  // the last assign of each variable wins
+  for (size_t id = size_t(scope.first); id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    if (n.region != scope.id || map.count(int32_t(id))) continue;
+    std::vector<ValueRef> ins = schema_inputs(n);
+    for (auto& v : ins)
+      if (v.valid()) v = lookup(v);
+    if (n.op->name == "assign_variable") {
+      assigned[node_attr<int64_t>(n, "variable")] = ins.at(0);
+      continue;
+    }
+    std::vector<ValueRef> outs = body.add(n.op->name, ins, n.attrs, n.name, n.regions);
+    map[int32_t(id)] = outs;
+  }
+  for (auto& v : results) reg->results.push_back(lookup(v));
+  for (auto& [var, v] : assigned) {
+    reg->assigned_variables.push_back(var);
+    reg->results.push_back(v);
+  }
+  return reg;
 }
 
 ValueRef Graph::constant(std::shared_ptr<const Array> value, const std::string& name) {

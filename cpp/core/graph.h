@@ -23,6 +23,8 @@
 namespace mg {
 
 struct OpDef;
+class Graph;
+struct Region;
 
 struct TensorType {
   DType dtype = DType::Float32;
@@ -53,6 +55,26 @@ struct Node {
   // made it at specialisation (profiles and pictures name what the user wrote).
   const OpDef* origin_op = nullptr;
   std::string origin_name;
+  // Control flow: the sub-graphs this node runs (if: then/else; while: before/after).
+  std::vector<std::shared_ptr<const Region>> regions;
+  int32_t region = -1;  // the open region it was built in while building (-1: top level)
+};
+
+// A control-flow region: a sub-graph built once from a Python callable. Its feeds are its
+// arguments followed by the values it captured from the enclosing scopes; the node that
+// owns it lists those captured values among its inputs.
+struct Region {
+  std::shared_ptr<Graph> body;
+  std::vector<int32_t> feeds;            // body placeholders: arguments, then captures
+  size_t num_args = 0;
+  std::vector<ValueRef> results;         // in body
+  std::vector<ValueRef> captures;        // in the graph that built it
+  // Variables assigned inside the region: the value each ends with is results[k] for the
+  // k-th entry (control-flow ops turn these into outputs assigned after the op).
+  std::vector<int64_t> assigned_variables;
+  std::vector<TensorType> arg_types() const;
+  std::vector<TensorType> capture_types() const;
+  std::vector<TensorType> result_types() const;
 };
 
 // A node's inputs in schema order, with an invalid ref where an optional one is absent.
@@ -87,7 +109,8 @@ class Graph {
   // Builds a node: fills attribute defaults, checks the schema, infers output types.
   // Throws GraphError naming op, node and shapes; on error the graph is unchanged.
   std::vector<ValueRef> add(const std::string& op, const std::vector<ValueRef>& inputs, Attrs attrs = {},
-                            const std::string& name = "");
+                            const std::string& name = "",
+                            std::vector<std::shared_ptr<const Region>> regions = {});
   ValueRef add1(const std::string& op, const std::vector<ValueRef>& inputs, Attrs attrs = {},
                 const std::string& name = "");
 
@@ -101,6 +124,14 @@ class Graph {
   ValueRef scalar(double v, DType dtype);
   int64_t add_variable(std::shared_ptr<Array> initial, const std::string& name);
   std::shared_ptr<VariableStore> variables() const { return vars_; }
+
+  // Control-flow regions. Nodes added between begin_region and end_region form the region's
+  // body; tensors they use from outside become its captures. Regions nest. A tensor made
+  // inside a closed region is invisible outside it (add refuses it, naming both).
+  std::vector<ValueRef> begin_region(const std::vector<TensorType>& arg_types, const std::string& what);
+  std::shared_ptr<Region> end_region(const std::vector<ValueRef>& results);
+  void abandon_region();  // the callable raised: drop the region (its nodes stay unreachable)
+  bool in_region() const { return !open_.empty(); }
 
   // Appends an already-checked node (used by passes building specialised graphs).
   int32_t append(Node n);
@@ -118,6 +149,16 @@ class Graph {
 
  private:
   std::vector<ValueRef> expand_node(const Node& n, const std::vector<ValueRef>& inputs);
+  void check_visible(ValueRef v, const std::string& op, const std::string& node) const;
+  struct OpenRegion {
+    int32_t id;
+    int32_t first;  // first node of the region
+    std::vector<ValueRef> args;
+    std::string what;  // "the then block of if_then_else", for messages
+  };
+  std::vector<OpenRegion> open_;
+  std::vector<std::string> region_what_;  // per region id ever opened
+  std::vector<char> region_open_;
   ExpandPredicate expand_;
   ExpandObserver expanded_;
   uint64_t uid_;

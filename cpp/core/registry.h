@@ -47,6 +47,7 @@ class InferCtx {
   const std::vector<TensorType>& in;
   Attrs& attrs;  // inference may normalise attributes (e.g. negative axes)
   std::vector<char> absent;  // per input: an optional input that was not given
+  const std::vector<std::shared_ptr<const Region>>* regions = nullptr;  // control flow: the node's regions
   bool present(size_t i) const { return i >= absent.size() || !absent[i]; }
 
   [[noreturn]] void fail(ErrorKind kind, const std::string& msg) const;

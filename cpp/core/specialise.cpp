@@ -65,6 +65,13 @@ std::vector<char> live_nodes(const Graph& src, const std::vector<ValueRef>& targ
     live[size_t(id)] = 1;
     for (auto& v : src.node(id).inputs) stack.push_back(v.node);
   }
+  // assigns made by control flow run whenever the op that computes their value runs
+  for (size_t id = 0; id < n; ++id) {
+    const Node& a = src.node(int32_t(id));
+    if (!live[id] && a.op->name == "assign_variable" && node_has_attr(a, "follows_input") &&
+        node_attr<bool>(a, "follows_input") && live[size_t(a.inputs[0].node)])
+      live[id] = 1;
+  }
   return live;
 }
 
@@ -116,6 +123,7 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
     d.absent = s.absent;
     d.origin_op = s.origin_op;
     d.origin_name = s.origin_name;
+    d.regions = s.regions;
     for (auto& v : s.inputs) d.inputs.push_back(map[size_t(v.node)][size_t(v.index)]);
     if (s.op->name == "placeholder") {
       if (feed_of[id] < 0) raise(ErrorKind::Value, "run", s.name, "no feed for placeholder of type " + type_str(s.outputs[0]));
@@ -163,7 +171,8 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
       int32_t found = -1;
       for (int32_t cand : cse[h]) {
         const Node& c = dst.node(cand);
-        if (c.op == d.op && c.inputs == d.inputs && attrs_equal(c.attrs, d.attrs)) found = cand;
+        if (c.op == d.op && c.inputs == d.inputs && c.regions == d.regions && attrs_equal(c.attrs, d.attrs))
+          found = cand;
       }
       if (found >= 0) {
         for (size_t k = 0; k < d.outputs.size(); ++k) map[id].push_back({found, int32_t(k)});
@@ -218,7 +227,7 @@ Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
     Attrs attrs = s.attrs;
     if (s.op->name == "placeholder" && feed_of[id] >= 0) attrs["shape"] = feed_types[size_t(feed_of[id])].shape;
     const int32_t before = int32_t(expanded.size());
-    map[id] = expanded.add(s.op->name, ins, attrs, s.name);
+    map[id] = expanded.add(s.op->name, ins, attrs, s.name, s.regions);
     if (map[id].empty()) map[id].push_back({int32_t(expanded.size()) - 1, 0});  // an operation: keep its id
     if (s.op->name == "placeholder" && feed_of[id] >= 0) new_feeds[size_t(feed_of[id])] = before;
   }

@@ -6,6 +6,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import _core, _viz
+from ._control_flow import ControlFlowMixin
 from ._devices import resolve
 from ._dtypes import as_dtype, to_numpy_dtype, float32, bool_, is_bfloat16_numpy
 
@@ -283,7 +284,7 @@ def _pool():
         return _async_pool
 
 
-class Graph:
+class Graph(ControlFlowMixin):
     """A computational graph, as MPSGraph: placeholders, constants, variables and ops.
 
     Op methods (addition, matrix_multiplication, reduction_sum, ...) are generated from the
@@ -418,6 +419,7 @@ class Graph:
             if not isinstance(o, Operation) or o.graph is not self:
                 raise GraphValueError(f"[{op}] target operation {o!r} is not an Operation of this graph")
             ops.append(o.node)
+        ops += [o for o in self._dependent_operations(ts) if o not in ops]
         return ts, ops
 
     def run(self, feeds=None, targets=None, target_operations=None, device=None):

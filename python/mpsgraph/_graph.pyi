@@ -279,6 +279,9 @@ class Graph:
     def constant(self, value: Any, dtype: Any = ..., name: Any = ...) -> Any:
         """A constant. Python floats become float32, ints int32 and bools bool unless dtype"""
         ...
+    def control_dependency(self, operations: Any, dependent_fn: Any, name: Any = ...) -> Any:
+        """MPSGraph's controlDependencyWithOperations:dependentBlock:. Runs dependent_fn() now and"""
+        ...
     def convolution(self, source: TensorLike, weights: TensorLike, strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., padding_style: str = ..., groups: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """N-d convolution (cross-correlation) in the canonical layout: source (N, C, *spatial), weights (O, C/groups, *kernel) -> (N, O, *out), out = floor((in + pad_before + pad_after - dilation * (kernel - 1) - 1) / stride) + 1. The primitive behind convolution_2d/3d, depthwise and transposed convolutions."""
         ...
@@ -381,6 +384,9 @@ class Graph:
     def floor_division(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """floor(x / y) as numpy's floor_divide; integer division by zero gives 0. Broadcasts like numpy; both inputs must have the same dtype."""
         ...
+    def for_loop(self, *args: Any, name: Any = ..., checkpoint: Any = ...) -> Any:
+        """for_loop(n, initial_args, body_fn) or for_loop(lower, upper, step, initial_args, body_fn):"""
+        ...
     def format(self, expand_composites: Any = ..., max_nodes: Any = ..., targets: Any = ...) -> Any:
         """The graph as text, one line per node: name: dtype[shape] = op(inputs, attr=value)."""
         ...
@@ -428,6 +434,9 @@ class Graph:
         ...
     def identity(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Returns its input."""
+        ...
+    def if_then_else(self, predicate: Any, then_fn: Any, else_fn: Any = ..., name: Any = ...) -> Any:
+        """MPSGraph's ifWithPredicateTensor:thenBlock:elseBlock:. `predicate` is a bool scalar"""
         ...
     def instance_normalization(self, x: TensorLike, gamma: Optional[TensorLike] = ..., beta: Optional[TensorLike] = ..., epsilon: float = ..., data_layout: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """Normalises each (sample, channel) over the spatial dims; gamma and beta are per channel."""
@@ -889,6 +898,9 @@ class Graph:
         ...
     def where(self, predicate: TensorLike, true_tensor: TensorLike, false_tensor: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """predicate ? x : y, broadcasting all three. The predicate is bool, or nonzero means true."""
+        ...
+    def while_loop(self, initial_inputs: Any, cond_fn: Any, body_fn: Any, name: Any = ..., checkpoint: Any = ...) -> Any:
+        """MPSGraph's whileWithInitialInputs:before:after:. cond_fn(*values) is the before block:"""
         ...
     def zeros(self, shape: Sequence[Optional[int]], dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
         """A tensor of zeros."""

@@ -36,6 +36,7 @@ void require_class(const InferCtx& c, size_t input, unsigned cls) {
 
 void register_all_ops() {
   ops::register_memory_ops();
+  ops::register_control_flow_ops();
   ops::register_autodiff_ops();
   ops::register_elementwise_ops();
   ops::register_reduction_ops();

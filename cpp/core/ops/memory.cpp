@@ -68,7 +68,10 @@ void register_memory_ops() {
   register_op({.name = "assign_variable",
                .doc = "Sets a variable to a value when the run completes; a target operation.",
                .inputs = {{"value"}},
-               .attrs = {attr("variable", AttrKind::Int), attr("dtype", AttrKind::DType), attr("shape", AttrKind::Shape)},
+               .attrs = {attr("variable", AttrKind::Int), attr("dtype", AttrKind::DType), attr("shape", AttrKind::Shape),
+                         attr("follows_input", AttrKind::Bool, false,
+                              "runs whenever its value is computed, without being a target (an assign made "
+                              "inside a control-flow region lands after the op that ran it)")},
                .infer = infer_assign_variable,
                .differentiable = Differentiable::No,
                .stateful = true,
