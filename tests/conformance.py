@@ -1835,3 +1835,6 @@ row("one_hot_vs_torch", "one_hot",
 # losses, optimizer updates, random numbers) append their rows from conformance_nn.py
 
 import conformance_nn  # noqa: E402,F401
+
+# the sparse family (sparse_tensor, sparse_matmul and their gradient ops) appends its rows from conformance_sparse.py
+import conformance_sparse  # noqa: E402,F401
