@@ -1837,3 +1837,5 @@ row("one_hot_vs_torch", "one_hot",
 import conformance_nn  # noqa: E402,F401
 
 import conformance_control_flow  # noqa: E402,F401
+# the sparse family (sparse_tensor, sparse_matmul and their gradient ops) appends its rows from conformance_sparse.py
+import conformance_sparse  # noqa: E402,F401

@@ -52,7 +52,8 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "max_pooling_nd", "max_pooling_nd_return_indices", "max_pooling_nd_gradient", "max_pooling_nd_gather",
     "avg_pooling_nd", "avg_pooling_nd_gradient", "sum_pooling_nd", "sum_pooling_nd_gradient",
     "resize", "resize_gradient",
-    "pad", "pad_gradient", "band_part", "one_hot", "space_to_depth_2d", "depth_to_space_2d"}
+    "pad", "pad_gradient", "band_part", "one_hot", "space_to_depth_2d", "depth_to_space_2d",
+    "sparse_tensor", "sparse_matmul"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -471,6 +472,31 @@ def test_band_part_one_hot_space_to_depth():
         d = _rand((2, 8, 3, 2) if layout == "NHWC" else (2, 8, 3, 2), seed=53)
         _check(lambda g, a: [g.depth_to_space_2d(a, block_size=2, data_layout="NCHW", use_pixel_shuffle_order=False)],
                [d])
+
+
+_SPARSE_PARTS = {  # a 3 x 4 matrix; coo has a duplicate at (row 2, column 3) and is not symmetric in its order
+    "coo": ([1.5, -2.0, 0.5, 3.0, 4.0], [1, 3, 3, 0, 2], [0, 2, 2, 0, 1]),
+    "csr": ([1.5, -2.0, 0.5, 3.0], [1, 0, 3, 0], [0, 2, 2, 4]),
+    "csc": ([1.5, -2.0, 0.5, 3.0], [0, 2, 1, 2], [0, 1, 2, 2, 4]),
+}
+
+
+@pytest.mark.parametrize("storage", ["coo", "csr", "csc"])
+@pytest.mark.parametrize("dtype,idx", [("float32", "int32"), ("float16", "int64"), ("int32", "int32")])
+def test_sparse_tensor_and_sparse_matmul(storage, dtype, idx):
+    """sparseTensorWithType's order of the parts (coo: x = column first, then y = row), duplicate
+    entries, and the densify-then-matmul lowering of sparse_matmul, against the CPU kernels."""
+    v, i0, i1 = _SPARSE_PARTS[storage]
+    parts = [np.array(v, dtype), np.array(i0, idx), np.array(i1, idx)]
+
+    def build(g, pv, p0, p1, d):
+        s = g.sparse_tensor(storage, (pv, p0, p1), (3, 4))
+        outs = [s.to_dense(), s.T.to_dense()]
+        if dtype != "int32":
+            outs += [g.sparse_matmul(s, d), g.sparse_matmul(g.transpose(d), s.T)]
+        return outs
+
+    _check(build, parts + [_rand((4, 5), dtype, 61, -2, 2)], _TOL16.get(dtype))
 
 
 def test_a_cnn_training_step_matches_cpu():

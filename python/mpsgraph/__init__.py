@@ -32,6 +32,7 @@ from ._dtypes import (DType, as_dtype, bool_, int8, int16, int32, int64, uint8, 
 from ._devices import Device, cpu, metal, cuda, devices, default_device
 from ._graph import (Graph, Tensor, Variable, Operation, Executable, ShapedType, TensorData, CacheInfo, GraphError,
                      GraphValueError, GraphTypeError, GraphIndexError)
+from ._sparse import SparseTensor  # before _ops: Graph.sparse_tensor is hand-written
 from . import _ops
 from ._ops import op_names
 from . import _sugar  # noqa: F401  numpy-style aliases with numpy defaults

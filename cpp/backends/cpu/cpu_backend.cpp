@@ -116,6 +116,7 @@ void ensure_kernels() {
     register_convolution_kernels();
     register_random_kernels();
     register_control_flow_kernels();
+    register_sparse_kernels();
     return true;
   }();
   (void)done;

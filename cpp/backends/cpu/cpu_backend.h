@@ -46,6 +46,7 @@ void register_resize_kernels();
 void register_convolution_kernels();
 void register_random_kernels();
 void register_control_flow_kernels();
+void register_sparse_kernels();
 
 std::unique_ptr<Backend> make_cpu_backend();
 

@@ -70,5 +70,6 @@ void register_pooling_ops();
 void register_resize_ops();
 void register_convolution_ops();
 void register_control_flow_ops();
+void register_sparse_ops();
 
 }  // namespace mg::ops
