@@ -205,3 +205,34 @@ def test_value_computed_before_is_not_recomputed_and_feeds_later_stage():
     assert prof.ops["exponent"][1] == 1
     ev = np.exp(xv.astype(np.float64))
     np.testing.assert_allclose(got, ev.sum() + np.argwhere(ev > 1.5).sum(), rtol=1e-5)
+
+
+def test_composite_after_the_op_is_expanded_in_the_later_stage():
+    g = mg.Graph()
+    x = g.placeholder((4, 4), "float32")
+    f = g.cast(g.non_zero_indices(x), "float32")
+    sm = g.softmax(f, axis=0)  # a composite over a (count, 2) input
+    exe = g.compile({x: ((4, 4), "float32")}, [sm])
+    for p in (0.3, 0.7):
+        xv = _mask((4, 4), p)
+        a = np.argwhere(xv).astype(np.float64)
+        e = np.exp(a - a.max(axis=0))
+        np.testing.assert_allclose(_np(exe.run([xv])[0]), e / e.sum(axis=0), rtol=1e-5, atol=1e-7)
+
+
+def test_a_count_that_does_not_fit_raises_clearly_and_lands_nothing():
+    """A later stage's specialisation fails for one count (the shapes do not broadcast): a
+    clear error naming the op, no assign lands, and the executable still runs other counts."""
+    g = mg.Graph()
+    x = g.placeholder((5,), "float32")
+    v = g.variable(np.float32(0.0))
+    nz = g.cast(g.non_zero_indices(x), "float32")             # (count, 1)
+    y = nz + g.constant(np.arange(3, dtype=np.float32).reshape(3, 1))
+    step = g.assign(v, v + 1.0)
+    exe = g.compile({x: ((5,), "float32")}, [y], target_operations=[step])
+    with pytest.raises(mg.GraphValueError, match=r"\[addition\].*\(2, 1\).*\(3, 1\)"):
+        exe.run([np.array([1, 0, 2, 0, 0], np.float32)])
+    assert float(_np(g.variable_data(v))) == 0.0
+    got = _np(exe.run([np.array([1, 0, 2, 0, 3], np.float32)])[0])
+    np.testing.assert_array_equal(got, [[0], [3], [6]])
+    assert float(_np(g.variable_data(v))) == 1.0
