@@ -236,3 +236,15 @@ def test_a_count_that_does_not_fit_raises_clearly_and_lands_nothing():
     got = _np(exe.run([np.array([1, 0, 2, 0, 3], np.float32)])[0])
     np.testing.assert_array_equal(got, [[0], [3], [6]])
     assert float(_np(g.variable_data(v))) == 1.0
+
+
+def test_dims_beyond_int32_are_refused_naming_the_op():
+    g = mg.Graph()
+    with pytest.raises(mg.GraphValueError, match=r"\[non_zero_indices\] dim 2147483648 of float32\(2147483648, 0\) "
+                                                 r"does not fit the int32 indices"):
+        g.non_zero_indices(g.placeholder((2 ** 31, 0), "float32"))
+    x = g.placeholder((None, 0), "float32")
+    nz = g.non_zero_indices(x)  # known only when fed
+    with pytest.raises(mg.GraphValueError, match=r"\[non_zero_indices\] dim 2147483648"):
+        g.run({x: np.zeros((2 ** 31, 0), np.float32)}, [nz])
+    np.testing.assert_array_equal(_np(g.run({x: np.zeros((3, 0), np.float32)}, [nz])[nz]), np.zeros((0, 2)))

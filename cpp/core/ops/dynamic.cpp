@@ -2,6 +2,8 @@
 // known only once the op has run. Specialisation keeps it unknown and the runtime runs the
 // graph in stages around such nodes (runtime/executable.h, docs/data_dependent.md).
 #include <cstdint>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "core/ops/common.h"
@@ -11,6 +13,9 @@ namespace mg::ops {
 namespace {
 
 std::vector<TensorType> infer_non_zero_indices(InferCtx& c) {
+  for (auto d : c.in[0].shape)
+    if (d > std::numeric_limits<int32_t>::max())
+      c.fail(ErrorKind::Value, "dim " + std::to_string(d) + " of " + type_str(c.in[0]) + " does not fit the int32 indices");
   return {TensorType{DType::Int32, {kUnknownDim, int64_t(c.in[0].shape.size())}}};
 }
 
