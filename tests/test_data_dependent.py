@@ -248,3 +248,14 @@ def test_dims_beyond_int32_are_refused_naming_the_op():
     with pytest.raises(mg.GraphValueError, match=r"\[non_zero_indices\] dim 2147483648"):
         g.run({x: np.zeros((2 ** 31, 0), np.float32)}, [nz])
     np.testing.assert_array_equal(_np(g.run({x: np.zeros((3, 0), np.float32)}, [nz])[nz]), np.zeros((0, 2)))
+
+
+def test_folded_op_feeding_a_composite():
+    """non_zero_indices of a constant folds at specialisation; the composite after it, kept
+    whole while its input dims were unknown, is then expanded for the CPU."""
+    g = mg.Graph()
+    c = g.constant(np.array([[0, 1], [2, 0], [0, 3]], np.float32))
+    sm = g.softmax(g.cast(g.non_zero_indices(c), "float32"), axis=0)
+    a = np.argwhere(np.array([[0, 1], [2, 0], [0, 3]])).astype(np.float64)
+    e = np.exp(a - a.max(axis=0))
+    np.testing.assert_allclose(_np(g.run({}, [sm])[sm]), e / e.sum(axis=0), rtol=1e-6)

@@ -82,7 +82,8 @@ std::vector<char> live_nodes(const Graph& src, const std::vector<ValueRef>& targ
 Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars, const std::vector<int32_t>& feed_nodes,
                            const std::vector<TensorType>& feed_types, const std::vector<ValueRef>& targets,
                            const std::vector<int32_t>& target_ops, ConstantEvaluator* evaluator,
-                           const SpecialiseOptions& opts, const std::vector<const Node*>& origin) {
+                           const SpecialiseOptions& opts, const std::vector<const Node*>& origin,
+                           bool& folded_data_dependent) {
   const size_t n = src.size();
   std::vector<int> feed_of(n, -1);
   for (size_t i = 0; i < feed_nodes.size(); ++i) {
@@ -187,6 +188,7 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
       for (auto& v : d.inputs) vals.push_back(std::get<std::shared_ptr<const Array>>(dst.node(v.node).attrs.at("value")));
       auto results = evaluator->evaluate(d, vals);  // empty: cannot evaluate, keep the node
       if (dd && results.size() != d.outputs.size()) results.clear();
+      folded_data_dependent = folded_data_dependent || (dd && !results.empty());
       if (!results.empty()) {
         for (size_t k = 0; k < results.size(); ++k) map[id].push_back({make_constant(results[k], s.name), 0});
         continue;
@@ -320,9 +322,29 @@ Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
     new_target_ops.push_back(std::find_if(m.begin(), m.end(), [](ValueRef v) { return v.valid(); })->node);
   }
   // Pass 2: fold constants, merge common subexpressions (a pruned feed stays -1).
+  bool folded_dd = false;
   Specialised out = fold_and_merge(expanded, src.variables(), new_feeds, all_types, new_targets, new_target_ops,
-                                   evaluator, opts, origin);
+                                   evaluator, opts, origin, folded_dd);
   out.evaluator = evaluator;
+  if (folded_dd) {
+    // a data-dependent node became a constant: its consumers' types are concrete now, so the
+    // composites kept for a later stage can be expanded; specialise the result once more
+    std::vector<int32_t> ids;
+    std::vector<TensorType> types;
+    std::vector<size_t> pos;
+    for (size_t i = 0; i < out.feeds.size(); ++i)
+      if (out.feeds[i] >= 0) {
+        ids.push_back(out.feeds[i]);
+        types.push_back(out.graph->type({out.feeds[i], 0}));
+        pos.push_back(i);
+      }
+    Specialised again = specialise(*out.graph, ids, types, out.targets, out.target_ops, evaluator, native, opts);
+    again.vars = out.vars;
+    std::vector<int32_t> feeds(out.feeds.size(), -1);
+    for (size_t j = 0; j < pos.size(); ++j) feeds[pos[j]] = again.feeds[j];
+    again.feeds = std::move(feeds);
+    return again;
+  }
   return out;
 }
 
