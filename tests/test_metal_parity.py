@@ -53,7 +53,7 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "avg_pooling_nd", "avg_pooling_nd_gradient", "sum_pooling_nd", "sum_pooling_nd_gradient",
     "resize", "resize_gradient",
     "pad", "pad_gradient", "band_part", "one_hot", "space_to_depth_2d", "depth_to_space_2d",
-    "sparse_tensor", "sparse_matmul"}
+    "sparse_tensor", "sparse_matmul", "non_zero_indices"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -446,6 +446,21 @@ def test_pad_modes_and_pad_gradient(dtype):
         _check(lambda g, a, d: [g.pad(a, left_padding=l, right_padding=h, mode=mode, constant_value=1.5),
                                 g.pad_gradient(d, a, left_padding=l, right_padding=h, mode=mode)], [x, dy],
                _TOL16.get(dtype))
+
+
+def test_non_zero_indices_and_its_consumers_in_stages():
+    """The op runs between stages (its own small MPSGraph on Metal); the stages around it are
+    ordinary programs. Values before it feed the later stage; two counts reuse the cache."""
+    def build(g, a):
+        e = g.exponent(a)
+        nz = g.non_zero_indices(g.greater_than(e, 1.2))
+        f = g.cast(nz, "float32")
+        nz2 = g.non_zero_indices(g.greater_than(nz, 1))
+        return [nz, g.matrix_multiplication(g.transpose(f, [1, 0]), f), g.shape_of(nz),
+                g.reduction_sum(e, keep_dims=False) + g.reduction_sum(f, keep_dims=False), nz2]
+    for seed in (61, 62):
+        _check(build, [_rand((3, 4, 5), "float32", seed=seed)])
+    _check(lambda g, a: [g.non_zero_indices(a)], [np.array(np.nan, np.float32)])
 
 
 def test_band_part_one_hot_space_to_depth():

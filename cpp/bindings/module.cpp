@@ -350,6 +350,7 @@ py::dict node_py(const Node& n) {
   d["outputs"] = types_py(n.outputs);
   d["attrs"] = attrs_py(n.attrs);
   d["composite"] = n.op->composite();
+  d["data_dependent"] = n.op->is_data_dependent(n);
   d["origin"] = py::make_tuple(n.origin_op ? n.origin_op->name : n.op->name, n.origin_name);
   return d;
 }
@@ -491,6 +492,7 @@ PYBIND11_MODULE(_core, m) {
           })
       .def_property_readonly("device", [](const Executable& e) { return e.device().str(); })
       .def_property_readonly("num_specializations", &Executable::num_specialisations)
+      .def_property_readonly("num_compilations", &Executable::num_compilations)
       .def("memory_plan", [](const Executable& e) {
             py::list r;
             for (auto& p : e.memory_plan()) {
@@ -501,6 +503,7 @@ PYBIND11_MODULE(_core, m) {
               d["buffer"] = p.buffer;
               d["nbytes"] = p.nbytes;
               d["alias_of"] = p.alias_of.empty() ? py::object(py::none()) : py::object(py::str(p.alias_of));
+              d["stage"] = p.stage;
               r.append(d);
             }
             return r;
@@ -553,7 +556,8 @@ PYBIND11_MODULE(_core, m) {
           })
       .def("nodes", [](const PyGraph& g) { return nodes_py(*g.graph); },
            "Every node as a dict: id, op, name, inputs ((node, index) or None), outputs ((shape, dtype)), "
-           "attrs, composite, origin ((op, name) of the graph-level op it implements).")
+           "attrs, composite, data_dependent (some output dims known only once it runs), origin ((op, name) of the "
+           "graph-level op it implements).")
       .def("expanded", [](const PyGraph& g) { return expansion_py(expand_composites(*g.graph)); },
            "The graph with every composite expanded: {nodes, groups (one per expanded composite: op, name, "
            "attrs, inputs, outputs, results, first, end, parent, source), sources (per source node: "

@@ -106,7 +106,12 @@ struct OpDef {
   FoldTypesFn fold_types;
   ExpandFn expand;           // set: a composite (see ExpandFn)
   bool view = false;         // output 0 is input 0's bytes under another shape: backends may alias it
+  // Set: the output dims this node's `infer` leaves unknown (-1) are known only after the node
+  // runs (non_zero_indices). Specialisation keeps them unknown; the runtime runs the graph in
+  // stages around such nodes (Backend::run_data_dependent) and specialises the rest afterwards.
+  std::function<bool(const Node&)> data_dependent;
   bool composite() const { return bool(expand); }
+  bool is_data_dependent(const Node& n) const { return data_dependent && data_dependent(n); }
   const InputSpec& input_spec(size_t i) const;  // variadic inputs share the last spec
 };
 

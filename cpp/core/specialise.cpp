@@ -1,5 +1,6 @@
 #include "core/specialise.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -42,11 +43,19 @@ bool attrs_equal(const Attrs& a, const Attrs& b) {
   return true;
 }
 
+bool all_known(const std::vector<TensorType>& ts) {
+  for (auto& t : ts)
+    if (!shape_known(t.shape)) return false;
+  return true;
+}
+
 }  // namespace
 
 namespace {
 
-std::vector<char> live_nodes(const Graph& src, const std::vector<ValueRef>& targets, const std::vector<int32_t>& target_ops) {
+// Nodes the targets need; a node marked in `stop` (fed as a value) needs none of its inputs.
+std::vector<char> live_nodes(const Graph& src, const std::vector<ValueRef>& targets, const std::vector<int32_t>& target_ops,
+                             const std::vector<char>* stop = nullptr) {
   const size_t n = src.size();
   std::vector<char> live(n, 0);
   std::vector<int32_t> stack;
@@ -63,6 +72,7 @@ std::vector<char> live_nodes(const Graph& src, const std::vector<ValueRef>& targ
     stack.pop_back();
     if (live[size_t(id)]) continue;
     live[size_t(id)] = 1;
+    if (stop && (*stop)[size_t(id)]) continue;
     for (auto& v : src.node(id).inputs) stack.push_back(v.node);
   }
   // assigns made by control flow run whenever the op that computes their value runs
@@ -79,7 +89,8 @@ std::vector<char> live_nodes(const Graph& src, const std::vector<ValueRef>& targ
 Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars, const std::vector<int32_t>& feed_nodes,
                            const std::vector<TensorType>& feed_types, const std::vector<ValueRef>& targets,
                            const std::vector<int32_t>& target_ops, ConstantEvaluator* evaluator,
-                           const SpecialiseOptions& opts) {
+                           const SpecialiseOptions& opts, const std::vector<const Node*>& origin,
+                           bool& folded_data_dependent) {
   const size_t n = src.size();
   std::vector<int> feed_of(n, -1);
   for (size_t i = 0; i < feed_nodes.size(); ++i) {
@@ -95,11 +106,17 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
   const OpDef& constant_op = get_op("constant");
   std::vector<std::vector<ValueRef>> map(n);
   std::vector<char> is_const;  // per dst node
+  std::vector<char> pending;   // per dst node: its value depends on a data-dependent node not yet run
   std::unordered_map<size_t, std::vector<int32_t>> cse;
 
   auto append = [&](Node node) {
+    bool after = node.op->is_data_dependent(node) && !node.outputs.empty() && !all_known(node.outputs);
+    for (auto& v : node.inputs) after = after || pending[size_t(v.node)];
     int32_t id = dst.append(std::move(node));
     is_const.push_back(dst.node(id).op == &constant_op);
+    pending.push_back(after);
+    if (after && dst.node(id).op->is_data_dependent(dst.node(id)) && !all_known(dst.node(id).outputs))
+      out.data_dependent.push_back(id);
     return id;
   };
   auto make_constant = [&](std::shared_ptr<const Array> value, const std::string& name) {
@@ -121,8 +138,9 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
     d.name = s.name;
     d.attrs = s.attrs;
     d.absent = s.absent;
-    d.origin_op = s.origin_op;
-    d.origin_name = s.origin_name;
+    const Node& from = origin[id] ? *origin[id] : s;  // a node re-specialised keeps its composite
+    d.origin_op = from.origin_op;
+    d.origin_name = from.origin_name;
     d.regions = s.regions;
     for (auto& v : s.inputs) d.inputs.push_back(map[size_t(v.node)][size_t(v.index)]);
     if (s.op->name == "placeholder") {
@@ -135,14 +153,28 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
       continue;
     }
     std::vector<TensorType> in;
-    for (auto& v : d.inputs) in.push_back(dst.type(v));
+    bool stale = false, after = false;
+    for (size_t k = 0; k < d.inputs.size(); ++k) {
+      in.push_back(dst.type(d.inputs[k]));
+      stale = stale || !(in.back() == src.type(s.inputs[k]));
+      after = after || pending[size_t(d.inputs[k].node)];
+    }
     // pass 1 inferred (and decoded) every node with the feeds' types; folding and merging
-    // replace inputs by values of the same types, so nothing is inferred again here
+    // replace inputs by values of the same types, so nothing is inferred again here, unless
+    // a data-dependent node was folded and made its consumers' types concrete
     d.outputs = s.outputs;
     d.decoded = s.decoded;
-    for (auto& t : d.outputs)
-      if (!shape_known(t.shape))
-        raise(ErrorKind::Value, s.op->name, s.name, "output shape " + shape_str(t.shape) + " is still unknown after specialisation");
+    if (stale) {
+      InferCtx ctx(*d.op, d.name, in, d.attrs);
+      ctx.absent = d.absent;
+      d.outputs = d.op->infer(ctx);
+      decode_attrs(d);
+    }
+    const bool dd = d.op->is_data_dependent(d) && !all_known(d.outputs);
+    if (!after && !dd)
+      for (auto& t : d.outputs)
+        if (!shape_known(t.shape))
+          raise(ErrorKind::Value, s.op->name, s.name, "output shape " + shape_str(t.shape) + " is still unknown after specialisation");
 
     bool pure = !s.op->stateful && s.op->name != "constant" && !d.outputs.empty();
     if (pure && s.op->fold_types && opts.fold_constants) {
@@ -156,10 +188,15 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
     for (auto& v : d.inputs) all_const = all_const && is_const[size_t(v.node)];
     int64_t out_elems = 0;
     for (auto& t : d.outputs) out_elems += num_elements(t.shape);
-    if (pure && all_const && evaluator && opts.fold_constants && out_elems <= opts.fold_max_elements) {
+    if (dd)  // bounded by its inputs (non_zero_indices: count x rank <= elements x rank)
+      for (auto& t : in) out_elems += num_elements(t.shape) * std::max<int64_t>(1, int64_t(t.shape.size()));
+    const bool foldable = dd || all_known(d.outputs);
+    if (pure && all_const && foldable && evaluator && opts.fold_constants && out_elems <= opts.fold_max_elements) {
       std::vector<std::shared_ptr<const Array>> vals;
       for (auto& v : d.inputs) vals.push_back(std::get<std::shared_ptr<const Array>>(dst.node(v.node).attrs.at("value")));
       auto results = evaluator->evaluate(d, vals);  // empty: cannot evaluate, keep the node
+      if (dd && results.size() != d.outputs.size()) results.clear();
+      folded_data_dependent = folded_data_dependent || (dd && !results.empty());
       if (!results.empty()) {
         for (size_t k = 0; k < results.size(); ++k) map[id].push_back({make_constant(results[k], s.name), 0});
         continue;
@@ -198,7 +235,7 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
 Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
                        const std::vector<TensorType>& feed_types, const std::vector<ValueRef>& targets,
                        const std::vector<int32_t>& target_ops, ConstantEvaluator* evaluator,
-                       const CompositePredicate& native, const SpecialiseOptions& opts) {
+                       const CompositePredicate& native, const SpecialiseOptions& opts, const ValueFeeds& value_feeds) {
   const size_t n = src.size();
   std::vector<int> feed_of(n, -1);
   for (size_t i = 0; i < feed_nodes.size(); ++i) {
@@ -210,35 +247,113 @@ Specialised specialise(const Graph& src, const std::vector<int32_t>& feed_nodes,
     check_feed(ph, feed_types[i]);
     feed_of[size_t(id)] = int(i);
   }
-  std::vector<char> live = live_nodes(src, targets, target_ops);
+  // value feeds: per node, the value feed of each output (-1: not fed)
+  if (value_feeds.values.size() != value_feeds.types.size())
+    raise(ErrorKind::Value, "run", "", "one type is needed per value feed");
+  std::vector<std::vector<int>> value_of(n);
+  std::vector<char> fed(n, 0);
+  for (size_t i = 0; i < value_feeds.values.size(); ++i) {
+    const ValueRef v = value_feeds.values[i];
+    src.check_ref(v, "run");
+    const Node& s = src.node(v.node);
+    const TensorType& want = src.type(v);
+    const TensorType& got = value_feeds.types[i];
+    bool ok = got.dtype == want.dtype && got.shape.size() == want.shape.size() && shape_known(got.shape);
+    for (size_t d = 0; ok && d < want.shape.size(); ++d) ok = want.shape[d] < 0 || want.shape[d] == got.shape[d];
+    if (!ok)
+      raise(ErrorKind::Value, s.op->name, s.name,
+            "value of type " + type_str(got) + " fed for output " + std::to_string(v.index) + " of type " + type_str(want));
+    value_of[size_t(v.node)].resize(s.outputs.size(), -1);
+    value_of[size_t(v.node)][size_t(v.index)] = int(i);
+    fed[size_t(v.node)] = 1;
+  }
+  std::vector<char> live = live_nodes(src, targets, target_ops, &fed);
 
   // Pass 1: the live nodes with the feeds' types, composites the backend does not run
   // natively expanded (recursively) into their decompositions.
   Graph expanded;
-  expanded.set_expand([&native](const Node& c) { return !native || !native(c); });
+  // a composite whose inputs still have data-dependent dims is expanded at a later stage
+  expanded.set_expand([&native, &expanded](const Node& c) {
+    for (auto& v : c.inputs)
+      if (!shape_known(expanded.type(v).shape)) return false;
+    return !native || !native(c);
+  });
   std::vector<std::vector<ValueRef>> map(n);
-  std::vector<int32_t> new_feeds(feed_nodes.size(), -1);
+  std::vector<int32_t> new_feeds(feed_nodes.size() + value_feeds.values.size(), -1);
+  std::vector<TensorType> all_types = feed_types;
+  all_types.insert(all_types.end(), value_feeds.types.begin(), value_feeds.types.end());
+  std::vector<const Node*> origin;  // per expanded node: the node of an earlier specialisation it stands for
   for (size_t id = 0; id < n; ++id) {
     if (!live[id]) continue;
     const Node& s = src.node(int32_t(id));
-    std::vector<ValueRef> ins = schema_inputs(s);
-    for (auto& v : ins)
-      if (v.valid()) v = map[size_t(v.node)][size_t(v.index)];
-    Attrs attrs = s.attrs;
-    if (s.op->name == "placeholder" && feed_of[id] >= 0) attrs["shape"] = feed_types[size_t(feed_of[id])].shape;
     const int32_t before = int32_t(expanded.size());
-    map[id] = expanded.add(s.op->name, ins, attrs, s.name, s.regions);
-    if (map[id].empty()) map[id].push_back({int32_t(expanded.size()) - 1, 0});  // an operation: keep its id
-    if (s.op->name == "placeholder" && feed_of[id] >= 0) new_feeds[size_t(feed_of[id])] = before;
+    if (fed[id]) {  // computed earlier: a placeholder per fed output
+      for (size_t k = 0; k < s.outputs.size(); ++k) {
+        const int f = k < value_of[id].size() ? value_of[id][k] : -1;
+        if (f < 0) {
+          map[id].push_back(ValueRef{});
+          continue;
+        }
+        const TensorType& t = value_feeds.types[size_t(f)];
+        new_feeds[feed_nodes.size() + size_t(f)] = int32_t(expanded.size());
+        map[id].push_back(expanded.add1("placeholder", {}, {{"shape", t.shape}, {"dtype", t.dtype}},
+                                        s.outputs.size() == 1 ? s.name : s.name + ":" + std::to_string(k)));
+      }
+    } else {
+      std::vector<ValueRef> ins = schema_inputs(s);
+      for (auto& v : ins) {
+        if (!v.valid()) continue;
+        const ValueRef from = v;
+        v = map[size_t(from.node)][size_t(from.index)];
+        if (!v.valid())
+          raise(ErrorKind::Value, "run", s.name, "input " + src.node(from.node).name + ":" + std::to_string(from.index) +
+                                                     " is needed but only other outputs of its node were fed");
+      }
+      Attrs attrs = s.attrs;
+      if (s.op->name == "placeholder" && feed_of[id] >= 0) attrs["shape"] = feed_types[size_t(feed_of[id])].shape;
+      map[id] = expanded.add(s.op->name, ins, attrs, s.name, s.regions);
+      if (map[id].empty()) map[id].push_back({int32_t(expanded.size()) - 1, 0});  // an operation: keep its id
+      if (s.op->name == "placeholder" && feed_of[id] >= 0) new_feeds[size_t(feed_of[id])] = before;
+    }
+    origin.resize(expanded.size(), nullptr);
+    if (!fed[id] && s.origin_op && s.origin_op != s.op)
+      for (size_t k = size_t(before); k < expanded.size(); ++k) origin[k] = &s;
   }
   std::vector<ValueRef> new_targets;
-  for (auto& t : targets) new_targets.push_back(map[size_t(t.node)][size_t(t.index)]);
+  for (auto& t : targets) {
+    new_targets.push_back(map[size_t(t.node)][size_t(t.index)]);
+    if (!new_targets.back().valid())
+      raise(ErrorKind::Value, "run", src.node(t.node).name, "a target is an output of a node whose other outputs were fed");
+  }
   std::vector<int32_t> new_target_ops;
-  for (auto id : target_ops) new_target_ops.push_back(map[size_t(id)][0].node);
+  for (auto id : target_ops) {
+    auto& m = map[size_t(id)];  // a fed node: the placeholder of one of its fed outputs
+    new_target_ops.push_back(std::find_if(m.begin(), m.end(), [](ValueRef v) { return v.valid(); })->node);
+  }
   // Pass 2: fold constants, merge common subexpressions (a pruned feed stays -1).
-  Specialised out =
-      fold_and_merge(expanded, src.variables(), new_feeds, feed_types, new_targets, new_target_ops, evaluator, opts);
+  bool folded_dd = false;
+  Specialised out = fold_and_merge(expanded, src.variables(), new_feeds, all_types, new_targets, new_target_ops,
+                                   evaluator, opts, origin, folded_dd);
   out.evaluator = evaluator;
+  if (folded_dd) {
+    // a data-dependent node became a constant: its consumers' types are concrete now, so the
+    // composites kept for a later stage can be expanded; specialise the result once more
+    std::vector<int32_t> ids;
+    std::vector<TensorType> types;
+    std::vector<size_t> pos;
+    for (size_t i = 0; i < out.feeds.size(); ++i)
+      if (out.feeds[i] >= 0) {
+        ids.push_back(out.feeds[i]);
+        types.push_back(out.graph->type({out.feeds[i], 0}));
+        pos.push_back(i);
+      }
+    Specialised again = specialise(*out.graph, ids, types, out.targets, out.target_ops, evaluator, native, opts);
+    again.vars = out.vars;
+    std::vector<int32_t> feeds(out.feeds.size(), -1);
+    for (size_t j = 0; j < pos.size(); ++j) feeds[pos[j]] = again.feeds[j];
+    again.feeds = std::move(feeds);
+    return again;
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/array.h"
+#include "core/graph.h"
 #include "core/specialise.h"
 
 namespace mg {
@@ -27,6 +28,7 @@ struct PlanEntry {
   int64_t buffer = -1;     // arena buffer (arena, scratch, views of them), feed or output index
   size_t nbytes = 0;
   std::string alias_of;    // view: the node whose bytes it shares
+  int64_t stage = 0;       // graphs with data-dependent nodes run in stages (runtime/executable.h)
 };
 
 // A compiled executable's backend half: every shape fixed, buffers planned.
@@ -52,6 +54,11 @@ class Backend {
   virtual bool implements_composite(const Node& node) const { return false; }
   // Evaluates nodes on host constants for specialisation (the CPU backend has one).
   virtual ConstantEvaluator* constant_evaluator() { return nullptr; }
+  // Runs one data-dependent node (OpDef::data_dependent) between two stages of a run: its
+  // inputs are concrete, and it allocates its outputs, whose shapes it is the one to know.
+  // The default raises NotImplemented naming the op and this backend.
+  virtual std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
+                                                                 const std::vector<std::shared_ptr<const Array>>& inputs);
 };
 
 // Each backend, or its stub where it is not built, registers itself from its own

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/registry.h"
 #include "runtime/backend.h"
 
 namespace mg {
@@ -101,5 +102,15 @@ ConstantEvaluator& host_constant_evaluator() {
 }
 
 Device default_device() { return available_devices().front(); }
+
+}  // namespace mg
+
+namespace mg {
+
+std::vector<std::shared_ptr<Array>> Backend::run_data_dependent(const Node& node, const std::vector<TensorType>&,
+                                                                const std::vector<std::shared_ptr<const Array>>&) {
+  raise(ErrorKind::NotImplemented, node.op->name, node.name,
+        "the " + std::string(kind_name(kind())) + " backend cannot run this data-dependent op");
+}
 
 }  // namespace mg

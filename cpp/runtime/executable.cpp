@@ -1,10 +1,14 @@
 #include <algorithm>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <set>
 #include <utility>
 
 #include "runtime/executable.h"
 
 #include "core/registry.h"
+#include "runtime/profile.h"
 
 namespace mg {
 
@@ -63,6 +67,104 @@ size_t Executable::num_specialisations() const {
   return compiled_.size();
 }
 
+size_t Executable::num_compilations() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return compilations_;
+}
+
+Specialised Executable::specialise_stage(const Stage& st, const std::vector<ValueRef>& targets,
+                                         const std::vector<int32_t>& ops, const ValueFeeds& values) const {
+  std::vector<TensorType> types;
+  for (auto ph : st.placeholders) types.push_back(st.sg.graph->type({ph, 0}));
+  Backend* be = backend_;
+  Specialised r = specialise(*st.sg.graph, st.placeholders, types, targets, ops, &host_constant_evaluator(),
+                             [be](const Node& n) { return be->implements_composite(n); }, {}, values);
+  r.vars = st.sg.vars;  // the source graph's state, not the stage graph's (empty) one
+  return r;
+}
+
+std::shared_ptr<Executable::Stage> Executable::make_stage(Specialised sg) {
+  auto st = std::make_shared<Stage>();
+  st->sg = std::move(sg);
+  for (size_t i = 0; i < st->sg.feeds.size(); ++i)
+    if (st->sg.feeds[i] >= 0) {
+      st->inputs.push_back(i);
+      st->placeholders.push_back(st->sg.feeds[i]);
+    }
+  const Graph& g = *st->sg.graph;
+  if (st->sg.complete()) {
+    st->program = backend_->compile(st->sg);
+    ++compilations_;
+    for (auto& t : st->sg.targets) st->out_types.push_back(g.type(t));
+    st->pool.resize(st->out_types.size());
+    return st;
+  }
+  // after[id]: the node's value depends on a data-dependent node not yet run
+  const size_t n = g.size();
+  std::vector<char> after(n, 0), in_prefix(n, 0), ready(n, 0);
+  for (auto id : st->sg.data_dependent) after[size_t(id)] = 1;
+  for (size_t id = 0; id < n; ++id) {
+    const Node& nd = g.node(int32_t(id));
+    bool a = after[id];
+    for (auto& v : nd.inputs) a = a || after[size_t(v.node)];
+    if (after[id] && std::none_of(nd.inputs.begin(), nd.inputs.end(), [&](ValueRef v) { return after[size_t(v.node)]; })) {
+      ready[id] = 1;
+      st->ready.push_back(int32_t(id));
+    }
+    after[id] = a;
+  }
+  std::vector<int32_t> stack;
+  for (auto r : st->ready)
+    for (auto& v : g.node(r).inputs) stack.push_back(v.node);
+  while (!stack.empty()) {
+    int32_t id = stack.back();
+    stack.pop_back();
+    if (in_prefix[size_t(id)]) continue;
+    in_prefix[size_t(id)] = 1;
+    for (auto& v : g.node(id).inputs) stack.push_back(v.node);
+  }
+  // the frontier: prefix values read by later stages (placeholders and constants are there anyway)
+  std::set<ValueRef> later;
+  for (size_t id = 0; id < n; ++id)
+    if (!in_prefix[id] && !ready[id])
+      for (auto& v : g.node(int32_t(id)).inputs)
+        if (in_prefix[size_t(v.node)]) later.insert(v);
+  for (auto& t : st->sg.targets)
+    if (in_prefix[size_t(t.node)]) later.insert(t);
+  for (auto id : st->sg.target_ops)
+    for (size_t k = 0; in_prefix[size_t(id)] && k < g.node(id).outputs.size(); ++k) later.insert({id, int32_t(k)});
+  auto source_of = [&](ValueRef v) -> Stage::Source {
+    const Node& nd = g.node(v.node);
+    if (nd.op->name == "placeholder")
+      return {1, size_t(std::find(st->placeholders.begin(), st->placeholders.end(), v.node) - st->placeholders.begin()), nullptr};
+    if (nd.op->name == "constant") return {2, 0, node_attr<std::shared_ptr<const Array>>(nd, "value")};
+    return {0, 0, nullptr};
+  };
+  std::vector<ValueRef> prefix_targets;
+  for (auto& v : later)
+    if (source_of(v).kind == 0) st->frontier.push_back(v);
+  prefix_targets = st->frontier;
+  for (auto r : st->ready) {
+    st->ready_inputs.emplace_back();
+    for (auto& v : g.node(r).inputs) {
+      Stage::Source src = source_of(v);
+      if (src.kind == 0) {
+        src.index = prefix_targets.size();
+        prefix_targets.push_back(v);
+      }
+      st->ready_inputs.back().push_back(src);
+    }
+  }
+  st->last_nbytes.resize(st->ready.size());
+  if (!prefix_targets.empty()) {
+    Specialised pre = specialise_stage(*st, prefix_targets, {}, {});
+    st->prefix = backend_->compile(pre);
+    ++compilations_;
+    for (auto& t : pre.targets) st->prefix_types.push_back(pre.graph->type(t));
+  }
+  return st;
+}
+
 Executable::Compiled& Executable::compiled_for(const std::vector<TensorType>& types) {
   // at most kMaxSpecialisations entries, the most recent first: a linear search is cheapest
   for (auto it = compiled_.begin(); it != compiled_.end(); ++it) {
@@ -74,11 +176,9 @@ Executable::Compiled& Executable::compiled_for(const std::vector<TensorType>& ty
   auto c = std::make_unique<Compiled>();
   c->feed_types = types;
   Backend* be = backend_;
-  c->sg = specialise(*graph_, feeds_, types, targets_, target_ops_, &host_constant_evaluator(),
-                     [be](const Node& n) { return be->implements_composite(n); });
-  c->program = backend_->compile(c->sg);
-  for (auto& t : c->sg.targets) c->out_types.push_back(c->sg.graph->type(t));
-  c->pool.resize(c->out_types.size());
+  c->root = make_stage(specialise(*graph_, feeds_, types, targets_, target_ops_, &host_constant_evaluator(),
+                                  [be](const Node& n) { return be->implements_composite(n); }));
+  c->last_path = {c->root};
   compiled_.emplace_front(std::move(c));
   if (compiled_.size() > kMaxSpecialisations) compiled_.pop_back();
   return *compiled_.front();
@@ -87,16 +187,108 @@ Executable::Compiled& Executable::compiled_for(const std::vector<TensorType>& ty
 std::vector<PlanEntry> Executable::memory_plan() const {
   std::lock_guard<std::mutex> l(mu_);
   if (compiled_.empty()) return {};
-  return compiled_.front()->program->memory_plan();
+  std::vector<PlanEntry> r;
+  const auto& path = compiled_.front()->last_path;
+  for (size_t k = 0; k < path.size(); ++k) {
+    const Stage& st = *path[k];
+    auto part = st.program ? st.program->memory_plan() : st.prefix ? st.prefix->memory_plan() : std::vector<PlanEntry>{};
+    for (auto& e : part) {
+      e.stage = int64_t(k);
+      r.push_back(std::move(e));
+    }
+    for (size_t i = 0; i < st.ready.size(); ++i) {  // allocated by the node when it runs
+      const Node& nd = st.sg.graph->node(st.ready[i]);
+      PlanEntry e{nd.name, nd.op->name, "data_dependent", -1, st.last_nbytes[i], ""};
+      e.stage = int64_t(k);
+      r.push_back(std::move(e));
+    }
+  }
+  return r;
 }
 
-std::shared_ptr<Array> Executable::take_output(Compiled& c, size_t k) {
+std::shared_ptr<Array> Executable::take_output(Stage& c, size_t k) {
   // A pooled buffer is reused only when nobody outside the pool holds it or its memory.
   for (auto& a : c.pool[k])
     if (a.use_count() == 1 && a->buffer.use_count() == 1) return a;
   auto a = backend_->allocate(c.out_types[k].dtype, c.out_types[k].shape);
   if (c.pool[k].size() < 4) c.pool[k].push_back(a);
   return a;
+}
+
+void Executable::run_stage(Compiled& c, const std::shared_ptr<Stage>& stp, const std::vector<std::shared_ptr<Array>>& values,
+                           const std::vector<std::shared_ptr<Array>>* out, std::vector<std::shared_ptr<Array>>& outputs) {
+  Stage& st = *stp;
+  c.last_path.push_back(stp);
+  if (st.program) {
+    if (out) {
+      if (out->size() != st.out_types.size())
+        raise(ErrorKind::Value, "run", "", "out= needs " + std::to_string(st.out_types.size()) + " buffers, got " +
+                                               std::to_string(out->size()));
+      for (size_t k = 0; k < out->size(); ++k) {
+        const auto& a = (*out)[k];
+        if (a->dtype != st.out_types[k].dtype || a->shape != st.out_types[k].shape)
+          raise(ErrorKind::Value, "run", graph_->node(targets_[k].node).name,
+                "out buffer " + std::to_string(k) + " is " + type_str({a->dtype, a->shape}) + " but the target is " +
+                    type_str(st.out_types[k]));
+      }
+      outputs = *out;
+    } else {
+      for (size_t k = 0; k < st.out_types.size(); ++k) outputs.push_back(take_output(st, k));
+    }
+    st.program->run(values, outputs);
+    return;
+  }
+  std::vector<std::shared_ptr<Array>> next;  // the next stage's values: placeholders, frontier, results
+  for (auto i : st.inputs) next.push_back(values[i]);
+  std::vector<std::shared_ptr<Array>> pre;
+  for (auto& t : st.prefix_types) pre.push_back(backend_->allocate(t.dtype, t.shape));
+  if (st.prefix) st.prefix->run(next, pre);
+  next.insert(next.end(), pre.begin(), pre.begin() + std::ptrdiff_t(st.frontier.size()));
+  ValueFeeds fed;
+  fed.values = st.frontier;
+  for (size_t i = 0; i < st.frontier.size(); ++i) fed.types.push_back(st.prefix_types[i]);
+  std::vector<TensorType> key;
+  const bool profile = profiling_enabled();
+  for (size_t r = 0; r < st.ready.size(); ++r) {
+    const Node& nd = st.sg.graph->node(st.ready[r]);
+    std::vector<std::shared_ptr<const Array>> ins;
+    std::vector<TensorType> in_types;
+    for (auto& src : st.ready_inputs[r]) {
+      ins.push_back(src.kind == 0 ? pre[src.index] : src.kind == 1 ? values[st.inputs[src.index]] : src.constant);
+      in_types.push_back({ins.back()->dtype, ins.back()->shape});
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    auto res = backend_->run_data_dependent(nd, in_types, ins);
+    if (profile)
+      record_profile(nd.op->name.c_str(), (nd.origin_op ? nd.origin_op : nd.op)->name.c_str(),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (res.size() != nd.outputs.size())
+      raise(ErrorKind::Runtime, nd.op->name, nd.name, "the backend gave " + std::to_string(res.size()) + " results, not " +
+                                                          std::to_string(nd.outputs.size()));
+    st.last_nbytes[r] = 0;
+    for (size_t k = 0; k < res.size(); ++k) {
+      const TensorType t{res[k]->dtype, res[k]->shape};
+      const TensorType& want = nd.outputs[k];
+      bool ok = t.dtype == want.dtype && t.shape.size() == want.shape.size();
+      for (size_t d = 0; ok && d < t.shape.size(); ++d) ok = want.shape[d] < 0 || want.shape[d] == t.shape[d];
+      if (!ok)
+        raise(ErrorKind::Runtime, nd.op->name, nd.name, "the backend gave a result of type " + type_str(t) +
+                                                            " where " + type_str(want) + " was inferred");
+      st.last_nbytes[r] += res[k]->nbytes();
+      fed.values.push_back({nd.id, int32_t(k)});
+      fed.types.push_back(t);
+      key.push_back(t);
+      next.push_back(res[k]);
+    }
+  }
+  auto it = std::find_if(st.next.begin(), st.next.end(), [&](const auto& e) { return e.first == key; });
+  if (it == st.next.end()) {
+    st.next.emplace_front(key, make_stage(specialise_stage(st, st.sg.targets, st.sg.target_ops, fed)));
+    if (st.next.size() > kMaxSpecialisations) st.next.pop_back();
+  } else if (it != st.next.begin()) {
+    st.next.splice(st.next.begin(), st.next, it);
+  }
+  run_stage(c, st.next.front().second, next, out, outputs);
 }
 
 std::vector<std::shared_ptr<Array>> Executable::run(const std::vector<std::shared_ptr<Array>>& inputs,
@@ -119,22 +311,8 @@ std::vector<std::shared_ptr<Array>> Executable::run(const std::vector<std::share
   std::lock_guard<std::mutex> l(mu_);
   Compiled& c = compiled_for(types);
   std::vector<std::shared_ptr<Array>> outputs;
-  if (out) {
-    if (out->size() != c.out_types.size())
-      raise(ErrorKind::Value, "run", "", "out= needs " + std::to_string(c.out_types.size()) + " buffers, got " +
-                                             std::to_string(out->size()));
-    for (size_t k = 0; k < out->size(); ++k) {
-      const auto& a = (*out)[k];
-      if (a->dtype != c.out_types[k].dtype || a->shape != c.out_types[k].shape)
-        raise(ErrorKind::Value, "run", graph_->node(targets_[k].node).name,
-              "out buffer " + std::to_string(k) + " is " + type_str({a->dtype, a->shape}) + " but the target is " +
-                  type_str(c.out_types[k]));
-    }
-    outputs = *out;
-  } else {
-    for (size_t k = 0; k < c.out_types.size(); ++k) outputs.push_back(take_output(c, k));
-  }
-  c.program->run(inputs, outputs);
+  c.last_path.clear();
+  run_stage(c, c.root, inputs, out, outputs);
   return outputs;
 }
 

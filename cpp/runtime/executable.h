@@ -1,5 +1,14 @@
 // Executables: a pruned, specialised graph compiled for one device, plus the output pool,
 // and the bounded LRU cache that Graph.run uses.
+//
+// A graph holding data-dependent nodes (non_zero_indices: an output dim is known only once
+// the node has run) runs in stages. Stage k compiles the known part of the graph that the
+// ready data-dependent nodes need, plus the values later stages read (the frontier), runs
+// it, runs those nodes (Backend::run_data_dependent), then specialises the rest with their
+// results' concrete types, feeding the frontier in as values: nothing before a
+// data-dependent node is computed twice in one run (random draws and variable reads
+// included), and assigns land once, at the end of the last stage. Each stage is cached by
+// the types its data-dependent nodes produced, so a run with the same sizes compiles nothing.
 #pragma once
 #include <cstdint>
 #include <list>
@@ -35,17 +44,49 @@ class Executable {
   std::vector<PlanEntry> memory_plan() const;
   std::vector<TensorType> target_types() const;  // declared (may hold unknown dims)
   size_t num_specialisations() const;
+  // Backend compilations made so far (every stage of a graph with data-dependent nodes counts).
+  size_t num_compilations() const;
 
  private:
-  struct Compiled {
-    std::vector<TensorType> feed_types;  // the concrete signature it was specialised for
+  // One stage of a run. A complete graph (no data-dependent node left) is one stage whose
+  // `program` computes the targets. Otherwise `prefix` computes what the ready data-dependent
+  // nodes need and the frontier (values later stages read), the backend runs those nodes,
+  // and the rest of the graph, specialised for their results' types, is the next stage
+  // (cached by those types, bounded).
+  struct Stage {
     Specialised sg;
+    std::vector<size_t> inputs;         // per placeholder of sg that is fed: its index in the stage's values
+    std::vector<int32_t> placeholders;  // ... and its node
+    // complete
     std::unique_ptr<Program> program;
     std::vector<TensorType> out_types;
     std::vector<std::vector<std::shared_ptr<Array>>> pool;  // per output
+    // staged
+    std::unique_ptr<Program> prefix;
+    std::vector<TensorType> prefix_types;  // its results: the frontier, then the other ready inputs
+    std::vector<ValueRef> frontier;        // values of sg computed here and read later
+    struct Source {
+      int kind = 0;  // 0: a prefix result, 1: a stage value (placeholder), 2: a constant
+      size_t index = 0;
+      std::shared_ptr<const Array> constant;
+    };
+    std::vector<int32_t> ready;                      // the data-dependent nodes run after the prefix
+    std::vector<std::vector<Source>> ready_inputs;   // per ready node
+    std::vector<size_t> last_nbytes;                 // per ready node: its results' size in the last run
+    std::list<std::pair<std::vector<TensorType>, std::shared_ptr<Stage>>> next;  // LRU, front = newest
+  };
+  struct Compiled {
+    std::vector<TensorType> feed_types;  // the concrete signature it was specialised for
+    std::shared_ptr<Stage> root;
+    std::vector<std::shared_ptr<Stage>> last_path;  // the stages of the most recent run (memory_plan)
   };
   Compiled& compiled_for(const std::vector<TensorType>& types);
-  std::shared_ptr<Array> take_output(Compiled& c, size_t k);
+  std::shared_ptr<Stage> make_stage(Specialised sg);
+  Specialised specialise_stage(const Stage& st, const std::vector<ValueRef>& targets, const std::vector<int32_t>& ops,
+                               const ValueFeeds& values) const;
+  void run_stage(Compiled& c, const std::shared_ptr<Stage>& st, const std::vector<std::shared_ptr<Array>>& values,
+                 const std::vector<std::shared_ptr<Array>>* out, std::vector<std::shared_ptr<Array>>& outputs);
+  std::shared_ptr<Array> take_output(Stage& c, size_t k);
 
   std::shared_ptr<Graph> graph_;
   std::vector<int32_t> feeds_;
@@ -55,6 +96,7 @@ class Executable {
   Device device_;
   Backend* backend_;
   mutable std::mutex mu_;
+  size_t compilations_ = 0;
   std::list<std::unique_ptr<Compiled>> compiled_;  // LRU by feed types, front = newest
 };
 

@@ -517,10 +517,19 @@ class Executable:
     def num_specializations(self):
         return self._exe.num_specializations
 
+    @property
+    def num_compilations(self):
+        """Backend compilations so far: one per specialisation, or one per stage of a graph
+        with data-dependent ops (a run whose sizes were seen before compiles nothing)."""
+        return self._exe.num_compilations
+
     def memory_plan(self):
         """Where each value of the most recent specialisation lives, one dict per value:
-        node, op, storage ('feed', 'constant', 'variable', 'arena', 'output', 'scratch' or
-        'view': the same bytes as node `alias_of`, no copy), buffer index and nbytes."""
+        node, op, storage ('feed', 'constant', 'variable', 'arena', 'output', 'scratch',
+        'view': the same bytes as node `alias_of`, no copy, or 'data_dependent': allocated by
+        a data-dependent op as it runs), buffer index, nbytes and stage (a graph with
+        data-dependent ops runs in stages: the entries of the most recent run's stages, in
+        order; buffer indices are per stage)."""
         return self._exe.memory_plan()
 
     def _inputs(self, inputs):

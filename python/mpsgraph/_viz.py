@@ -208,8 +208,11 @@ def _call(view, op, name, inputs, attrs, outputs, inside):
 
 def _node_line(view, k, inside):
     n = view.nodes[k]
-    return _call(view, n["op"], n["name"], [None if r is None else tuple(r) for r in n["inputs"]], n["attrs"],
+    line = _call(view, n["op"], n["name"], [None if r is None else tuple(r) for r in n["inputs"]], n["attrs"],
                  n["outputs"], inside)
+    if n.get("data_dependent"):  # runs between stages (docs/data_dependent.md)
+        line += "  # data-dependent: None dims known once it runs; what uses it runs in a later stage"
+    return line
 
 
 def lines(view, indent="  "):
@@ -280,6 +283,7 @@ _STYLE = {
     "assign_variable": 'shape=cylinder, style="filled,bold", fillcolor="#ffe0b3", color="#d9822b"',
     "composite": 'shape=box3d, style="filled", fillcolor="#eadcff", color="#7b52c7"',
     "op": 'shape=box, style="rounded,filled", fillcolor="#ffffff", color="#555555"',
+    "data_dependent": 'shape=box, style="rounded,filled,dashed", fillcolor="#ffe8e8", color="#c0392b"',
 }
 
 
@@ -304,6 +308,8 @@ def _dot_label(view, k, prefix=""):
         if note and not note.startswith("<"):
             parts.append(note)
     parts += [type_str(s, d) for s, d in n["outputs"]]
+    if n.get("data_dependent"):
+        parts.append("data-dependent: ends a stage")
     if len(parts[1]) > 48:  # long expanded names: the tail says enough
         parts[1] = "..." + parts[1][-45:]
     return "\n".join(parts)
@@ -319,6 +325,8 @@ def format_dot(view, name="mpsgraph"):
         n = view.nodes[k]
         op = n["op"]
         style = _STYLE.get(op) or (_STYLE["composite"] if n["composite"] else _STYLE["op"])
+        if n.get("data_dependent"):
+            style = _STYLE["data_dependent"]
         extra = ", penwidth=2.5" if any(t[0] == k for t in view.targets) else ""
         return f"{pad}n{k} [label={_q(_dot_label(view, k, prefix))}, {style}{extra}];"
 

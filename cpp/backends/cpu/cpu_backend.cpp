@@ -103,6 +103,11 @@ std::unordered_map<std::string, KernelFactory>& kernels() {
   return k;
 }
 
+std::unordered_map<std::string, DynamicKernelFactory>& dynamic_kernels() {
+  static std::unordered_map<std::string, DynamicKernelFactory> k;
+  return k;
+}
+
 void ensure_kernels() {
   static bool done = [] {
     register_elementwise_kernels();
@@ -117,6 +122,7 @@ void ensure_kernels() {
     register_random_kernels();
     register_control_flow_kernels();
     register_sparse_kernels();
+    register_dynamic_kernels();
     return true;
   }();
   (void)done;
@@ -149,6 +155,22 @@ static const KernelFactory* find_kernel(const std::string& op) {
   ensure_kernels();
   auto it = kernels().find(op);
   return it == kernels().end() ? nullptr : &it->second;
+}
+
+void register_dynamic_kernel(const std::string& op, DynamicKernelFactory factory) {
+  dynamic_kernels()[op] = std::move(factory);
+}
+
+static const DynamicKernelFactory* find_dynamic_kernel(const std::string& op) {
+  ensure_kernels();
+  auto it = dynamic_kernels().find(op);
+  return it == dynamic_kernels().end() ? nullptr : &it->second;
+}
+
+static std::vector<TensorType> types_of(const std::vector<std::shared_ptr<const Array>>& inputs) {
+  std::vector<TensorType> in;
+  for (auto& a : inputs) in.push_back({a->dtype, a->shape});
+  return in;
 }
 
 // ---------------- program ----------------
@@ -384,10 +406,14 @@ class CpuEvaluator final : public ConstantEvaluator {
  public:
   std::vector<std::shared_ptr<Array>> evaluate(const Node& node,
                                                const std::vector<std::shared_ptr<const Array>>& inputs) override {
+    if (node.op->is_data_dependent(node)) {
+      const DynamicKernelFactory* d = find_dynamic_kernel(node.op->name);
+      if (!d) return {};
+      return (*d)(node, types_of(inputs))(inputs);
+    }
     const KernelFactory* f = find_kernel(node.op->name);
     if (!f) return {};
-    std::vector<TensorType> in;
-    for (auto& a : inputs) in.push_back({a->dtype, a->shape});
+    std::vector<TensorType> in = types_of(inputs);
     KernelCtx kctx{node, in, node.outputs};
     KernelFn fn = (*f)(kctx);
     std::vector<const void*> ip;
@@ -414,6 +440,12 @@ class CpuBackend final : public Backend {
   bool available() const override { return true; }
   std::unique_ptr<Program> compile(const Specialised& sg) override { return std::make_unique<CpuProgram>(sg); }
   ConstantEvaluator* constant_evaluator() override { return &evaluator_; }
+  std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
+                                                         const std::vector<std::shared_ptr<const Array>>& inputs) override {
+    const DynamicKernelFactory* d = find_dynamic_kernel(node.op->name);
+    if (!d) return Backend::run_data_dependent(node, in_types, inputs);  // raises naming op and backend
+    return (*d)(node, in_types)(inputs);
+  }
 
  private:
   CpuEvaluator evaluator_;

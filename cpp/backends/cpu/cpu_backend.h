@@ -30,6 +30,14 @@ using KernelFactory = std::function<KernelFn(const KernelCtx&)>;
 
 void register_kernel(const std::string& op, KernelFactory factory);
 
+// Data-dependent ops (OpDef::data_dependent) run between stages: the prepared function
+// allocates its outputs when it runs, since only then are their shapes known. The factory
+// sees the node and its (concrete) input types.
+using DynamicKernelFn =
+    std::function<std::vector<std::shared_ptr<Array>>(const std::vector<std::shared_ptr<const Array>>& inputs)>;
+using DynamicKernelFactory = std::function<DynamicKernelFn(const Node& node, const std::vector<TensorType>& in)>;
+void register_dynamic_kernel(const std::string& op, DynamicKernelFactory factory);
+
 // Splits [0, n) into chunks of at least `grain` over the pool; runs inline when small.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 int num_threads();
@@ -47,6 +55,7 @@ void register_convolution_kernels();
 void register_random_kernels();
 void register_control_flow_kernels();
 void register_sparse_kernels();
+void register_dynamic_kernels();
 
 std::unique_ptr<Backend> make_cpu_backend();
 

@@ -4,8 +4,10 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/array.h"
+#include "core/graph.h"
 #include "core/specialise.h"
 #include "runtime/backend.h"
 
@@ -34,6 +36,12 @@ class MetalDevice {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// Runs a data-dependent node (non_zero_indices) between two stages of a run, as a small
+// MPSGraph of its own whose result is sized at run time (metal_dynamic.mm).
+std::vector<std::shared_ptr<Array>> run_data_dependent(MetalDevice& dev, const Node& node,
+                                                       const std::vector<TensorType>& in_types,
+                                                       const std::vector<std::shared_ptr<const Array>>& inputs);
 
 // Lowers a specialised graph to one MPSGraph and compiles it to an MPSGraphExecutable.
 std::unique_ptr<Program> compile_program(const std::shared_ptr<MetalDevice>& device, const Specialised& sg);

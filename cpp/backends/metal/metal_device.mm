@@ -110,6 +110,11 @@ class MetalBackend final : public Backend {
     if (!device_) return Array::empty(dtype, shape);
     return device_->allocate(dtype, shape);
   }
+  std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
+                                                         const std::vector<std::shared_ptr<const Array>>& inputs) override {
+    if (!device_) raise(ErrorKind::Runtime, "device", "", "metal: " + unavailable_reason());
+    return metal::run_data_dependent(*device_, node, in_types, inputs);
+  }
 
  private:
   std::shared_ptr<MetalDevice> device_;

@@ -50,6 +50,7 @@ void register_all_ops() {
   ops::register_sparse_ops();
   ops::register_random_ops();
   ops::register_normalization_ops();
+  ops::register_dynamic_ops();
 }
 
 }  // namespace mg

@@ -71,5 +71,6 @@ void register_resize_ops();
 void register_convolution_ops();
 void register_control_flow_ops();
 void register_sparse_ops();
+void register_dynamic_ops();
 
 }  // namespace mg::ops
