@@ -231,6 +231,8 @@ _SCATTER_GEOMS = [
     ("along", (2, 0), (2, 0), (2, 0), {"axis": 1}, 0, 0, "along zero-size"),
 ]
 _OPS = {"axis": "scatter", "nd": "scatter_nd", "along": "scatter_along_axis"}
+_SET_ON_METAL = ("MPSGraph does not say which update 'set' keeps for repeated indices (docs/metal.md); the "
+                 "scatter_set_unique rows run there")
 
 
 def _geoms(kind):
@@ -246,11 +248,37 @@ for _kind in ("axis", "nd", "along"):
                   for _, d, u, i, a, lo, hi, lb in _geoms(_kind) if lb != "no updates"]  # see gather_nd_empty_tuples
         differentiable = _mode not in ("mul", "div")
         tol = {} if _mode in ("set", "min", "max") else _HALF_TOL
+        skip = {"metal": _SET_ON_METAL} if _mode == "set" else {}
         row(f"{_op}_{_mode}", _idx_op(_op), _scatter_ref(_kind), _dtypes_for(_mode), cases, input_dtypes=_idx_dtypes(), covers=(_op,),
-            tol=tol, none_variant=_kind != "nd",
+            tol=tol, none_variant=_kind != "nd", skip_devices=skip,
             grad=Grad(wrt=(0,), cases=(0,)) if differentiable and _mode not in ("min", "max") else None)
         row(f"{_op}_with_data_{_mode}", _idx_op(_op + "_with_data"), _scatter_data_ref(_kind), _dtypes_for(_mode),
-            dcases, input_dtypes=_data_idx_dtypes(), covers=(_op + "_with_data",), tol=tol, none_variant=_kind != "nd")
+            dcases, input_dtypes=_data_idx_dtypes(), covers=(_op + "_with_data",), tol=tol, none_variant=_kind != "nd",
+            skip_devices=skip)
+
+def _vals(shape, k=0):
+    """Deterministic values of any dtype (bool: parity)."""
+    def make(dt):
+        v = (np.arange(int(np.prod(shape))) * 5 + k) % 7 - 3
+        return (v % 2 == 1 if dt == "bool" else v).reshape(shape)
+    return make
+
+
+# 'set' without repeated indices (negative ones included): the same on every device
+_SET_UNIQUE = [
+    ("scatter_with_data", ((4, 3), (3, 3)), [3, -4, 1], {"axis": 0}),
+    ("scatter_with_data", ((2, 4), (2, 2)), [-1, 1], {"axis": 1}),
+    ("scatter_nd_with_data", ((4, 3), (3,)), [[0, -1], [3, 0], [-4, 2]], {}),
+    ("scatter_along_axis_with_data", ((3, 4), (2, 4)), [[0, -1, 2, 1], [-3, 0, -2, 2]], {"axis": 0}),
+]
+for _op, (_ds, _us), _iv, _a in _SET_UNIQUE:
+    _kind = {"scatter_with_data": "axis", "scatter_nd_with_data": "nd", "scatter_along_axis_with_data": "along"}[_op]
+    row(f"scatter_set_unique_{_op}_{len(_ds)}_{_a.get('axis', 'nd')}", _op, _scatter_data_ref(_kind), ALL,
+        [Case(values=(_vals(_ds), _vals(_us, 3), _iv), attrs={"mode": "set", **_a})],
+        input_dtypes=lambda d: (d, d, "int32"), exact=True, none_variant=_kind != "nd")
+row("scatter_set_unique_shape_form", "scatter", _scatter_ref("axis"), ALL,
+    [Case(values=(_vals((3, 3), 1), [3, -4, 1]), attrs={"shape": (4, 3), "mode": "set"})],
+    input_dtypes=lambda d: (d, "int32"), exact=True)
 
 row("scatter_int64_indices", "scatter_with_data", _scatter_data_ref("axis"), ("float32", "int32"),
     [Case(((4, 3), (6, 3), (6,)), {"axis": 0, "mode": "add"}, doms=(D, _UPD, _Ix(-4, 3)))],
