@@ -94,7 +94,8 @@ _GATHER_CASES = [
     Case(((4, 3), (0,)), {"axis": 0}, doms=_ix(0, 3), label="no indices"),
     Case(((0, 3), (2,)), {"axis": 1}, doms=_ix(0, 2), label="zero-size data"),
 ]
-row("gather", _idx_op("gather"), _gather_ref, ALL, _GATHER_CASES, input_dtypes=_idx_dtypes(), covers=("gather",), exact=True,
+row("gather", _idx_op("gather"), _gather_ref, ALL, _GATHER_CASES, input_dtypes=_idx_dtypes(), covers=("gather",),
+    exact=True,
     grad=Grad(wrt=(0,), cases=(0, "2-d indices", "batch_dims"), second_order=(0,), unknown_dims=True))
 for _idt in ("int8", "int64", "uint8", "uint32", "uint64"):
     row(f"gather_indices_{_idt}", "gather", _gather_ref, ("float32",),
@@ -108,7 +109,8 @@ _GATHER_ND_CASES = [
     Case(((2, 4, 3), (2, 5, 1)), {"batch_dims": 1}, doms=_ix(-3, 2), label="batch_dims"),
     Case(((3, 2), (0, 2)), {}, doms=_ix(0, 1), label="no indices"),
 ]
-row("gather_nd", _idx_op("gather_nd"), _gather_nd_ref, ALL, _GATHER_ND_CASES, input_dtypes=_idx_dtypes(), covers=("gather_nd",), exact=True,
+row("gather_nd", _idx_op("gather_nd"), _gather_nd_ref, ALL, _GATHER_ND_CASES, input_dtypes=_idx_dtypes(),
+    covers=("gather_nd",), exact=True,
     none_variant=False,  # the tuple size must be known: tests/test_gather_scatter.py runs partial None dims
     grad=Grad(wrt=(0,), cases=("full tuples", "batch_dims"), second_order=("full tuples",)))
 # K = 0: whole slices, from indices with no values (the Metal backend cannot lower a non-empty
@@ -125,7 +127,8 @@ _ALONG_CASES = [
     Case(((2, 3), (2, 4)), {"axis": -1}, doms=_ix(-3, 2)),
     Case(((2, 3), (2, 0)), {"axis": 1}, doms=_ix(0, 2), label="zero-size"),
 ]
-row("gather_along_axis", _idx_op("gather_along_axis"), _along_ref, ALL, _ALONG_CASES, input_dtypes=_idx_dtypes(), covers=("gather_along_axis",),
+row("gather_along_axis", _idx_op("gather_along_axis"), _along_ref, ALL, _ALONG_CASES, input_dtypes=_idx_dtypes(),
+    covers=("gather_along_axis",),
     exact=True, grad=Grad(wrt=(0,), cases=(0, "middle axis"), second_order=(0,), unknown_dims=True))
 row("gather_along_axis_int64", "gather_along_axis", _along_ref, ("float16", "int8"), _ALONG_CASES[:2],
     input_dtypes=_idx_dtypes("int64"), exact=True)
@@ -246,12 +249,12 @@ for _kind in ("axis", "nd", "along"):
                  for _, d, u, i, a, lo, hi, lb in _geoms(_kind)]
         dcases = [Case((d, u, i), {"mode": _mode, **a}, doms=(D, _UPD, _Ix(lo, hi)), label=lb)
                   for _, d, u, i, a, lo, hi, lb in _geoms(_kind) if lb != "no updates"]  # see gather_nd_empty_tuples
-        differentiable = _mode not in ("mul", "div")
         tol = {} if _mode in ("set", "min", "max") else _HALF_TOL
         skip = {"metal": _SET_ON_METAL} if _mode == "set" else {}
-        row(f"{_op}_{_mode}", _idx_op(_op), _scatter_ref(_kind), _dtypes_for(_mode), cases, input_dtypes=_idx_dtypes(), covers=(_op,),
+        row(f"{_op}_{_mode}", _idx_op(_op), _scatter_ref(_kind), _dtypes_for(_mode), cases, input_dtypes=_idx_dtypes(),
+            covers=(_op,),
             tol=tol, none_variant=_kind != "nd", skip_devices=skip,
-            grad=Grad(wrt=(0,), cases=(0,)) if differentiable and _mode not in ("min", "max") else None)
+            grad=Grad(wrt=(0,), cases=(0,)) if _mode in ("set", "add", "sub") else None)
         row(f"{_op}_with_data_{_mode}", _idx_op(_op + "_with_data"), _scatter_data_ref(_kind), _dtypes_for(_mode),
             dcases, input_dtypes=_data_idx_dtypes(), covers=(_op + "_with_data",), tol=tol, none_variant=_kind != "nd",
             skip_devices=skip)
@@ -315,17 +318,28 @@ def _grad_geoms():
             if lb in ("repeats", "batch_dims", "nd tuples", "nd batch_dims", "along middle")]
 
 
-for _mode in ("set", "add", "sub", "min", "max"):
+_AWAY = dom(lo=0.5, hi=1.5)  # 'mul' / 'div': no division near zero in the finite differences
+
+for _mode in ("set", "add", "sub", "min", "max", "mul", "div"):
     for _op, d, u, i, a, lo, hi, lb in _grad_geoms():
         ref = _scatter_data_ref({"scatter": "axis", "scatter_nd": "nd", "scatter_along_axis": "along"}[_op])
-        doms = (_Distinct(), _Distinct(offset=0.11), _Ix(lo, hi))
+        doms = (_Distinct(), _Distinct(offset=0.11), _Ix(lo, hi)) if _mode not in ("mul", "div") else \
+            (D, _AWAY, _Ix(lo, hi))
         row(f"grad_{_op}_with_data_{_mode}_{lb.replace(' ', '_')}", _idx_op(_op + "_with_data"), ref,
             ("float64",),
-            [Case((d, u, i), {"mode": _mode, **a}, doms=doms, label=lb)], input_dtypes=_data_idx_dtypes(), covers=(_op + "_with_data",),
+            [Case((d, u, i), {"mode": _mode, **a}, doms=doms, label=lb)], input_dtypes=_data_idx_dtypes(),
+            covers=(_op + "_with_data",),
             none_variant=False,
-            grad=Grad(wrt=(0, 1), cases=(0,), second_order=_mode in ("add", "sub", "set"),
+            grad=Grad(wrt=(0, 1), cases=(0,), second_order=_mode in ("add", "sub", "set", "mul", "div"),
                       unknown_dims=_mode != "set" and _op != "scatter_nd"))
     row(f"grad_scatter_{_mode}_shape_form", _idx_op("scatter"), _scatter_ref("axis"), ("float64",),
         [Case(((6, 3), (6,)), {"shape": (4, 3), "mode": _mode}, doms=(_Distinct(offset=0.05), _Ix(-4, 3)))],
         input_dtypes=_idx_dtypes(), covers=("scatter",), none_variant=False, grad=Grad(wrt=(0,), cases=(0,)))
-
+# 'mul' with zero updates: one zero at a position (its gradient is the product of the others),
+# two zeros (all 0), none. First order only: at an exact zero the zero-safe rule's second
+# derivative misses the other updates' terms (as reduction_product's)
+row("grad_scatter_with_data_mul_zero_updates", _idx_op("scatter_with_data"), _scatter_data_ref("axis"), ("float64",),
+    [Case(values=([1.5, -2.0, 0.5, 3.0], [0.0, 2.0, -1.5, 0.0, 1.25, 0.7, 0.0, 0.0], [0, 0, 1, 1, 1, 2, 3, 3]),
+          attrs={"mode": "mul"})],
+    input_dtypes=_data_idx_dtypes(), covers=("scatter_with_data",), none_variant=False,
+    grad=Grad(wrt=(0, 1), cases=(0,)))

@@ -132,18 +132,6 @@ def test_build_errors():
 # ---------------------------------------------------------------- gradients
 
 
-@pytest.mark.parametrize("mode", ["mul", "div"])
-def test_mul_div_not_differentiable(mode):
-    g = mg.Graph()
-    d = g.placeholder((3, 2), F32)
-    u = g.placeholder((4, 2), F32)
-    i = g.placeholder((4,), I32)
-    y = g.scatter_with_data(d, u, i, mode=mode, name="sc")
-    loss = g.reduction_sum(y, keep_dims=False)
-    expect(mg.GraphNotImplementedError, lambda: g.gradients(loss, [d, u]), "[scatter_with_data]", f"'{mode}'",
-           "not differentiable")
-
-
 def test_set_gradient_needs_known_updates_shape():
     g = mg.Graph()
     d = g.placeholder((3, 2), F32)

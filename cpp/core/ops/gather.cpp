@@ -212,6 +212,24 @@ ValueRef set_winners(GradCtx& c, const GatherAttrs& a, ValueRef data, ValueRef u
   return call(g, "cast", {call(g, "equal", {gather_like(g, a, last, idx), ord})}, {{"dtype", ut.dtype}});
 }
 
+// For 'mul': per update, the product of the other updates at its position, zero-safe as
+// reduction_product's gradient: with z zeros there, z == 0: P / u_j; z == 1: the product of the
+// nonzero ones for the zero update, 0 for the others; z > 1: 0.
+ValueRef others_product(GradCtx& c, const GatherAttrs& a, ValueRef upd, ValueRef idx) {
+  Graph& g = c.g;
+  ValueRef y = c.y(0);
+  const DType dt = g.type(upd).dtype;
+  ValueRef zero = scalar_like(g, 0.0, upd), one = scalar_like(g, 1.0, upd);
+  ValueRef is_zero = call(g, "equal", {upd, zero});
+  ValueRef safe = call(g, "select", {is_zero, one, upd});
+  ValueRef p_nz = gather_like(g, a, scatter_onto(g, a, ones_like(g, y), safe, idx, "mul"), idx);
+  ValueRef zeros = call(g, "cast", {is_zero}, {{"dtype", dt}});
+  ValueRef count = gather_like(g, a, scatter_onto(g, a, zeros_like(g, y), zeros, idx, "add"), idx);
+  ValueRef when_nonzero = call(g, "select", {call(g, "equal", {count, zero}), call(g, "division", {p_nz, safe}), zero});
+  ValueRef when_zero = call(g, "select", {call(g, "equal", {count, one}), p_nz, zero});
+  return call(g, "select", {is_zero, when_zero, when_nonzero});
+}
+
 // Shared by both forms: `data` is the data input, or invalid for the shape forms (zeros).
 std::vector<ValueRef> scatter_grads(GradCtx& c, ValueRef data, ValueRef upd, ValueRef idx) {
   Graph& g = c.g;
@@ -246,10 +264,21 @@ std::vector<ValueRef> scatter_grads(GradCtx& c, ValueRef data, ValueRef upd, Val
       d_upd = call(g, "multiplication", {gather_like(g, a, share, idx), eq_u});
       break;
     }
-    default:
-      raise(ErrorKind::NotImplemented, c.node.op->name, c.node.name,
-            std::string("mode '") + kModes[int(a.mode)] + "' is not differentiable (only 'set', 'add', 'sub', "
-            "'min' and 'max' are)");
+    case ScatterMode::Mul: {
+      // y = data * P, P the product of the updates at each position (1 where none lands)
+      ValueRef base = data.valid() ? data : zeros_like(g, y);
+      d_data = call(g, "multiplication", {dy, scatter_onto(g, a, ones_like(g, y), upd, idx, "mul")});
+      d_upd = call(g, "multiplication",
+                   {gather_like(g, a, call(g, "multiplication", {dy, base}), idx), others_product(c, a, upd, idx)});
+      break;
+    }
+    case ScatterMode::Div: {
+      // y = data / P: d data = dy / P, d u_j = -dy * y / u_j
+      d_data = call(g, "multiplication", {dy, scatter_onto(g, a, ones_like(g, y), upd, idx, "div")});
+      ValueRef dyy = gather_like(g, a, call(g, "multiplication", {dy, y}), idx);
+      d_upd = call(g, "negative", {call(g, "division", {dyy, upd})});
+      break;
+    }
   }
   if (data.valid()) return {d_data, d_upd, ValueRef{}};
   return {d_upd, ValueRef{}};
@@ -273,7 +302,9 @@ AttrSpec mode_attr() {
               "MPSGraphScatterMode: 'add' (MPSGraph's default; repeated indices sum), 'sub', 'mul', 'div', 'min', "
               "'max' (all updates accumulate) or 'set' (the last update in row-major order wins)");
 }
-AttrSpec shape_attr() { return attr("shape", AttrKind::Shape, AttrNone{}, "static shape of the result (zeros before the scatter)"); }
+AttrSpec shape_attr() {
+  return attr("shape", AttrKind::Shape, AttrNone{}, "static shape of the result (zeros before the scatter)");
+}
 AttrSpec axis_attr(bool required) {
   return required ? attr("axis", AttrKind::Int, AttrNone{}, "the axis indexed (negative counts from the end)")
                   : attr("axis", AttrKind::Int, int64_t(0), "the axis indexed (negative counts from the end)");
@@ -289,8 +320,9 @@ const char* kIndexDoc =
 const char* kModeDoc =
     " The result starts as data (zeros for the shape forms) and each update is combined into it by mode, in "
     "row-major order of the updates: repeated indices accumulate under 'add', 'sub', 'mul', 'div', 'min', 'max'; "
-    "under 'set' the last one wins. Gradients: 'set', 'add', 'sub', 'min', 'max' (ties split dy evenly); "
-    "'mul' and 'div' raise GraphNotImplementedError when differentiated.";
+    "under 'set' the last one wins. Gradients w.r.t. data and updates in every mode ('set': only the update "
+    "kept, which needs the updates' shape known when the gradient is built; 'min' / 'max': ties split dy "
+    "evenly; 'mul': zero-safe).";
 
 }  // namespace
 
