@@ -1840,3 +1840,4 @@ import conformance_control_flow  # noqa: E402,F401
 # the sparse family (sparse_tensor, sparse_matmul and their gradient ops) appends its rows from conformance_sparse.py
 import conformance_sparse  # noqa: E402,F401
 import conformance_dynamic  # noqa: E402,F401
+import conformance_gather  # noqa: E402,F401

@@ -53,7 +53,9 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "avg_pooling_nd", "avg_pooling_nd_gradient", "sum_pooling_nd", "sum_pooling_nd_gradient",
     "resize", "resize_gradient",
     "pad", "pad_gradient", "band_part", "one_hot", "space_to_depth_2d", "depth_to_space_2d",
-    "sparse_tensor", "sparse_matmul", "non_zero_indices"}
+    "sparse_tensor", "sparse_matmul", "non_zero_indices",
+    "gather", "gather_nd", "gather_along_axis", "scatter", "scatter_with_data", "scatter_nd", "scatter_nd_with_data",
+    "scatter_along_axis", "scatter_along_axis_with_data"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -512,6 +514,42 @@ def test_sparse_tensor_and_sparse_matmul(storage, dtype, idx):
         return outs
 
     _check(build, parts + [_rand((4, 5), dtype, 61, -2, 2)], _TOL16.get(dtype))
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint8", "int32", "bool"])
+def test_gather_and_scatter_in_every_form(dtype):
+    """Negative and repeated indices, batch dims (the axis scatter's broadcast-index view), every
+    mode where the dtype takes it, narrow dtypes computed in int32 / float32 and cast back. 'set'
+    gets indices without repeats: MPSGraph does not say which repeated update it keeps."""
+    rng = np.random.default_rng(60)
+    if dtype == "bool":
+        x, up = rng.random((3, 5, 4)) < 0.5, rng.random((3, 6, 4)) < 0.5
+    else:
+        x, up = _rand((3, 5, 4), dtype, 60, -3, 3), _rand((3, 6, 4), dtype, 61, 1, 3)
+    i1 = np.array([0, -1, 2, 2, -5, 4], np.int32)
+    ib = np.array([[0, 1, 1, -1, 3, 0], [4, 4, 4, 2, -2, 1], [2, 0, 1, 3, 3, 3]], np.int64)
+    it = np.array([[0, -1], [2, 4], [-3, 0], [2, 4]], np.int32)
+    ia = np.array(rng.integers(-5, 5, (3, 6, 4)), np.int32)
+    # without repeats (per column for the along-axis form)
+    u1 = np.array([4, -5, 2], np.int32)
+    ub = np.array([[0, -1], [2, 3], [4, 1]], np.int32)
+    ut = np.array([[0, -1], [2, 3], [-1, 0]], np.int32)
+    ua = np.stack([np.add.outer(np.arange(3), np.arange(4)) % 5, np.add.outer(np.arange(3), np.arange(4)) % 5 - 3],
+                  axis=1).astype(np.int32)
+    modes = ["set"] if dtype == "bool" else ["set", "add", "sub", "mul", "div", "min", "max"]
+
+    def build(g, a, u, j1, jb, jt, ja, v1, vb, vt, va):
+        outs = [g.gather(a, j1, axis=1), g.gather(a, jb, axis=1, batch_dims=1), g.gather_nd(a, jt),
+                g.gather_along_axis(a, ja, axis=1), g.gather(a, g.constant(np.array([3, -4, -1], np.int32)), axis=-1)]
+        for m in modes:
+            k1, kb, kt, ka = (v1, vb, vt, va) if m == "set" else (j1, jb, jt, ja)
+            n1, nb, na = k1.shape[0], kb.shape[1], ka.shape[1]
+            ut = g.gather_nd(u, kt)
+            outs += [g.scatter_with_data(a, u[:, :n1], k1, axis=1, mode=m),
+                     g.scatter(u[:, :nb], kb, shape=(3, 5, 4), axis=1, batch_dims=1, mode=m),
+                     g.scatter_along_axis_with_data(a, u[:, :na], ka, axis=1, mode=m),
+                     g.scatter_nd_with_data(a, ut, kt, mode=m), g.scatter_nd(ut, kt, shape=(3, 5, 4), mode=m)]
+        return outs
+
+    _check(build, [x, up, i1, ib, it, ia, u1, ub, ut, ua], _TOL16.get(dtype))
 
 
 def test_a_cnn_training_step_matches_cpu():

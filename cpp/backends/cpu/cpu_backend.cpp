@@ -123,6 +123,7 @@ void ensure_kernels() {
     register_control_flow_kernels();
     register_sparse_kernels();
     register_dynamic_kernels();
+    register_gather_kernels();
     return true;
   }();
   (void)done;

@@ -56,6 +56,7 @@ void register_random_kernels();
 void register_control_flow_kernels();
 void register_sparse_kernels();
 void register_dynamic_kernels();
+void register_gather_kernels();
 
 std::unique_ptr<Backend> make_cpu_backend();
 

@@ -152,5 +152,6 @@ void register_convolution_lowerings();
 void register_pooling_lowerings();
 void register_resize_lowerings();
 void register_sparse_lowerings();
+void register_gather_lowerings();
 
 }  // namespace mg::metal

@@ -91,6 +91,7 @@ void ensure_registered() {
     register_pooling_lowerings();
     register_resize_lowerings();
     register_sparse_lowerings();
+    register_gather_lowerings();
     return true;
   }();
   (void)done;

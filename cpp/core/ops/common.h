@@ -72,5 +72,6 @@ void register_convolution_ops();
 void register_control_flow_ops();
 void register_sparse_ops();
 void register_dynamic_ops();
+void register_gather_ops();
 
 }  // namespace mg::ops
