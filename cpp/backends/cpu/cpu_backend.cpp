@@ -115,6 +115,7 @@ void ensure_kernels() {
     register_resize_kernels();
     register_convolution_kernels();
     register_random_kernels();
+    register_sort_kernels();
     return true;
   }();
   (void)done;

@@ -45,6 +45,7 @@ void register_pooling_kernels();
 void register_resize_kernels();
 void register_convolution_kernels();
 void register_random_kernels();
+void register_sort_kernels();
 
 std::unique_ptr<Backend> make_cpu_backend();
 

@@ -48,6 +48,7 @@ void register_all_ops() {
   ops::register_convolution_ops();
   ops::register_random_ops();
   ops::register_normalization_ops();
+  ops::register_sort_ops();
 }
 
 }  // namespace mg

@@ -69,5 +69,6 @@ void register_creation_ops();
 void register_pooling_ops();
 void register_resize_ops();
 void register_convolution_ops();
+void register_sort_ops();
 
 }  // namespace mg::ops
