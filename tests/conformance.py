@@ -1835,3 +1835,4 @@ row("one_hot_vs_torch", "one_hot",
 # losses, optimizer updates, random numbers) append their rows from conformance_nn.py
 
 import conformance_nn  # noqa: E402,F401
+import conformance_sort  # noqa: E402,F401
