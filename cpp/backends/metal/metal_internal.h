@@ -151,5 +151,6 @@ void register_random_lowerings();
 void register_convolution_lowerings();
 void register_pooling_lowerings();
 void register_resize_lowerings();
+void register_sort_lowerings();
 
 }  // namespace mg::metal

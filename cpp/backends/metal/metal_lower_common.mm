@@ -90,6 +90,7 @@ void ensure_registered() {
     register_convolution_lowerings();
     register_pooling_lowerings();
     register_resize_lowerings();
+    register_sort_lowerings();
     return true;
   }();
   (void)done;
