@@ -2,8 +2,9 @@
 //
 // Sorting works on lines: the elements along the axis at one (outer, inner) position. Each
 // thread copies a line's keys with their positions into its own slot of scratch memory and
-// sorts the pairs with the position as the tie-break, which is a stable order without
-// std::stable_sort's temporary allocation (top_k / bottom_k sort only the first k). Scans walk
+// sorts them with the position as the tie-break, which is a stable order without
+// std::stable_sort's temporary allocation (top_k / bottom_k sort only the first k). Keys of up
+// to 32 bits are packed with the position into one uint64. Scans walk
 // the axis with a block of up to 256 accumulators of the inner dims at a time (contiguous
 // loads that vectorise).
 #include <algorithm>
@@ -62,6 +63,49 @@ inline bool before(const Keyed<S>& p, const Keyed<S>& q) {
   return p.pos < q.pos;
 }
 
+// Keys wider than 32 bits: (key, position) pairs, the position breaking ties.
+template <class S, bool Desc>
+struct PairOrder {
+  using E = Keyed<S>;
+  static E make(S v, int32_t pos) { return {Num<S>::ld(v), pos}; }
+  static bool less(const E& a, const E& b) { return before<S, Desc>(a, b); }
+  static int32_t pos(const E& e) { return e.pos; }
+};
+
+// Keys of at most 32 bits: an order-preserving uint32 (NaN on top, -0.0 equal to 0.0,
+// complemented for descending) above the position in one uint64, so a plain integer sort gives
+// the stable order (and runs several times faster than the pairs).
+template <class S, bool Desc>
+struct PackedOrder {
+  using E = uint64_t;
+  static E make(S v, int32_t pos) {
+    using C = typename Num<S>::C;
+    C c = Num<S>::ld(v);
+    uint32_t u;
+    if constexpr (std::is_same_v<C, float>) {
+      if (c != c) {
+        u = 0xFFFFFFFFu;
+      } else {
+        if (c == 0) c = 0;  // -0.0 ties with 0.0
+        uint32_t b;
+        std::memcpy(&b, &c, 4);
+        u = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+      }
+    } else if constexpr (std::is_signed_v<C>) {
+      u = uint32_t(int32_t(c)) ^ 0x80000000u;
+    } else {
+      u = uint32_t(c);
+    }
+    if (Desc) u = ~u;
+    return (uint64_t(u) << 32) | uint32_t(pos);
+  }
+  static bool less(E a, E b) { return a < b; }
+  static int32_t pos(E e) { return int32_t(uint32_t(e)); }
+};
+
+template <class S, bool Desc>
+using OrderOf = std::conditional_t<sizeof(typename Num<S>::C) <= 4, PackedOrder<S, Desc>, PairOrder<S, Desc>>;
+
 struct SortPlan {
   Lines l;
   int64_t k = 0;             // elements kept per line (n for sort / arg_sort)
@@ -80,21 +124,24 @@ KernelFn sort_lines(SortPlan p) {
     const S* x = static_cast<const S*>(in[0]);
     S* vals = p.values >= 0 ? static_cast<S*>(out[p.values]) : nullptr;
     int32_t* idx = p.indices >= 0 ? static_cast<int32_t*>(out[p.indices]) : nullptr;
-    Keyed<S>* scratch = static_cast<Keyed<S>*>(out[p.scratch]);
+    using O = OrderOf<S, Desc>;
+    using E = typename O::E;
+    E* scratch = static_cast<E*>(out[p.scratch]);
     parallel_for(p.slots, 1, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
-        Keyed<S>* buf = scratch + t * l.n;
+        E* buf = scratch + t * l.n;
         for (int64_t line = t * lines / p.slots, end = (t + 1) * lines / p.slots; line < end; ++line) {
           const int64_t o = line / l.inner, i = line % l.inner;
           const S* xl = x + o * l.n * l.inner + i;
-          for (int64_t j = 0; j < l.n; ++j) buf[j] = {Num<S>::ld(xl[j * l.inner]), int32_t(j)};
-          auto cmp = [](const Keyed<S>& u, const Keyed<S>& v) { return before<S, Desc>(u, v); };
+          for (int64_t j = 0; j < l.n; ++j) buf[j] = O::make(xl[j * l.inner], int32_t(j));
+          auto cmp = [](const E& u, const E& v) { return O::less(u, v); };
           if (p.k < l.n) std::partial_sort(buf, buf + p.k, buf + l.n, cmp);
           else std::sort(buf, buf + l.n, cmp);
           const int64_t ob = o * p.k * l.inner + i;
           for (int64_t j = 0; j < p.k; ++j) {
-            if (vals) vals[ob + j * l.inner] = xl[int64_t(buf[j].pos) * l.inner];  // the exact element
-            if (idx) idx[ob + j * l.inner] = buf[j].pos;
+            const int32_t at = O::pos(buf[j]);
+            if (vals) vals[ob + j * l.inner] = xl[int64_t(at) * l.inner];  // the exact element
+            if (idx) idx[ob + j * l.inner] = at;
           }
         }
       }
@@ -111,7 +158,8 @@ KernelFn make_sort(const KernelCtx& c, int64_t axis, bool desc, int64_t k, int v
   p.slots = std::min<int64_t>(num_threads(), p.l.outer * p.l.inner);
   return dispatch_dtype(c.in[0].dtype, [&](auto tag) -> KernelFn {
     using S = decltype(tag);
-    p.scratch = c.scratch(size_t(std::max<int64_t>(p.slots, 0) * p.l.n) * sizeof(Keyed<S>));
+    p.scratch = c.scratch(size_t(std::max<int64_t>(p.slots, 0) * p.l.n) *
+                          std::max(sizeof(typename OrderOf<S, true>::E), sizeof(typename OrderOf<S, false>::E)));
     return desc ? sort_lines<S, true>(p) : sort_lines<S, false>(p);
   });
 }
