@@ -291,12 +291,12 @@ void register_sort_ops() {
            "The gradient of values scatters dy back to the indices.");
 
   cumulative_op("cumulative_sum", grad_cumulative_sum,
-                "Running sum (the exclusive identity is 0). Floats accumulate in float64 and round once per "
-                "output; integers wrap around in their dtype, as numpy.");
+                "Running sum (the exclusive identity is 0). Floats accumulate in float64 on the CPU (float32 on "
+                "Metal) and round once per output; integers wrap around in their dtype, as numpy.");
   cumulative_op("cumulative_product", grad_cumulative_product,
-                "Running product (the exclusive identity is 1). Floats accumulate in float64 and round once per "
-                "output; integers wrap around in their dtype. The gradient is exact with zeros in x (no division "
-                "by x at or after the first zero).");
+                "Running product (the exclusive identity is 1). Floats accumulate in float64 on the CPU (float32 on "
+                "Metal) and round once per output; integers wrap around in their dtype. The gradient is exact with "
+                "zeros in x (no division by x at or after the first zero).");
   cumulative_op("cumulative_minimum", [](GradCtx& c) { return grad_cumulative_extremum(c, false); },
                 "Running minimum; NaN propagates (numpy's minimum.accumulate). The exclusive identity is +inf for "
                 "floats and the dtype's largest value for integers (MPSGraph's 'largest value of the data type'). "
