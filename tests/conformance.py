@@ -1841,3 +1841,4 @@ import conformance_control_flow  # noqa: E402,F401
 import conformance_sparse  # noqa: E402,F401
 import conformance_dynamic  # noqa: E402,F401
 import conformance_gather  # noqa: E402,F401
+import conformance_sort  # noqa: E402,F401

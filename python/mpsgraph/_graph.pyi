@@ -180,11 +180,17 @@ class Graph:
     def arctanh(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Inverse hyperbolic tangent."""
         ...
+    def arg_sort(self, x: TensorLike, axis: int = ..., descending: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The int32 indices that sort x along `axis` (as MPSGraph's argSort). The order is stable and total: equal elements keep their index order (descending too, as torch.sort(stable=True, descending=True)); -0.0 and 0.0 are equal; NaN sorts above +inf (last ascending, first descending; numpy puts NaN last ascending). Rank-0 inputs are refused."""
+        ...
     def argmax(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, dtype: Any = ..., name: Any = ...) -> Any:
         """numpy-style argmax(x, axis=None, keepdims=False): Graph.reduction_arg_maximum; axis=None gives the index into the flattened tensor. Indices are int32 (dtype=int64 for 64-bit)."""
         ...
     def argmin(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, dtype: Any = ..., name: Any = ...) -> Any:
         """numpy-style argmin(x, axis=None, keepdims=False): Graph.reduction_arg_minimum; axis=None gives the index into the flattened tensor. Indices are int32 (dtype=int64 for 64-bit)."""
+        ...
+    def argsort(self, x: TensorLike, axis: int = ..., descending: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The int32 indices that sort x along `axis` (as MPSGraph's argSort). The order is stable and total: equal elements keep their index order (descending too, as torch.sort(stable=True, descending=True)); -0.0 and 0.0 are equal; NaN sorts above +inf (last ascending, first descending; numpy puts NaN last ascending). Rank-0 inputs are refused."""
         ...
     def asin(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Inverse sine."""
@@ -245,6 +251,9 @@ class Graph:
         ...
     def bitwise_xor(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Bitwise xor. Broadcasts like numpy; both inputs must have the same dtype."""
+        ...
+    def bottom_k(self, x: TensorLike, k: int, axis: int = ..., *, name: Optional[str] = ...) -> tuple[Tensor, ...]:
+        """The k smallest elements along `axis`, smallest first, and their int32 indices (values, indices): the first k of a stable ascending sort, so ties keep the lower index first and NaN counts as the largest. The gradient of values scatters dy back to the indices."""
         ...
     def broadcast(self, x: TensorLike, shape: Sequence[Optional[int]], *, name: Optional[str] = ...) -> Tensor:
         """Broadcasts x to `shape` with numpy's rules (dims of size 1 are repeated; new dims are added at the front). A -1 (None) in shape keeps the matching dim of x."""
@@ -313,6 +322,18 @@ class Graph:
         ...
     def cosh(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Hyperbolic cosine."""
+        ...
+    def cumulative_maximum(self, x: TensorLike, axis: int = ..., exclusive: bool = ..., reverse: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Running maximum; NaN propagates (numpy's maximum.accumulate). The exclusive identity is -inf for floats and the dtype's lowest value for integers (MPSGraph's 'lowest value of the data type'). The gradient goes to the running maximum's position, the earliest in scan order on ties. Along `axis` (default 0, as TensorFlow's scans; MPSGraph itself takes the axis explicitly); `exclusive` leaves out the element itself (the first output is the identity), `reverse` scans from the end. Rank-0 inputs are refused."""
+        ...
+    def cumulative_minimum(self, x: TensorLike, axis: int = ..., exclusive: bool = ..., reverse: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Running minimum; NaN propagates (numpy's minimum.accumulate). The exclusive identity is +inf for floats and the dtype's largest value for integers (MPSGraph's 'largest value of the data type'). The gradient goes to the running minimum's position, the earliest in scan order on ties. Along `axis` (default 0, as TensorFlow's scans; MPSGraph itself takes the axis explicitly); `exclusive` leaves out the element itself (the first output is the identity), `reverse` scans from the end. Rank-0 inputs are refused."""
+        ...
+    def cumulative_product(self, x: TensorLike, axis: int = ..., exclusive: bool = ..., reverse: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Running product (the exclusive identity is 1). Floats accumulate in float64 on the CPU (float32 on Metal) and round once per output; integers wrap around in their dtype. The gradient is exact with zeros in x (no division by x at or after the first zero). Along `axis` (default 0, as TensorFlow's scans; MPSGraph itself takes the axis explicitly); `exclusive` leaves out the element itself (the first output is the identity), `reverse` scans from the end. Rank-0 inputs are refused."""
+        ...
+    def cumulative_sum(self, x: TensorLike, axis: int = ..., exclusive: bool = ..., reverse: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Running sum (the exclusive identity is 0). Floats accumulate in float64 on the CPU (float32 on Metal) and round once per output; integers wrap around in their dtype, as numpy. Along `axis` (default 0, as TensorFlow's scans; MPSGraph itself takes the axis explicitly); `exclusive` leaves out the element itself (the first output is the identity), `reverse` scans from the end. Rank-0 inputs are refused."""
         ...
     def depth_to_space_2d(self, x: TensorLike, block_size: int, data_layout: str = ..., use_pixel_shuffle_order: bool = ..., *, name: Optional[str] = ...) -> Tensor:
         """The inverse of space_to_depth_2d: moves depth (channel) values into b x b spatial blocks: (N, H, W, C) -> (N, H*b, W*b, C/(b*b)) for NHWC, (N, C, H, W) -> (N, C/(b*b), H*b, W*b) for NCHW; C must be a multiple of b*b (MPSGraph's depthToSpace2DTensor). Output channel c, block row i and column j read depth c*b*b + i*b + j with use_pixel_shuffle_order (the default: PyTorch's pixel_shuffle for NCHW, ONNX DepthToSpace mode CRD), (i*b + j)*C_out + c without it (TensorFlow's depth_to_space, ONNX mode DCR)."""
@@ -829,6 +850,9 @@ class Graph:
     def softsign(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """x / (1 + |x|)."""
         ...
+    def sort(self, x: TensorLike, axis: int = ..., descending: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """x sorted along `axis` (ascending, or descending). The order is stable and total: equal elements keep their index order (descending too, as torch.sort(stable=True, descending=True)); -0.0 and 0.0 are equal; NaN sorts above +inf (last ascending, first descending; numpy puts NaN last ascending). Rank-0 inputs are refused."""
+        ...
     def space_to_depth_2d(self, x: TensorLike, block_size: int, data_layout: str = ..., use_pixel_shuffle_order: bool = ..., *, name: Optional[str] = ...) -> Tensor:
         """Moves each b x b block of the spatial dims H, W into the depth (channel) dim: (N, H, W, C) -> (N, H/b, W/b, C*b*b) for NHWC, (N, C, H, W) -> (N, C*b*b, H/b, W/b) for NCHW; H and W must be multiples of b (MPSGraph's spaceToDepth2DTensor with H, W, C axes from data_layout). Within a block, row i and column j (j fastest) land at depth c*b*b + i*b + j with use_pixel_shuffle_order (the default: PyTorch's pixel_unshuffle for NCHW), at (i*b + j)*C + c without it (TensorFlow's space_to_depth, ONNX SpaceToDepth). The inverse is depth_to_space_2d."""
         ...
@@ -921,6 +945,9 @@ class Graph:
         ...
     def to_svg(self, expand_composites: Any = ..., targets: Any = ...) -> Any:
         """The to_dot() picture as SVG text, drawn by Graphviz (raises naming what to install)."""
+        ...
+    def top_k(self, x: TensorLike, k: int, axis: int = ..., *, name: Optional[str] = ...) -> tuple[Tensor, ...]:
+        """The k largest elements along `axis`, largest first, and their int32 indices (values, indices): the first k of a stable descending sort, so ties keep the lower index first and NaN counts as the largest. The gradient of values scatters dy back to the indices."""
         ...
     def transpose(self, x: TensorLike, permutation: Optional[int | Sequence[int]] = ..., *, name: Optional[str] = ...) -> Tensor:
         """Permutes the dims: output dim i is input dim permutation[i]. Without a permutation the dims are reversed (numpy's transpose)."""

@@ -124,6 +124,7 @@ void ensure_kernels() {
     register_sparse_kernels();
     register_dynamic_kernels();
     register_gather_kernels();
+    register_sort_kernels();
     return true;
   }();
   (void)done;

@@ -57,6 +57,7 @@ void register_control_flow_kernels();
 void register_sparse_kernels();
 void register_dynamic_kernels();
 void register_gather_kernels();
+void register_sort_kernels();
 
 std::unique_ptr<Backend> make_cpu_backend();
 

@@ -153,5 +153,6 @@ void register_pooling_lowerings();
 void register_resize_lowerings();
 void register_sparse_lowerings();
 void register_gather_lowerings();
+void register_sort_lowerings();
 
 }  // namespace mg::metal

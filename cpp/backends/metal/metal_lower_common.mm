@@ -92,6 +92,7 @@ void ensure_registered() {
     register_resize_lowerings();
     register_sparse_lowerings();
     register_gather_lowerings();
+    register_sort_lowerings();
     return true;
   }();
   (void)done;

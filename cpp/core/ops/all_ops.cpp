@@ -52,6 +52,7 @@ void register_all_ops() {
   ops::register_random_ops();
   ops::register_normalization_ops();
   ops::register_dynamic_ops();
+  ops::register_sort_ops();
 }
 
 }  // namespace mg

@@ -73,5 +73,6 @@ void register_control_flow_ops();
 void register_sparse_ops();
 void register_dynamic_ops();
 void register_gather_ops();
+void register_sort_ops();
 
 }  // namespace mg::ops
