@@ -152,6 +152,8 @@ struct WhileBlocks {
   std::unique_ptr<RegionRunner> before, after;
   Arrays bcaps, acaps;  // borrowed
   Arrays passed;        // before's results: predicate, passed values
+  Arrays after_feeds;   // the passed values, then acaps
+  Arrays before_feeds;  // scratch: x, then bcaps
   std::vector<TensorType> carried;
 
   WhileBlocks(const KernelCtx& ctx, const Region& b, const Region& a, const std::vector<TensorType>& init,
@@ -164,16 +166,19 @@ struct WhileBlocks {
     bcaps = borrowed(bcap_t);
     acaps = borrowed(acap_t);
     passed = owned(bt);
+    after_feeds.assign(passed.begin() + 1, passed.end());
+    after_feeds.insert(after_feeds.end(), acaps.begin(), acaps.end());
+    before_feeds.resize(carried.size());  // the carried values are set per call
+    before_feeds.insert(before_feeds.end(), bcaps.begin(), bcaps.end());
   }
   // Runs before on x; false when the loop ends (passed values hold the results).
   bool test(const Arrays& x) {
-    before->run(cat({&x, &bcaps}), passed);
+    std::copy(x.begin(), x.end(), before_feeds.begin());  // no allocation per iteration
+    before->run(before_feeds, passed);
     return read_predicate(*passed[0]);
   }
-  void step(const Arrays& next) {
-    Arrays z(passed.begin() + 1, passed.end());
-    after->run(cat({&z, &acaps}), next);
-  }
+  void step(const Arrays& next) { after->run(after_feeds, next); }
+  Arrays passed_values() const { return Arrays(passed.begin() + 1, passed.end()); }
 };
 
 KernelFn make_while(const KernelCtx& ctx) {
@@ -203,7 +208,7 @@ KernelFn make_while(const KernelCtx& ctx) {
       w.step(st->x[1 - cur]);
       cur ^= 1;
     }
-    copy_values(st->out, Arrays(w.passed.begin() + 1, w.passed.end()));
+    copy_values(st->out, w.passed_values());
   };
 }
 
@@ -370,7 +375,7 @@ KernelFn make_while_vjp(const KernelCtx& ctx) {
     for (size_t i = trips; i-- > 0;) {
       const Arrays& x = state(i);
       w.test(x);  // z_i
-      Arrays z(w.passed.begin() + 1, w.passed.end());
+      const Arrays z = w.passed_values();
       Arrays outs = cat({&st->dz, &st->acca[1 - ca]});
       st->avjp->run(cat({&z, &st->dx[cx], &st->acca[ca], &w.acaps, &st->avcaps}), outs);
       ca ^= 1;
