@@ -247,13 +247,39 @@ def test_loop_with_unknown_dims_is_specialised_per_shape():
         np.testing.assert_allclose(run1(g, {x: xv}, y), want, rtol=1e-5)
 
 
-def test_second_order_through_a_loop_says_so():
+@pytest.mark.parametrize("kind", ["for", "while"])
+def test_second_order_through_loops_against_torch(kind):
+    """The gradient of a loop's gradient: while_loop_vjp differentiated through its
+    decomposition (loops that recompute states), against torch's double backward."""
     g = mg.Graph()
-    x = g.placeholder((), mg.float64)
-    (y,) = g.for_loop(2, [x], lambda i, v: [v * v])
-    (gx,) = g.gradients(y, [x]).values()
-    with pytest.raises(mg.GraphError, match="second-order"):
-        g.gradients(gx, [x])
+    x0 = g.placeholder((3,), mg.float64)
+    c = g.placeholder((3,), mg.float64)
+
+    def body(v):
+        return g.sin(v) * c + v * 1.3  # 0.3 v + c sin(v) > 0 for v > 0 and c < 0.9: v grows, the while ends
+
+    if kind == "for":
+        (y,) = g.for_loop(4, [x0], lambda i, v: [body(v)])
+    else:
+        (y,) = g.while_loop([x0], lambda v: g.reduction_sum(v, keep_dims=False) < 20.0, lambda v: [body(v)])
+    loss = g.reduction_sum(y * y, keep_dims=False)
+    gx, gc = g.gradients(loss, [x0, c]).values()
+    s = g.reduction_sum(gx * g.constant(np.array([0.3, -1.0, 0.7])), keep_dims=False)
+    hx, hc = g.gradients(s, [x0, c]).values()
+    xv, cv = RNG.uniform(0.5, 1.0, 3), RNG.uniform(0.5, 1.0, 3)
+    r = g.run({x0: xv, c: cv}, [gx, gc, hx, hc])
+    xt, ct = torch.tensor(xv, requires_grad=True), torch.tensor(cv, requires_grad=True)
+    v = xt
+    steps = 0
+    while (steps < 4) if kind == "for" else (v.sum().item() < 20.0):
+        v = torch.sin(v) * ct + v * 1.3
+        steps += 1
+    dx, dc = torch.autograd.grad((v * v).sum(), [xt, ct], create_graph=True)
+    hxt, hct = torch.autograd.grad((dx * torch.tensor([0.3, -1.0, 0.7], dtype=torch.float64)).sum(), [xt, ct])
+    np.testing.assert_allclose(r[gx].numpy(), dx.detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(r[gc].numpy(), dc.detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(r[hx].numpy(), hxt.numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(r[hc].numpy(), hct.numpy(), rtol=1e-9, atol=1e-12)
 
 
 # ---------------------------------------------------------------- variables and control dependency
@@ -375,3 +401,14 @@ def test_a_block_that_raises_leaves_the_graph_usable():
         g.for_loop(3, [x], bad)
     (y,) = g.for_loop(3, [x], lambda i, v: [v + 1.0])
     assert float(run1(g, {x: np.float32(0.0)}, y)) == 3.0
+
+
+def test_loop_with_constant_inputs_and_random_body_draws_fresh_numbers_per_run():
+    """Regression: a for_loop whose inputs were all constants was folded at compile time with
+    the random numbers of its body, so every run repeated them."""
+    g = mg.Graph()
+    (acc,) = g.for_loop(2, [g.zeros((3,), mg.float32)], lambda t, a: [a + g.random_uniform((3,), seed=5)])
+    exe = g.compile({}, [acc])
+    first, second = exe.run([])[0].numpy(), exe.run([])[0].numpy()
+    assert not np.array_equal(first, second)
+    assert np.all((first >= 0) & (first < 2))

@@ -55,7 +55,7 @@ std::map<ValueRef, ValueRef> backward(Graph& g, const std::vector<ValueRef>& ys,
     if (node.op->differentiable == Differentiable::No)
       raise(ErrorKind::Value, node.op->name, node.name,
             "is not differentiable, but the gradient of " + g.node(last).name + " flows through it; use stop_gradient");
-    if (!node.op->grad && !node.op->expand)
+    if (!node.op->grad && !node.op->composite())
       raise(ErrorKind::NotImplemented, node.op->name, node.name, "has no gradient rule yet");
     std::vector<ValueRef> dys_node;
     for (size_t k = 0; k < node.outputs.size(); ++k) {
@@ -69,11 +69,14 @@ std::map<ValueRef, ValueRef> backward(Graph& g, const std::vector<ValueRef>& ys,
     } else {
       // a composite without a rule of its own: differentiate its decomposition
       const int32_t made = int32_t(g.size());
-      std::vector<ValueRef> outs = node.op->expand(g, schema_inputs(node), node.attrs);
+      std::vector<ValueRef> outs = node.op->decompose(g, node, schema_inputs(node));
       auto inner = backward(g, outs, dys_node, node.inputs, made);
-      for (auto& in : node.inputs) {
-        auto it = inner.find(in);
-        dxs.push_back(it != inner.end() ? it->second : ValueRef{});
+      // the map holds each value's whole gradient: an input given twice gets it once
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        auto it = inner.find(node.inputs[i]);
+        const bool repeat = std::find(node.inputs.begin(), node.inputs.begin() + long(i), node.inputs[i]) !=
+                            node.inputs.begin() + long(i);
+        dxs.push_back(it != inner.end() && !repeat ? it->second : ValueRef{});
       }
     }
     if (dxs.size() != node.inputs.size())

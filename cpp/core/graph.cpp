@@ -109,7 +109,7 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
     if (!absent[i]) n.inputs.push_back(inputs[i]);
   if (std::find(absent.begin(), absent.end(), 1) != absent.end()) n.absent = std::move(absent);
   name_counts_[op.name]++;
-  if (op.expand && expand_ && expand_(n)) return expand_node(n, inputs);
+  if (op.composite() && expand_ && expand_(n)) return expand_node(n, inputs);
   int32_t id = append(std::move(n));
   std::vector<ValueRef> r;
   for (size_t i = 0; i < nodes_[size_t(id)].outputs.size(); ++i) r.push_back({id, int32_t(i)});
@@ -119,7 +119,7 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
 std::vector<ValueRef> Graph::expand_node(const Node& n, const std::vector<ValueRef>& inputs) {
   const OpDef& op = *n.op;
   const int32_t first_new = int32_t(nodes_.size());
-  std::vector<ValueRef> r = op.expand(*this, inputs, n.attrs);
+  std::vector<ValueRef> r = op.decompose(*this, n, inputs);
   if (r.size() != n.outputs.size())
     raise(ErrorKind::Runtime, op.name, n.name, "decomposition gave the wrong number of outputs");
   for (size_t k = 0; k < r.size(); ++k) {
@@ -254,6 +254,8 @@ std::shared_ptr<Region> Graph::end_region(const std::vector<ValueRef>& results) 
     }
     std::vector<ValueRef> outs = body.add(n.op->name, ins, n.attrs, n.name, n.regions);
     map[int32_t(id)] = outs;
+    reg->stateful = reg->stateful || n.op->stateful;
+    for (auto& r : n.regions) reg->stateful = reg->stateful || r->stateful;
   }
   for (auto& v : results) reg->results.push_back(lookup(v));
   for (auto& [var, v] : assigned) {

@@ -72,6 +72,7 @@ struct Region {
   // Variables assigned inside the region: the value each ends with is results[k] for the
   // k-th entry (control-flow ops turn these into outputs assigned after the op).
   std::vector<int64_t> assigned_variables;
+  bool stateful = false;  // holds a stateful op (random numbers), in it or a nested region
   std::vector<TensorType> arg_types() const;
   std::vector<TensorType> capture_types() const;
   std::vector<TensorType> result_types() const;

@@ -34,10 +34,10 @@ static void ensure_registered() {
 
 void register_op(OpDef def) {
   if (!def.infer) throw std::logic_error("op '" + def.name + "' registered without inference");
-  if ((def.grad || def.expand) && def.differentiable == Differentiable::Unset) def.differentiable = Differentiable::Yes;
+  if ((def.grad || def.composite()) && def.differentiable == Differentiable::Unset) def.differentiable = Differentiable::Yes;
   if (def.differentiable == Differentiable::Unset)  // every op states how gradients pass through it
     throw std::logic_error("op '" + def.name + "' registered with neither a gradient rule nor Differentiable::No");
-  if (def.differentiable == Differentiable::Yes && !def.grad && !def.expand)
+  if (def.differentiable == Differentiable::Yes && !def.grad && !def.composite())
     throw std::logic_error("op '" + def.name + "' is marked differentiable but has no gradient rule");
   if (table().count(def.name)) throw std::logic_error("op '" + def.name + "' registered twice");
   auto p = std::make_unique<OpDef>(std::move(def));

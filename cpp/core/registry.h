@@ -84,6 +84,8 @@ using GradFn = std::function<std::vector<ValueRef>(GradCtx&)>;  // one per input
 // without a gradient rule of its own, its gradient is that of its decomposition.
 // `inputs` holds one entry per schema input (an invalid ref for an absent optional one).
 using ExpandFn = std::function<std::vector<ValueRef>(Graph&, const std::vector<ValueRef>& inputs, const Attrs& attrs)>;
+// A composite whose decomposition needs the node itself (control flow: its regions).
+using ExpandNodeFn = std::function<std::vector<ValueRef>(Graph&, const Node&, const std::vector<ValueRef>& inputs)>;
 // Value of an op known from input types alone (shape_of); lets specialisation fold it.
 using FoldTypesFn = std::function<std::shared_ptr<Array>(const std::vector<TensorType>&, const Attrs&)>;
 
@@ -105,12 +107,17 @@ struct OpDef {
   std::string family;        // "elementwise", "reduction", ... for docs and tables
   FoldTypesFn fold_types;
   ExpandFn expand;           // set: a composite (see ExpandFn)
+  ExpandNodeFn expand_node;  // set: a composite decomposed from the whole node
   bool view = false;         // output 0 is input 0's bytes under another shape: backends may alias it
   // Set: the output dims this node's `infer` leaves unknown (-1) are known only after the node
   // runs (non_zero_indices). Specialisation keeps them unknown; the runtime runs the graph in
   // stages around such nodes (Backend::run_data_dependent) and specialises the rest afterwards.
   std::function<bool(const Node&)> data_dependent;
-  bool composite() const { return bool(expand); }
+  bool composite() const { return bool(expand) || bool(expand_node); }
+  // The decomposition of node n (of this op) with `inputs` in schema order.
+  std::vector<ValueRef> decompose(Graph& g, const Node& n, const std::vector<ValueRef>& inputs) const {
+    return expand_node ? expand_node(g, n, inputs) : expand(g, inputs, n.attrs);
+  }
   bool is_data_dependent(const Node& n) const { return data_dependent && data_dependent(n); }
   const InputSpec& input_spec(size_t i) const;  // variadic inputs share the last spec
 };

@@ -53,6 +53,13 @@ bool all_known(const std::vector<TensorType>& ts) {
 
 namespace {
 
+// Control flow whose regions draw random numbers is neither folded nor merged.
+bool has_stateful_region(const Node& n) {
+  for (auto& r : n.regions)
+    if (r->stateful) return true;
+  return false;
+}
+
 // Nodes the targets need; a node marked in `stop` (fed as a value) needs none of its inputs.
 std::vector<char> live_nodes(const Graph& src, const std::vector<ValueRef>& targets, const std::vector<int32_t>& target_ops,
                              const std::vector<char>* stop = nullptr) {
@@ -176,7 +183,7 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
         if (!shape_known(t.shape))
           raise(ErrorKind::Value, s.op->name, s.name, "output shape " + shape_str(t.shape) + " is still unknown after specialisation");
 
-    bool pure = !s.op->stateful && s.op->name != "constant" && !d.outputs.empty();
+    bool pure = !s.op->stateful && !has_stateful_region(s) && s.op->name != "constant" && !d.outputs.empty();
     if (pure && s.op->fold_types && opts.fold_constants) {
       auto value = s.op->fold_types(in, d.attrs);
       if (value) {

@@ -32,7 +32,8 @@ Backend& region_backend() {
 class RegionRunner {
  public:
   RegionRunner(const Region& r, const std::vector<TensorType>& feed_types) {
-    sg_ = specialise(*r.body, r.feeds, feed_types, r.results, {}, &host_constant_evaluator());
+    sg_ = specialise(*r.body, r.feeds, feed_types, r.results, {}, &host_constant_evaluator(),
+                     [](const Node& n) { return region_backend().implements_composite(n); });
     program_ = region_backend().compile(sg_);
     for (auto& v : sg_.targets) types_.push_back(sg_.graph->type(v));
   }

@@ -355,9 +355,102 @@ std::vector<TensorType> infer_while_loop_vjp(InferCtx& c) {
   return out;
 }
 
-std::vector<ValueRef> grad_while_loop_vjp(GradCtx& c) {
-  raise(ErrorKind::NotImplemented, c.node.op->name, c.node.name,
-        "second-order gradients through loops are not supported yet (the gradient of a loop's gradient)");
+// The same gradient from loops alone, recomputing states instead of keeping a tape (the
+// CPU runs the op as one kernel; this is what differentiating it again, and backends without
+// a kernel, use):
+//   (x_n, n) = while (before's predicate on x) carrying (x, count): x <- step(x), count + 1
+//   (dx, accb) = before_vjp(x_n, dy, 0)
+//   for k in [0, n): i = n-1-k; x_i = for j in [0, i): step(x) from x_0; z_i = before(x_i)'s
+//     passed values; (dz, acca) = after_vjp(z_i, dx, acca); (dx, accb) = before_vjp(x_i, dz, accb)
+// where step(x) = after(before(x)'s passed values). Time O(n^2) iterations, memory O(1) states.
+std::vector<ValueRef> expand_while_loop_vjp(Graph& g, const Node& node, const std::vector<ValueRef>& in) {
+  const size_t n = size_t(get_attr<int64_t>(node.attrs, "num_initial"));
+  const size_t m = node.regions[0]->results.size() - 1;
+  const auto& counts = get_attr<std::vector<int64_t>>(node.attrs, "region_captures");
+  const Region &before = *node.regions[0], &after = *node.regions[1], &bvjp = *node.regions[2],
+               &avjp = *node.regions[3];
+  auto init = slice_refs(in, 0, n), dys = slice_refs(in, n, m);
+  std::vector<std::vector<ValueRef>> caps;
+  size_t at = n + m;
+  for (auto c : counts) {
+    caps.push_back(slice_refs(in, at, size_t(c)));
+    at += size_t(c);
+  }
+  auto join = [](std::initializer_list<const std::vector<ValueRef>*> parts) {
+    std::vector<ValueRef> r;
+    for (auto* p : parts) r.insert(r.end(), p->begin(), p->end());
+    return r;
+  };
+  auto passed_of = [&](const std::vector<ValueRef>& x) {  // before(x)'s passed values
+    auto outs = inline_region(g, before, join({&x, &caps[0]}));
+    return std::vector<ValueRef>(outs.begin() + 1, outs.end());
+  };
+  auto step = [&](const std::vector<ValueRef>& x) {
+    auto z = passed_of(x);
+    return inline_region(g, after, join({&z, &caps[1]}));
+  };
+  std::vector<TensorType> xt;
+  for (auto& v : init) xt.push_back(g.type(v));
+  const TensorType count_t{DType::Int32, {}};
+  auto with_count = [&](std::vector<TensorType> t) {
+    t.push_back(count_t);
+    return t;
+  };
+  const std::string name = node.name;
+
+  // forward: the last state and the trip count
+  auto bargs = g.begin_region(with_count(xt), "the before block of " + name + "'s trip count");
+  std::vector<ValueRef> bx(bargs.begin(), bargs.end() - 1);
+  std::vector<ValueRef> bres = {inline_region(g, before, join({&bx, &caps[0]}))[0]};
+  bres.insert(bres.end(), bargs.begin(), bargs.end());
+  auto count_before = g.end_region(bres);
+  auto aargs = g.begin_region(with_count(xt), "the after block of " + name + "'s trip count");
+  std::vector<ValueRef> ax(aargs.begin(), aargs.end() - 1);
+  auto ares = step(ax);
+  ares.push_back(g.add1("addition", {aargs.back(), g.scalar(1, DType::Int32)}));
+  auto count_after = g.end_region(ares);
+  std::vector<ValueRef> cinit = init;
+  cinit.push_back(g.scalar(0, DType::Int32));
+  auto fwd = build_while(g, cinit, count_before, count_after, name + "_trips", false);
+  const ValueRef trips = fwd.back();
+  std::vector<ValueRef> x_last(fwd.begin(), fwd.end() - 1);
+
+  auto zeros_of = [&](const std::vector<ValueRef>& vs) {
+    std::vector<ValueRef> r;
+    for (auto& v : vs) r.push_back(zeros_like(g, v));
+    return r;
+  };
+  auto accb0 = zeros_of(caps[0]), acca0 = zeros_of(caps[1]);
+  auto first = inline_region(g, bvjp, join({&x_last, &dys, &accb0, &caps[2]}));  // (dx, accb)
+
+  // backward: carried (dx, accb, acca)
+  std::vector<TensorType> carried;
+  for (auto& v : first) carried.push_back(g.type(v));
+  for (auto& v : acca0) carried.push_back(g.type(v));
+  std::vector<TensorType> body_t = {count_t};
+  body_t.insert(body_t.end(), carried.begin(), carried.end());
+  auto args = g.begin_region(body_t, "the backward loop of " + name);
+  const ValueRef k = args[0];
+  std::vector<ValueRef> dx(args.begin() + 1, args.begin() + 1 + long(n));
+  std::vector<ValueRef> accb(args.begin() + 1 + long(n), args.begin() + 1 + long(n + caps[0].size()));
+  std::vector<ValueRef> acca(args.begin() + 1 + long(n + caps[0].size()), args.end());
+  ValueRef i = g.add1("subtraction", {g.add1("subtraction", {trips, k}), g.scalar(1, DType::Int32)});
+  auto iargs = g.begin_region([&] {
+    std::vector<TensorType> t = {count_t};
+    t.insert(t.end(), xt.begin(), xt.end());
+    return t;
+  }(), "the state recomputation of " + name);
+  auto inner = g.end_region(step(std::vector<ValueRef>(iargs.begin() + 1, iargs.end())));
+  auto x_i = build_for(g, g.scalar(0, DType::Int32), i, g.scalar(1, DType::Int32), init, inner, name + "_state", false);
+  auto z_i = passed_of(x_i);
+  auto av = inline_region(g, avjp, join({&z_i, &dx, &acca, &caps[3]}));  // (dz, acca)
+  std::vector<ValueRef> dz(av.begin(), av.begin() + long(m)), acca_next(av.begin() + long(m), av.end());
+  auto bv = inline_region(g, bvjp, join({&x_i, &dz, &accb, &caps[2]}));  // (dx, accb)
+  auto body = g.end_region(join({&bv, &acca_next}));
+  auto carried_init = join({&first, &acca0});
+  auto out = build_for(g, g.scalar(0, DType::Int32), trips, g.scalar(1, DType::Int32), carried_init, body,
+                       name + "_backward", false);
+  return out;
 }
 
 }  // namespace
@@ -411,9 +504,9 @@ void register_control_flow_ops() {
                .inputs = {{"operands", true}},
                .attrs = {attr("num_initial", AttrKind::Int), region_captures, checkpoint},
                .infer = infer_while_loop_vjp,
-               .grad = grad_while_loop_vjp,
                .python_method = false,
-               .family = "control_flow"});
+               .family = "control_flow",
+               .expand_node = expand_while_loop_vjp});
 }
 
 }  // namespace ops

@@ -227,6 +227,7 @@ void register_random_ops() {
                .attrs = {attr("shape", AttrKind::Shape), seed_attr, attr("minimum", AttrKind::Float, 0.0),
                          attr("maximum", AttrKind::Float, 1.0), attr("dtype", AttrKind::DType, DType::Float32)},
                .infer = static_shape_type,
+               .stateful = true,  // draws fresh numbers on every run
                .family = "random",
                .expand = expand_random_uniform});
   register_op({.name = "random_normal",
@@ -234,6 +235,7 @@ void register_random_ops() {
                .attrs = {attr("shape", AttrKind::Shape), seed_attr, attr("mean", AttrKind::Float, 0.0),
                          attr("standard_deviation", AttrKind::Float, 1.0), attr("dtype", AttrKind::DType, DType::Float32)},
                .infer = static_shape_type,
+               .stateful = true,  // draws fresh numbers on every run
                .family = "random",
                .expand = expand_random_normal});
   register_op({.name = "random_normal_like",
@@ -242,6 +244,7 @@ void register_random_ops() {
                .attrs = {seed_attr, attr("mean", AttrKind::Float, 0.0), attr("standard_deviation", AttrKind::Float, 1.0),
                          optional_attr("dtype", AttrKind::DType)},
                .infer = like_type,
+               .stateful = true,  // draws fresh numbers on every run
                .family = "random",
                .expand = expand_random_normal_like});
   register_op({.name = "random_truncated_normal",
@@ -250,6 +253,7 @@ void register_random_ops() {
                .attrs = {attr("shape", AttrKind::Shape), seed_attr, attr("mean", AttrKind::Float, 0.0),
                          attr("standard_deviation", AttrKind::Float, 1.0), attr("dtype", AttrKind::DType, DType::Float32)},
                .infer = static_shape_type,
+               .stateful = true,  // draws fresh numbers on every run
                .family = "random",
                .expand = expand_random_truncated_normal});
   register_op({.name = "random_bernoulli",
@@ -258,6 +262,7 @@ void register_random_ops() {
                          attr("dtype", AttrKind::DType, DType::Float32)},
                .infer = infer_random_bernoulli,
                .differentiable = Differentiable::No,
+               .stateful = true,  // draws fresh numbers on every run
                .family = "random",
                .expand = expand_random_bernoulli});
   register_op({.name = "dropout",
@@ -269,6 +274,7 @@ void register_random_ops() {
                // the mask depends only on shape, seed and run, so dropout of dy with the same
                // attributes applies the forward's mask (and draws nothing new to keep)
                .grad = grad_dropout,
+               .stateful = true,  // draws fresh numbers on every run
                .family = "random",
                .expand = expand_dropout});
   register_op({.name = "erfinv",
