@@ -11,6 +11,7 @@
 // rest recomputed) and then runs the bodies' vector-Jacobian products backwards.
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
