@@ -730,6 +730,16 @@ def test_loop_gradient_runs_on_the_cpu_and_metal_runs_the_forward():
         assert np.all(np.isfinite(d)) and np.any(d != 0)
 
 
+@metal_only
+def test_random_numbers_inside_a_loop_are_refused():
+    """One run counter per program: every iteration would draw the same numbers on Metal."""
+    g = mg.Graph()
+    x = g.placeholder((3,), "float32")
+    (y,) = g.for_loop(2, [x], lambda i, v: [v + g.random_uniform_like(v, seed=1)])
+    with pytest.raises(mg.GraphNotImplementedError, match=r"\[random_uniform_like\] inside the body of for_loop"):
+        g.run({x: np.ones(3, np.float32)}, [y], device=METAL)
+
+
 # ---------------------------------------------------------------------------------------
 # Metal specifics
 
@@ -749,8 +759,8 @@ def test_float64_is_refused_with_a_clear_type_error():
 
 @metal_only
 def test_what_metal_cannot_do_says_so():
-    """Every registered primitive but while_loop_vjp is lowered now; a convolution over 4 spatial dims (MPSGraph has
-    2-D and 3-D ones only) still raises, naming the op and the reason."""
+    """Every registered primitive but while_loop_vjp is lowered now; a convolution over 4 spatial
+    dims (MPSGraph has 2-D and 3-D ones only) still raises, naming the op and the reason."""
     g = mg.Graph()
     x = g.placeholder((1, 1, 2, 2, 2, 2), "float32")
     w = g.placeholder((1, 1, 1, 1, 1, 1), "float32")
