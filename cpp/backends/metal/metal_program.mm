@@ -35,7 +35,6 @@ void check_type(const Node& n, const TensorType& t) {
               " bytes; MPSGraph tensors must stay below 4 GiB (2**32 bytes) on the metal backend");
 }
 
-
 // ---------------- the program ----------------
 
 struct FeedSlot {
