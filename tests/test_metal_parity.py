@@ -57,7 +57,8 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "gather", "gather_nd", "gather_along_axis", "scatter", "scatter_with_data", "scatter_nd", "scatter_nd_with_data",
     "scatter_along_axis", "scatter_along_axis_with_data",
     "sort", "arg_sort", "top_k", "bottom_k", "sort_gather_along_axis", "sort_scatter_add_along_axis",
-    "cumulative_sum", "cumulative_product", "cumulative_minimum", "cumulative_maximum"}
+    "cumulative_sum", "cumulative_product", "cumulative_minimum", "cumulative_maximum",
+    "if_then_else", "while_loop", "for_loop"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -609,6 +610,137 @@ def test_a_cnn_training_step_matches_cpu():
 
 
 # ---------------------------------------------------------------------------------------
+# control flow: MPSGraph's if / while / for blocks, each region lowered into its block
+
+
+def _run_each(g, feeds_list, targets):
+    for feeds in feeds_list:
+        cpu, met = _run_both(g, feeds, targets)
+        for k, t in enumerate(targets):
+            want, got = _to_numpy(cpu[t]), _to_numpy(met[t])
+            _assert_same(got, want, _dtype_name(want), f"target {k} with feeds {list(feeds.values())}")
+
+
+def test_if_with_captured_values_nested_and_rank0():
+    g = mg.Graph()
+    x = g.placeholder((2, 3), "float32")
+    y = g.placeholder((3,), "float32")
+    a = g.placeholder((), "bool")
+    b = g.placeholder((), "bool")
+    e = g.placeholder((0, 3), "float32")
+    s = g.reduction_sum(x, keep_dims=False)  # rank 0, captured by both branches
+
+    def then():
+        inner = g.if_then_else(b, lambda: (x * y + 1.0, s * 2.0), lambda: (x - y, s - 1.0))
+        return inner[0] * 2.0, inner[1], e * 3.0, g.cast(s > 0.0, "int32")
+
+    out = g.if_then_else(a, then, lambda: (g.exponent(x * 0.1), s, e + 1.0, g.constant(7, "int32")))
+    xv, yv = _rand((2, 3), seed=71), _rand((3,), seed=72)
+    ev = np.zeros((0, 3), np.float32)
+    _run_each(g, [{x: xv, y: yv, e: ev, a: np.array(av), b: np.array(bv)} for av in (True, False)
+                  for bv in (True, False)], list(out))
+
+
+def test_for_loop_with_tensor_bounds_and_nested_if():
+    g = mg.Graph()
+    lo = g.placeholder((), "int32")
+    hi = g.placeholder((), "int32")
+    st = g.placeholder((), "int32")
+    x = g.placeholder((4,), "float32")
+    e = g.placeholder((0, 2), "float32")
+
+    def body(i, v, cnt, z):
+        odd = g.equal(g.modulo(i, 2), 1)
+        w = g.if_then_else(odd, lambda: g.tanh(v) + x, lambda: v * 0.5 - g.cast(i, "float32"))
+        return [w, cnt + 1, z * 2.0]
+
+    v, cnt, z = g.for_loop(lo, hi, st, [x, g.constant(0, "int32"), e], body)
+    xv = _rand((4,), seed=73, lo=-1, hi=1)
+    ev = np.zeros((0, 2), np.float32)
+    bounds = [(0, 7, 2), (1, 6, 1), (3, 3, 1), (5, 1, 1), (-2, 4, 3), (4, 2, -1)]  # the last: step < 0, no trip
+    _run_each(g, [{lo: np.int32(a), hi: np.int32(b), st: np.int32(c), x: xv, e: ev} for a, b, c in bounds],
+              [v, cnt, z])
+
+
+def test_while_loop_with_passed_values_and_captures():
+    """before passes on values of other types than the carried ones; after maps them back."""
+    g = mg.Graph()
+    x = g.placeholder((3,), "float32")
+    limit = g.placeholder((), "float32")
+    scale = g.placeholder((3,), "float32")
+
+    def before(v, i):
+        total = g.reduction_sum(g.absolute(v), keep_dims=False)
+        return total < limit, [v * scale, i, total]
+
+    def after(w, i, total):
+        inner = g.for_loop(2, [w], lambda j, u: [u + g.cast(j, "float32") * 0.25])[0]
+        return [inner + total * 0.01, i + 1]
+
+    w, i, total = g.while_loop([x, g.constant(0, "int32")], before, after)
+    xv = np.array([0.5, -0.25, 0.125], np.float32)
+    sv = np.array([1.0, 0.5, -1.0], np.float32)
+    _run_each(g, [{x: xv, scale: sv, limit: np.float32(lv)} for lv in (0.1, 3.0, 40.0)], [w, i, total])
+
+
+def test_assign_inside_a_loop_and_a_branch_lands_after_the_run():
+    results = {}
+    for name, dev in (("cpu", CPU), ("metal", METAL)):
+        g = mg.Graph()
+        v = g.variable(np.float32(1.0))
+        u = g.variable(np.zeros(2, np.float32))
+        p = g.placeholder((), "bool")
+
+        def body(i, acc):
+            g.assign(v, acc + g.cast(i, "float32"))
+            return [acc * 2.0]
+
+        (acc,) = g.for_loop(4, [g.constant(np.float32(1.0))], body)
+
+        def then():
+            g.assign(u, u + acc)
+            return u * 1.0  # the value from before the run
+
+        out = g.if_then_else(p, then, lambda: u * 2.0)
+        runs = [_on_metal(lambda: g.run({p: np.array(pv)}, [acc, out], device=dev)) for pv in (True, False, True)]
+        results[name] = [_to_numpy(r[t]) for r in runs for t in (acc, out)] + [
+            _to_numpy(g.variable_data(v)), _to_numpy(g.variable_data(u))]
+    for k, (want, got) in enumerate(zip(results["cpu"], results["metal"])):
+        _assert_same(got, want, "float32", f"value {k} with variables assigned inside control flow")
+
+
+def test_loop_gradient_runs_on_the_cpu_and_metal_runs_the_forward():
+    g = mg.Graph()
+    x = g.placeholder((3,), "float32")
+    w = g.placeholder((3,), "float32")
+    (y,) = g.for_loop(3, [x], lambda i, v: [g.tanh(v * w) + g.cast(i, "float32") * 0.1])
+    (z,) = g.while_loop([y], lambda v: g.reduction_sum(v * v, keep_dims=False) < 20.0, lambda v: [v * 1.5 + 0.5])
+    loss = g.reduction_sum(z * z, keep_dims=False)
+    grads = g.gradients(loss, [x, w])
+    feeds = {x: _rand((3,), seed=74, lo=-1, hi=1), w: _rand((3,), seed=75, lo=0.5, hi=1.5)}
+    cpu = g.run(feeds, [loss, grads[x], grads[w]], device=CPU)
+    met = _on_metal(lambda: g.run(feeds, [loss, z], device=METAL))
+    _assert_same(_to_numpy(met[loss]), _to_numpy(cpu[loss]), "float32", "forward through the loops")
+    if not SELFTEST:  # the gradient op itself stays on the CPU
+        with pytest.raises(mg.GraphNotImplementedError, match=r"\[while_loop_vjp\].*metal backend.*CPU backend"):
+            g.run(feeds, [grads[x]], device=METAL)
+    # the CPU's gradient flows through both loops (tests/test_control_flow.py checks its values)
+    for t in (grads[x], grads[w]):
+        d = _to_numpy(cpu[t])
+        assert np.all(np.isfinite(d)) and np.any(d != 0)
+
+
+@metal_only
+def test_random_numbers_inside_a_loop_are_refused():
+    """One run counter per program: every iteration would draw the same numbers on Metal."""
+    g = mg.Graph()
+    x = g.placeholder((3,), "float32")
+    (y,) = g.for_loop(2, [x], lambda i, v: [v + g.random_uniform_like(v, seed=1)])
+    with pytest.raises(mg.GraphNotImplementedError, match=r"\[random_uniform_like\] inside the body of for_loop"):
+        g.run({x: np.ones(3, np.float32)}, [y], device=METAL)
+
+
+# ---------------------------------------------------------------------------------------
 # Metal specifics
 
 
@@ -627,8 +759,8 @@ def test_float64_is_refused_with_a_clear_type_error():
 
 @metal_only
 def test_what_metal_cannot_do_says_so():
-    """Every registered primitive is lowered now; a convolution over 4 spatial dims (MPSGraph has
-    2-D and 3-D ones only) still raises, naming the op and the reason."""
+    """Every registered primitive but while_loop_vjp is lowered now; a convolution over 4 spatial
+    dims (MPSGraph has 2-D and 3-D ones only) still raises, naming the op and the reason."""
     g = mg.Graph()
     x = g.placeholder((1, 1, 2, 2, 2, 2), "float32")
     w = g.placeholder((1, 1, 1, 1, 1, 1), "float32")

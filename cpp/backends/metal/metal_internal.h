@@ -59,6 +59,8 @@ void guarded(const char* what, const std::function<void()>& f);
 id<MTLBuffer> buffer_of(const Array& a);
 
 // ---- lowering: IR node -> MPSGraph tensors ----
+struct LowerEnv;
+
 class LowerCtx {
  public:
   LowerCtx(MPSGraph* graph, const Node& node, std::vector<MPSGraphTensor*> in, std::vector<TensorType> in_types,
@@ -79,6 +81,8 @@ class LowerCtx {
   // Evaluates nodes on host constants at compile time (the one specialisation used).
   ConstantEvaluator* host_evaluator = nullptr;
   ConstantEvaluator& evaluator() const;
+  // The graph being lowered into (control flow lowers its regions' bodies through it).
+  const LowerEnv* env = nullptr;
 
   const TensorType& out(size_t k = 0) const { return out_types.at(k); }
   DType in_dtype(size_t i = 0) const { return in_types.at(i).dtype; }
@@ -141,6 +145,29 @@ using LowerFn = std::function<std::vector<MPSGraphTensor*>(LowerCtx&)>;
 void register_lowering(const std::string& op, LowerFn fn);
 const LowerFn* find_lowering(const std::string& op);
 
+// What lowering a specialised graph needs besides the graph: the MPSGraph it goes into, where
+// constant payloads are kept, the host evaluator, and the hooks for its leaves. The top level
+// makes placeholders, variables and the run counter through them; a control-flow region
+// (whose variable reads the core made captures and whose assigns it made results) maps its
+// placeholders to the tensors of its block and has no variable or run-counter hook.
+struct LowerEnv {
+  MPSGraph* g = nil;
+  std::vector<std::shared_ptr<const Array>>* keep_alive = nullptr;
+  ConstantEvaluator* evaluator = nullptr;
+  std::function<MPSGraphTensor*()> run_counter;                     // empty: stateful ops refused
+  std::function<MPSGraphTensor*(const Node&, size_t)> placeholder;  // the value of feed k (non-empty)
+  std::function<MPSGraphTensor*(const Node&)> read_variable;        // non-empty values only
+  std::function<void(const Node&, MPSGraphTensor*, const TensorType&)> assign_variable;  // nil: zero-size
+};
+
+// Lowers every node of a specialised graph into env.g, in order (zero-size values are nil and
+// never reach MPSGraph; each result is conformed to its node's type); returns the tensors of
+// `results` (nil where zero-size). feed_nodes[k] is the placeholder of feed k (-1: unused).
+std::vector<MPSGraphTensor*> lower_graph(const LowerEnv& env, const Graph& G, const std::vector<int32_t>& feed_nodes,
+                                         const std::vector<ValueRef>& results);
+// Checks every type in a graph against MPSGraph's limits (float64, rank, sizes) before lowering.
+void validate_graph(const Graph& g);
+
 // Family registration (one per .mm file).
 void register_elementwise_lowerings();
 void register_reduction_lowerings();
@@ -154,5 +181,6 @@ void register_resize_lowerings();
 void register_sparse_lowerings();
 void register_gather_lowerings();
 void register_sort_lowerings();
+void register_control_flow_lowerings();
 
 }  // namespace mg::metal

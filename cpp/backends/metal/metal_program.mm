@@ -35,15 +35,6 @@ void check_type(const Node& n, const TensorType& t) {
               " bytes; MPSGraph tensors must stay below 4 GiB (2**32 bytes) on the metal backend");
 }
 
-void validate(const Specialised& sg) {
-  const Graph& g = *sg.graph;
-  for (size_t id = 0; id < g.size(); ++id) {
-    const Node& n = g.node(int32_t(id));
-    for (auto& v : n.inputs) check_type(n, g.type(v));
-    for (auto& t : n.outputs) check_type(n, t);
-  }
-}
-
 // ---------------- the program ----------------
 
 struct FeedSlot {
@@ -163,7 +154,6 @@ void MetalProgram::build(const Specialised& sg) {
   num_inputs_ = sg.feeds.size();
   num_outputs_ = sg.targets.size();
   MPSGraph* g = [MPSGraph new];
-  std::vector<std::vector<MPSGraphTensor*>> vals(G.size());
   std::vector<FeedSlot> feeds;
   std::vector<ResultSlot> results;
   struct PendingAssign {
@@ -174,7 +164,11 @@ void MetalProgram::build(const Specialised& sg) {
   std::vector<PendingAssign> assigns;
   // The run counter placeholder, made when a lowering first asks for it.
   MPSGraphTensor* counter = nil;
-  auto run_counter = [&]() -> MPSGraphTensor* {
+  LowerEnv env;
+  env.g = g;
+  env.keep_alive = &keep_alive_;
+  env.evaluator = sg.evaluator;
+  env.run_counter = [&]() -> MPSGraphTensor* {
     if (counter == nil) {
       const std::string name = "mg_runs";
       MPSShape* shape = @[ @2 ];
@@ -183,122 +177,39 @@ void MetalProgram::build(const Specialised& sg) {
     }
     return counter;
   };
-
-  // Zero-size tensors never reach MPSGraph (an MTLBuffer cannot be empty): their value is
-  // nil here. A node whose outputs are all empty is skipped; one that makes a non-empty
-  // result from empty inputs (a reduction over an empty axis, a K=0 matmul, padding an empty
-  // tensor, a gradient into `like`'s shape) depends on shapes only and is evaluated once at
-  // compile time by the CPU backend; concat just leaves its empty pieces out.
-  auto is_empty = [](const TensorType& t) { return num_elements(t.shape) == 0; };
-  for (size_t id = 0; id < G.size(); ++id) {
-    const Node& n = G.node(int32_t(id));
-    const std::string& op = n.op->name;
-    if (op == "placeholder") {
-      auto it = std::find(sg.feeds.begin(), sg.feeds.end(), int32_t(id));
-      if (it == sg.feeds.end()) raise(ErrorKind::Value, op, n.name, "placeholder has no feed");
-      int64_t idx = it - sg.feeds.begin();
-      const TensorType& t = n.outputs[0];
-      if (is_empty(t)) {
-        vals[id] = {nil};
-        continue;
-      }
-      std::string name = "mg_in_" + std::to_string(idx);
-      MPSShape* shape = mps_shape(t.shape);
-      MPSDataType dt = mps_dtype(t.dtype, op, n.name);
-      MPSGraphTensor* p = [g placeholderWithShape:shape dataType:dt name:ns(name)];
-      feeds.push_back({FeedSlot::Input, idx, t, p, name, shape, dt});
-      vals[id] = {p};
-      continue;
-    }
-    if (op == "constant") {
-      auto value = node_attr<std::shared_ptr<const Array>>(n, "value");
-      if (value->size() == 0) {
-        vals[id] = {nil};
-        continue;
-      }
-      keep_alive_.push_back(value);
-      NSData* d = [NSData dataWithBytesNoCopy:const_cast<void*>(value->data()) length:value->nbytes() freeWhenDone:NO];
-      vals[id] = {[g constantWithData:d shape:mps_shape(value->shape) dataType:mps_dtype(value->dtype, op, n.name)]};
-      continue;
-    }
-    if (op == "read_variable") {  // a placeholder fed from the VariableStore at every run
-      int64_t var = node_attr<int64_t>(n, "variable");
-      const TensorType& t = n.outputs[0];
-      if (is_empty(t)) {
-        vals[id] = {nil};
-        continue;
-      }
-      std::string name = "mg_var_" + std::to_string(id);
-      MPSShape* shape = mps_shape(t.shape);
-      MPSDataType dt = mps_dtype(t.dtype, op, n.name);
-      MPSGraphTensor* p = [g placeholderWithShape:shape dataType:dt name:ns(name)];
-      feeds.push_back({FeedSlot::Variable, var, t, p, name, shape, dt});
-      vals[id] = {p};
-      continue;
-    }
-    if (op == "assign_variable") {  // the value becomes a result; it lands after the run
-      const ValueRef v = n.inputs.at(0);
-      if (is_empty(G.type(v))) empty_assigns_.push_back({node_attr<int64_t>(n, "variable"), G.type(v)});
-      else assigns.push_back({node_attr<int64_t>(n, "variable"), vals[size_t(v.node)].at(size_t(v.index)), G.type(v)});
-      continue;
-    }
-    const LowerFn* fn = find_lowering(op);
-    if (!fn) raise(ErrorKind::NotImplemented, op, n.name, "is not implemented on the metal backend");
-    bool all_empty = true, any_empty_in = false;
-    for (auto& t : n.outputs) all_empty = all_empty && is_empty(t);
-    std::vector<MPSGraphTensor*> ins;
-    std::vector<TensorType> in_types;
-    for (auto& v : n.inputs) {
-      ins.push_back(vals[size_t(v.node)].at(size_t(v.index)));
-      in_types.push_back(G.type(v));
-      any_empty_in = any_empty_in || is_empty(G.type(v));
-    }
-    if (all_empty) {
-      vals[id].assign(n.outputs.size(), nil);
-      continue;
-    }
-    if (any_empty_in && op == "concat") {  // leave the empty pieces out
-      std::vector<MPSGraphTensor*> kept;
-      std::vector<TensorType> kept_types;
-      for (size_t i = 0; i < ins.size(); ++i)
-        if (!is_empty(in_types[i])) {
-          kept.push_back(ins[i]);
-          kept_types.push_back(in_types[i]);
-        }
-      ins = std::move(kept);
-      in_types = std::move(kept_types);
-      any_empty_in = false;
-    }
-    std::vector<MPSGraphTensor*> outs;
-    LowerCtx c(g, n, std::move(ins), std::move(in_types), &keep_alive_, run_counter);
-    c.host_evaluator = sg.evaluator;
-    if (any_empty_in) {
-      outs = evaluate_shape_only(G, n, c);
-    } else {
-      outs = (*fn)(c);
-      if (outs.size() != n.outputs.size())
-        raise(ErrorKind::Runtime, op, n.name, "internal error: the metal lowering produced " + std::to_string(outs.size()) +
-                                                  " results for " + std::to_string(n.outputs.size()) + " outputs");
-    }
-    for (size_t k = 0; k < outs.size(); ++k) {
-      if (is_empty(n.outputs[k])) {
-        outs[k] = nil;
-        continue;
-      }
-      if (outs[k] == nil) raise(ErrorKind::Runtime, op, n.name, "internal error: the metal lowering produced no tensor");
-      outs[k] = c.conform(outs[k], k);
-    }
-    vals[id] = std::move(outs);
-  }
+  env.placeholder = [&](const Node& n, size_t idx) -> MPSGraphTensor* {
+    const TensorType& t = n.outputs[0];
+    std::string name = "mg_in_" + std::to_string(idx);
+    MPSShape* shape = mps_shape(t.shape);
+    MPSDataType dt = mps_dtype(t.dtype, n.op->name, n.name);
+    MPSGraphTensor* p = [g placeholderWithShape:shape dataType:dt name:ns(name)];
+    feeds.push_back({FeedSlot::Input, int64_t(idx), t, p, name, shape, dt});
+    return p;
+  };
+  env.read_variable = [&](const Node& n) -> MPSGraphTensor* {  // a placeholder fed from the VariableStore at every run
+    int64_t var = node_attr<int64_t>(n, "variable");
+    const TensorType& t = n.outputs[0];
+    std::string name = "mg_var_" + std::to_string(n.id);
+    MPSShape* shape = mps_shape(t.shape);
+    MPSDataType dt = mps_dtype(t.dtype, n.op->name, n.name);
+    MPSGraphTensor* p = [g placeholderWithShape:shape dataType:dt name:ns(name)];
+    feeds.push_back({FeedSlot::Variable, var, t, p, name, shape, dt});
+    return p;
+  };
+  env.assign_variable = [&](const Node& n, MPSGraphTensor* value, const TensorType& t) {  // lands after the run
+    if (value == nil) empty_assigns_.push_back({node_attr<int64_t>(n, "variable"), t});
+    else assigns.push_back({node_attr<int64_t>(n, "variable"), value, t});
+  };
+  const std::vector<MPSGraphTensor*> vals = lower_graph(env, G, sg.feeds, sg.targets);
 
   // Every result goes through its own named identity: duplicated targets, targets that are
   // placeholders or constants, and assigned values then all get a distinct result tensor.
   NSMutableArray<MPSGraphTensor*>* targets = [NSMutableArray array];
   for (size_t k = 0; k < sg.targets.size(); ++k) {
     const ValueRef v = sg.targets[k];
-    if (is_empty(G.type(v))) continue;  // nothing to write
+    if (num_elements(G.type(v).shape) == 0) continue;  // nothing to write
     std::string name = "mg_out_" + std::to_string(k);
-    MPSGraphTensor* t = [g identityWithTensor:vals[size_t(v.node)].at(size_t(v.index)) name:ns(name)];
+    MPSGraphTensor* t = [g identityWithTensor:vals[k] name:ns(name)];
     const TensorType& ty = G.type(v);
     results.push_back({ResultSlot::Output, int64_t(k), ty, t, name, mps_shape(ty.shape), mps_dtype(ty.dtype, "run", "")});
     [targets addObject:t];
@@ -491,8 +402,116 @@ void MetalProgram::run(const std::vector<std::shared_ptr<Array>>& inputs,
 
 }  // namespace
 
+void validate_graph(const Graph& g) {
+  for (size_t id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(int32_t(id));
+    for (auto& v : n.inputs) check_type(n, g.type(v));
+    for (auto& t : n.outputs) check_type(n, t);
+  }
+}
+
+std::vector<MPSGraphTensor*> lower_graph(const LowerEnv& env, const Graph& G, const std::vector<int32_t>& feed_nodes,
+                                         const std::vector<ValueRef>& results) {
+  MPSGraph* g = env.g;
+  std::vector<std::vector<MPSGraphTensor*>> vals(G.size());
+  // Zero-size tensors never reach MPSGraph (an MTLBuffer cannot be empty): their value is
+  // nil here. A node whose outputs are all empty is skipped; one that makes a non-empty
+  // result from empty inputs (a reduction over an empty axis, a K=0 matmul, padding an empty
+  // tensor, a gradient into `like`'s shape) depends on shapes only and is evaluated once at
+  // compile time by the CPU backend; concat just leaves its empty pieces out; control-flow
+  // nodes get the nil values and leave them out of their blocks' interfaces.
+  auto is_empty = [](const TensorType& t) { return num_elements(t.shape) == 0; };
+  auto missing = [](const Node& n, const char* what) {
+    raise(ErrorKind::Runtime, n.op->name, n.name, std::string("internal error: ") + what + " inside a control-flow region");
+  };
+  for (size_t id = 0; id < G.size(); ++id) {
+    const Node& n = G.node(int32_t(id));
+    const std::string& op = n.op->name;
+    if (op == "placeholder") {
+      auto it = std::find(feed_nodes.begin(), feed_nodes.end(), int32_t(id));
+      if (it == feed_nodes.end()) raise(ErrorKind::Value, op, n.name, "placeholder has no feed");
+      vals[id] = {is_empty(n.outputs[0]) ? nil : env.placeholder(n, size_t(it - feed_nodes.begin()))};
+      continue;
+    }
+    if (op == "constant") {
+      auto value = node_attr<std::shared_ptr<const Array>>(n, "value");
+      if (value->size() == 0) {
+        vals[id] = {nil};
+        continue;
+      }
+      env.keep_alive->push_back(value);
+      NSData* d = [NSData dataWithBytesNoCopy:const_cast<void*>(value->data()) length:value->nbytes() freeWhenDone:NO];
+      vals[id] = {[g constantWithData:d shape:mps_shape(value->shape) dataType:mps_dtype(value->dtype, op, n.name)]};
+      continue;
+    }
+    if (op == "read_variable") {  // regions capture variable reads: only the top level has them
+      if (!env.read_variable) missing(n, "a variable read");
+      vals[id] = {is_empty(n.outputs[0]) ? nil : env.read_variable(n)};
+      continue;
+    }
+    if (op == "assign_variable") {  // the core rewrites a region's assigns into its results
+      if (!env.assign_variable) missing(n, "a variable assign");
+      const ValueRef v = n.inputs.at(0);
+      env.assign_variable(n, vals[size_t(v.node)].at(size_t(v.index)), G.type(v));
+      continue;
+    }
+    const LowerFn* fn = find_lowering(op);
+    if (!fn) raise(ErrorKind::NotImplemented, op, n.name, "is not implemented on the metal backend");
+    bool all_empty = true, any_empty_in = false;
+    for (auto& t : n.outputs) all_empty = all_empty && is_empty(t);
+    std::vector<MPSGraphTensor*> ins;
+    std::vector<TensorType> in_types;
+    for (auto& v : n.inputs) {
+      ins.push_back(vals[size_t(v.node)].at(size_t(v.index)));
+      in_types.push_back(G.type(v));
+      any_empty_in = any_empty_in || is_empty(G.type(v));
+    }
+    if (all_empty) {
+      vals[id].assign(n.outputs.size(), nil);
+      continue;
+    }
+    if (!n.regions.empty()) any_empty_in = false;  // control flow: the lowering handles nil inputs
+    if (any_empty_in && op == "concat") {  // leave the empty pieces out
+      std::vector<MPSGraphTensor*> kept;
+      std::vector<TensorType> kept_types;
+      for (size_t i = 0; i < ins.size(); ++i)
+        if (!is_empty(in_types[i])) {
+          kept.push_back(ins[i]);
+          kept_types.push_back(in_types[i]);
+        }
+      ins = std::move(kept);
+      in_types = std::move(kept_types);
+      any_empty_in = false;
+    }
+    std::vector<MPSGraphTensor*> outs;
+    LowerCtx c(g, n, std::move(ins), std::move(in_types), env.keep_alive, env.run_counter);
+    c.host_evaluator = env.evaluator;
+    c.env = &env;
+    if (any_empty_in) {
+      outs = evaluate_shape_only(G, n, c);
+    } else {
+      outs = (*fn)(c);
+      if (outs.size() != n.outputs.size())
+        raise(ErrorKind::Runtime, op, n.name, "internal error: the metal lowering produced " + std::to_string(outs.size()) +
+                                                  " results for " + std::to_string(n.outputs.size()) + " outputs");
+    }
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (is_empty(n.outputs[k])) {
+        outs[k] = nil;
+        continue;
+      }
+      if (outs[k] == nil) raise(ErrorKind::Runtime, op, n.name, "internal error: the metal lowering produced no tensor");
+      outs[k] = c.conform(outs[k], k);
+    }
+    vals[id] = std::move(outs);
+  }
+  std::vector<MPSGraphTensor*> out;
+  for (auto& v : results) out.push_back(vals[size_t(v.node)].at(size_t(v.index)));
+  return out;
+}
+
 std::unique_ptr<Program> compile_program(const std::shared_ptr<MetalDevice>& device, const Specialised& sg) {
-  validate(sg);
+  validate_graph(*sg.graph);
   auto prog = std::make_unique<MetalProgram>(device, sg.vars);
   guarded("compile", [&] { prog->build(sg); });
   return prog;
