@@ -1,0 +1,176 @@
+"""The examples in examples/ run and their claims hold: each is run as a script (exit status,
+its OK line) and through its run() function, whose numbers are checked here against
+references computed in the test (numpy, the implicit function theorem)."""
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_script(name, *args):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    p = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *args], capture_output=True, text=True,
+                       timeout=120, env=env)
+    return p.returncode, p.stdout + p.stderr
+
+
+# ---------------------------------------------------------------- newton_solver
+
+
+def test_newton_script_succeeds():
+    rc, out = run_script("newton_solver")
+    assert rc == 0, out
+    assert "OK:" in out
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_newton_gradients_match_the_implicit_function_theorem(checkpoint):
+    newton = load("newton_solver")
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0.2, 5.0, 6)
+    b = rng.uniform(-50.0, 50.0, 6)
+    x, iters, dxa, dxb = newton.solve(a, b, tol=1e-12, checkpoint=checkpoint)
+    # the roots: numpy's companion-matrix solver, the real root of each cubic
+    for ai, bi, xi in zip(a, b, x):
+        roots = np.roots([1.0, 0.0, ai, -bi])
+        real = roots[np.abs(roots.imag) < 1e-9].real
+        assert len(real) == 1
+        np.testing.assert_allclose(xi, real[0], rtol=1e-10)
+    fp = 3 * x * x + a
+    np.testing.assert_allclose(dxa, -x / fp, rtol=1e-8)
+    np.testing.assert_allclose(dxb, 1.0 / fp, rtol=1e-8)
+    assert 1 < iters < 100
+
+
+def test_newton_trip_count_depends_on_the_data_and_tolerance():
+    newton = load("newton_solver")
+    a, b = np.array([1.0, 2.0]), np.array([0.5, -0.25])
+    counts = {}
+    for tol in (1e-2, 1e-12):
+        counts[tol] = newton.solve(a, b, tol=tol)[1]
+    far = newton.solve(a, b * 1e4, tol=1e-12)[1]
+    assert counts[1e-2] < counts[1e-12] < far
+
+
+# ---------------------------------------------------------------- char_rnn
+
+
+def test_char_rnn_loss_falls_by_the_stated_factor():
+    rnn = load("char_rnn")
+    rep = rnn.run(quiet=True)  # the default settings: the claim is made for them
+    vocab = len(set(rnn.TEXT))
+    # an untrained network predicts about uniformly: loss near ln(vocabulary)
+    assert abs(rep["initial"] - math.log(vocab)) < 0.5
+    assert rep["final"] <= rep["initial"] / rnn.FACTOR
+    assert len(rep["losses"]) == 200
+    # the sample continues the primer with characters of the text
+    assert rep["sample"].startswith("the ") and set(rep["sample"]) <= set(rnn.TEXT)
+    assert len(rep["sample"]) == len("the ") + 120
+
+
+def test_char_rnn_script_fails_when_the_loss_does_not_fall():
+    rc, out = run_script("char_rnn", "--steps", "2", "--seq", "4", "--batch", "2", "--hidden", "8")
+    assert rc == 1, out
+    assert "FAILED" in out and "sample:" in out
+
+
+# ---------------------------------------------------------------- pagerank
+
+
+def test_pagerank_script_succeeds():
+    rc, out = run_script("pagerank")
+    assert rc == 0, out
+    assert "OK:" in out
+
+
+def test_pagerank_against_a_linear_solve():
+    pr = load("pagerank")
+    rng = np.random.default_rng(5)
+    n, k, damping = 30, 4, 0.7
+    ev = pr.random_edges(n, 80, rng)
+    g, (e, d, w), (r, iters, top_v, top_i, dr_dd) = pr.build(n, k, 1e-13, 1000)
+    wv = rng.standard_normal(n)
+    out = g.run({e: ev, d: np.float64(damping), w: wv}, [r, top_v, top_i, dr_dd])
+    counts = np.zeros((n, n))
+    for s, t in ev:
+        counts[s, t] += 1
+    m = (counts / counts.sum(1, keepdims=True)).T
+    a = np.eye(n) - damping * m
+    want = np.linalg.solve(a, np.full(n, (1 - damping) / n))
+    np.testing.assert_allclose(out[r].numpy(), want, rtol=1e-10)
+    np.testing.assert_array_equal(out[top_i].numpy(), np.argsort(-want, kind="stable")[:k])
+    np.testing.assert_allclose(out[top_v].numpy(), np.sort(want)[::-1][:k], rtol=1e-10)
+    np.testing.assert_allclose(float(out[dr_dd].numpy()), wv @ np.linalg.solve(a, m @ want - 1.0 / n), rtol=1e-8)
+
+
+def numpy_gru(params, ids, h):
+    """The example's GRU cell in numpy: (new h, logits)."""
+    emb, w_x, w_h, b, w_out, b_out = params
+    hid = h.shape[1]
+    sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
+    gx, gh = emb[ids] @ w_x + b, h @ w_h
+    z = sig(gx[:, :hid] + gh[:, :hid])
+    r = sig(gx[:, hid:2 * hid] + gh[:, hid:2 * hid])
+    n = np.tanh(gx[:, 2 * hid:] + r * gh[:, 2 * hid:])
+    h = (1 - z) * n + z * h
+    return h, h @ w_out + b_out
+
+
+def test_char_rnn_time_loop_and_sampler_match_numpy():
+    import mpsgraph as mg
+    rnn = load("char_rnn")
+    vocab, hidden, seq, batch = 7, 5, 6, 3
+    g = mg.Graph()
+    model = rnn.CharRNN(g, vocab, hidden, seed=4)
+    inputs = g.placeholder((seq, batch), mg.int32)
+    targets = g.placeholder((seq, batch), mg.int32)
+    loss = model.loss(inputs, targets, seq, batch)
+    primer, noise, out = model.sampler(3, 10, temperature=0.7)
+    params = [g.variable_data(v).numpy().astype(np.float64) for v in model.params]
+    rng = np.random.default_rng(9)
+    xv = rng.integers(0, vocab, (seq, batch)).astype(np.int32)
+    yv = rng.integers(0, vocab, (seq, batch)).astype(np.int32)
+    pv = rng.integers(0, vocab, 3).astype(np.int32)
+    uv = rng.uniform(1e-6, 1.0, (10, vocab)).astype(np.float32)
+    r = g.run({inputs: xv, targets: yv, primer: pv, noise: uv}, [loss, out])
+
+    h, total = np.zeros((batch, hidden)), 0.0
+    for t in range(seq):
+        h, logits = numpy_gru(params, xv[t], h)
+        logp = logits - logits.max(1, keepdims=True)
+        logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+        total -= logp[np.arange(batch), yv[t]].sum()
+    np.testing.assert_allclose(float(r[loss].numpy()), total / (seq * batch), rtol=1e-5)
+
+    h = np.zeros((1, hidden))
+    for c in pv[:-1]:
+        h, _ = numpy_gru(params, np.array([c]), h)
+    c, want = pv[-1], []
+    for t in range(10):
+        h, logits = numpy_gru(params, np.array([c]), h)
+        c = int(np.argmax(logits[0] / 0.7 - np.log(-np.log(uv[t].astype(np.float64)))))
+        want.append(c)
+    np.testing.assert_array_equal(r[out].numpy(), want)
+
+
+def test_char_rnn_checkpointed_time_loop_trains_identically():
+    rnn = load("char_rnn")
+    kw = dict(steps=5, hidden=16, seq_len=12, batch=4, sample_len=5, quiet=True)
+    plain = rnn.run(**kw)["losses"]
+    ckpt = rnn.run(checkpoint=True, **kw)["losses"]
+    assert plain[-1] < plain[0]
+    np.testing.assert_allclose(ckpt, plain, rtol=1e-6)
