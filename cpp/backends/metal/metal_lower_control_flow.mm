@@ -268,19 +268,12 @@ std::vector<MPSGraphTensor*> lower_for(LowerCtx& c) {
                ci);
 }
 
-std::vector<MPSGraphTensor*> refuse_loop_gradient(LowerCtx& c) {
-  c.fail(ErrorKind::NotImplemented,
-         "is not implemented on the metal backend: gradients through loops run on the CPU backend "
-         "(compile or run the gradient with device=mg.Device(\"cpu\"))");
-}
-
 }  // namespace
 
 void register_control_flow_lowerings() {
   register_lowering("if_then_else", lower_if);
   register_lowering("while_loop", lower_while);
   register_lowering("for_loop", lower_for);
-  register_lowering("while_loop_vjp", refuse_loop_gradient);
 }
 
 }  // namespace mg::metal
