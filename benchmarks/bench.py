@@ -143,6 +143,46 @@ def w_mlp_step(device, batch=64):
     return fns, f"MLP 64-128-64-10 training step (forward, backward, SGD), batch {batch}"
 
 
+def _rnn_data(t=100, batch=8, hidden=64):
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((t, batch, hidden)).astype(np.float32)
+    w = (rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
+    return xs, w
+
+
+def _rnn_graph(device, grad):
+    xs_np, w_np = _rnn_data()
+    g = mg.Graph()
+    xs = g.placeholder(xs_np.shape, mg.float32)
+    w = g.placeholder(w_np.shape, mg.float32)
+    h0 = g.zeros(xs_np.shape[1:], mg.float32)
+    (h,) = g.for_loop(xs_np.shape[0], [h0], lambda i, h: [g.tanh(h @ w + g.gather(xs, i, axis=0))])
+    loss = g.reduction_sum(h * h, keep_dims=False)
+    target = g.gradients(loss, [w])[w] if grad else loss
+    exe = g.compile({xs: (xs_np.shape, mg.float32), w: (w_np.shape, mg.float32)}, [target], device=device)
+    return lambda: exe.run([xs_np, w_np])
+
+
+def w_rnn_loop(device):
+    """A 100-step recurrent loop as one for_loop (per-iteration overhead of control flow)
+    against Python loops in numpy / PyTorch and jax.lax.fori_loop."""
+    xs, w = _rnn_data()
+
+    def np_loop():
+        h = np.zeros(xs.shape[1:], np.float32)
+        for t in range(xs.shape[0]):
+            h = np.tanh(h @ w + xs[t])
+        return (h * h).sum()
+
+    return {"mpsgraph": _rnn_graph(device, False), "numpy": np_loop}, \
+        "for_loop of 100 steps h = tanh(h @ W + x_t), batch 8, hidden 64 (forward)"
+
+
+def w_rnn_loop_grad(device):
+    return {"mpsgraph": _rnn_graph(device, True)}, \
+        "gradient of sum(h_T^2) w.r.t. W through the 100-step for_loop"
+
+
 def add_torch_peer(name, fns, device):
     """Same computation in PyTorch (CPU) where installed, for the simple workloads."""
     try:
@@ -166,6 +206,19 @@ def add_torch_peer(name, fns, device):
     elif name == "run_overhead":
         x = torch.from_numpy(rng.standard_normal((1, 16)).astype(np.float32))
         fns["torch"] = lambda: torch.relu(x * 2.0 + 1.0)
+    elif name in ("rnn_loop", "rnn_loop_grad"):
+        xs_np, w_np = _rnn_data()
+        xs = torch.from_numpy(xs_np)
+        w = torch.from_numpy(w_np).requires_grad_(name == "rnn_loop_grad")
+
+        def torch_loop():
+            h = torch.zeros(xs.shape[1:])
+            for t in range(xs.shape[0]):
+                h = torch.tanh(h @ w + xs[t])
+            loss = (h * h).sum()
+            return torch.autograd.grad(loss, [w])[0] if name == "rnn_loop_grad" else loss
+
+        fns["torch"] = torch_loop
 
 
 def add_jax_peer(name, fns):
@@ -188,10 +241,21 @@ def add_jax_peer(name, fns):
         x = jnp.asarray(rng.standard_normal((256, 1000)).astype(np.float32))
         f = jax.jit(lambda v: jax.nn.softmax(v, axis=-1))
         fns["jax"] = lambda: f(x).block_until_ready()
+    elif name in ("rnn_loop", "rnn_loop_grad"):
+        xs_np, w_np = _rnn_data()
+        xs, w = jnp.asarray(xs_np), jnp.asarray(w_np)
+
+        def loss(w):
+            h = jax.lax.fori_loop(0, xs.shape[0], lambda t, h: jnp.tanh(h @ w + xs[t]), jnp.zeros(xs.shape[1:]))
+            return (h * h).sum()
+
+        f = jax.jit(jax.grad(loss) if name == "rnn_loop_grad" else loss)
+        fns["jax"] = lambda: f(w).block_until_ready()
 
 
 WORKLOADS = {"elementwise": w_elementwise, "matmul": w_matmul, "reduction": w_reduction, "softmax": w_softmax,
-             "mlp_step": w_mlp_step, "run_overhead": w_run_overhead}
+             "mlp_step": w_mlp_step, "run_overhead": w_run_overhead, "rnn_loop": w_rnn_loop,
+             "rnn_loop_grad": w_rnn_loop_grad}
 
 
 def main(argv=None):
