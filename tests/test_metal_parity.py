@@ -56,7 +56,7 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "sparse_tensor", "sparse_matmul", "non_zero_indices",
     "gather", "gather_nd", "gather_along_axis", "scatter", "scatter_with_data", "scatter_nd", "scatter_nd_with_data",
     "scatter_along_axis", "scatter_along_axis_with_data",
-    "sort", "arg_sort", "top_k", "bottom_k", "sort_gather_along_axis", "sort_scatter_add_along_axis",
+    "sort", "arg_sort", "top_k", "bottom_k",
     "cumulative_sum", "cumulative_product", "cumulative_minimum", "cumulative_maximum",
     "if_then_else", "while_loop", "for_loop"}
 
@@ -205,8 +205,8 @@ def test_autodiff_helpers(dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_sort_family_and_scan_gradients(dtype):
-    """The sort family's gradient helpers (sort_scatter_add_along_axis, and sort_gather_along_axis
-    in the second order) and the scans' gradient compositions, on distinct values."""
+    """The sort family's gradients (scatter_along_axis_with_data, and gather_along_axis in the
+    second order) and the scans' gradient compositions, on distinct values."""
     x = (np.random.default_rng(3).permutation(24).reshape(4, 6) * 0.25 - 3).astype(dtype)
 
     def build(g, a):
@@ -219,7 +219,7 @@ def test_sort_family_and_scan_gradients(dtype):
             loss = g.reduction_sum(y * y * w if k == 0 else y * w, keep_dims=False)
             dx = g.gradients(loss, [a])[a]
             outs.append(dx)
-            if k == 0:  # second order: the gather helper
+            if k == 0:  # second order: gather_along_axis
                 outs.append(g.gradients(g.reduction_sum(dx * dx, keep_dims=False), [a])[a])
         return outs
 

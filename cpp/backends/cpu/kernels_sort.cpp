@@ -255,64 +255,6 @@ KernelFactory scan_factory(const char* name) {
   };
 }
 
-// ---------------- gradient helpers: gather / scatter-add along an axis ----------------
-
-template <class S>
-KernelFn gather_along(Lines li, int64_t n) {  // li: the indices' lines; n: x's length along the axis
-  return [li, n](const void* const* in, void* const* out) {
-    const S* x = static_cast<const S*>(in[0]);
-    const int32_t* idx = static_cast<const int32_t*>(in[1]);
-    S* y = static_cast<S*>(out[0]);
-    const int64_t total = li.outer * li.n * li.inner;
-    parallel_for(total, 32768, [&](int64_t b, int64_t e) {
-      for (int64_t q = b; q < e; ++q) {
-        const int64_t o = q / (li.n * li.inner), i = q % li.inner;
-        const int64_t t = idx[q];
-        y[q] = (t >= 0 && t < n) ? x[(o * n + t) * li.inner + i] : Num<S>::st(0);
-      }
-    });
-  };
-}
-
-template <class S>
-KernelFn scatter_add_along(Lines li, int64_t n) {  // li: the updates' lines; n: the result's length
-  return [li, n](const void* const* in, void* const* out) {
-    const S* u = static_cast<const S*>(in[0]);
-    const int32_t* idx = static_cast<const int32_t*>(in[1]);
-    S* y = static_cast<S*>(out[0]);
-    const int64_t slice = n * li.inner;
-    parallel_for(li.outer, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, li.n * li.inner)), [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) {
-        S* yo = y + o * slice;
-        for (int64_t q = 0; q < slice; ++q) yo[q] = Num<S>::st(0);
-        for (int64_t j = 0; j < li.n; ++j)
-          for (int64_t i = 0; i < li.inner; ++i) {
-            const int64_t src = (o * li.n + j) * li.inner + i;
-            const int64_t t = idx[src];
-            if (t < 0 || t >= n) continue;
-            S& d = yo[t * li.inner + i];
-            d = Num<S>::st(Num<S>::ld(d) + Num<S>::ld(u[src]));
-          }
-      }
-    });
-  };
-}
-
-// The lines are the indices' (input 1); n is the length along the axis of x (gather) or of the
-// result (scatter).
-template <bool Scatter>
-KernelFactory along_axis_factory(const char* name) {
-  return [name](const KernelCtx& c) -> KernelFn {
-    const int64_t axis = typed_attrs<ops::AlongAxisAttrs>(c.node).axis;
-    Lines li = lines_of(c.in[1].shape, axis);
-    int64_t n = (Scatter ? c.out[0].shape : c.in[0].shape)[size_t(axis)];
-    return dispatch_float(c, name, c.in[0].dtype, [&](auto tag) {
-      using S = decltype(tag);
-      return Scatter ? scatter_add_along<S>(li, n) : gather_along<S>(li, n);
-    });
-  };
-}
-
 }  // namespace
 
 void register_sort_kernels() {
@@ -336,8 +278,6 @@ void register_sort_kernels() {
   register_kernel("cumulative_product", scan_factory<kProd>("cumulative_product"));
   register_kernel("cumulative_minimum", scan_factory<kMin>("cumulative_minimum"));
   register_kernel("cumulative_maximum", scan_factory<kMax>("cumulative_maximum"));
-  register_kernel("sort_gather_along_axis", along_axis_factory<false>("sort_gather_along_axis"));
-  register_kernel("sort_scatter_add_along_axis", along_axis_factory<true>("sort_scatter_add_along_axis"));
 }
 
 }  // namespace mg::cpu

@@ -1,5 +1,4 @@
-// Lowerings of the sort family (sort, arg_sort, top_k, bottom_k, and the gradient helpers
-// sort_gather_along_axis / sort_scatter_add_along_axis) and of the cumulative family.
+// Lowerings of the sort family (sort, arg_sort, top_k, bottom_k) and of the cumulative family.
 //
 // MPSGraph sorts Int32, Float16 and Float32 (and Int64 from macOS 13.3; PyTorch's
 // castToIHFTypes): other dtypes sort through an order-preserving key (bfloat16 as float32;
@@ -91,16 +90,6 @@ std::vector<T> lower_k(LowerCtx& c, bool top) {
   return {from_key(c, vals, t), c.raw_cast(idx, DType::Int32)};
 }
 
-// ---- gradient helpers (floating point; half types in float32) ----
-
-DType wide(DType t) { return (t == DType::Float16 || t == DType::BFloat16) ? DType::Float32 : t; }
-
-// Indices in [0, n) and the mask of those that were.
-std::pair<T, T> clamp_indices(LowerCtx& c, T idx, int64_t n) {
-  T ok = c.land(c.ge(idx, c.k_int(0, DType::Int32)), c.lt(idx, c.k_int(n, DType::Int32)));
-  return {c.sel(ok, idx, c.k_int(0, DType::Int32)), ok};
-}
-
 // ---- scans ----
 
 enum Scan { kSum, kProd, kMin, kMax };
@@ -167,27 +156,6 @@ void register_sort_lowerings() {
   register_lowering("arg_sort", [](LowerCtx& c) { return lower_sort(c, true); });
   register_lowering("top_k", [](LowerCtx& c) { return lower_k(c, true); });
   register_lowering("bottom_k", [](LowerCtx& c) { return lower_k(c, false); });
-
-  register_lowering("sort_gather_along_axis", [](LowerCtx& c) {
-    const int64_t axis = typed_attrs<ops::AlongAxisAttrs>(c.node).axis;
-    const DType t = c.in_dtype(0), w = wide(t);
-    auto [idx, ok] = clamp_indices(c, c.in[1], c.in_types[0].shape[size_t(axis)]);
-    T y = [c.g gatherAlongAxis:axis withUpdatesTensor:c.raw_cast(c.in[0], w) indicesTensor:idx name:nil];
-    return std::vector<T>{c.raw_cast(c.sel(ok, y, c.k(0, w)), t)};
-  });
-  register_lowering("sort_scatter_add_along_axis", [](LowerCtx& c) {
-    const int64_t axis = typed_attrs<ops::AlongAxisAttrs>(c.node).axis;
-    const DType t = c.in_dtype(0), w = wide(t);
-    auto [idx, ok] = clamp_indices(c, c.in[1], c.out().shape[size_t(axis)]);
-    T upd = c.sel(ok, c.raw_cast(c.in[0], w), c.k(0, w));  // dropped indices add 0 at index 0
-    T y = [c.g scatterAlongAxis:axis
-               withUpdatesTensor:upd
-                   indicesTensor:idx
-                           shape:mps_shape(c.out().shape)
-                            mode:MPSGraphScatterModeAdd
-                            name:nil];
-    return std::vector<T>{c.raw_cast(y, t)};
-  });
 
   cumulative("cumulative_sum", kSum);
   cumulative("cumulative_product", kProd);

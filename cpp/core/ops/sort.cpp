@@ -5,8 +5,8 @@
 // ascending, first descending), so top_k(x, k) is the first k of a descending sort and
 // bottom_k(x, k) the first k of an ascending one.
 //
-// Gradients route dy through two internal helpers, sort_gather_along_axis and
-// sort_scatter_add_along_axis (each the other's gradient, so gradients of gradients work).
+// Gradients scatter dy back along the axis with the public scatter_along_axis_with_data (onto
+// zeros_like(x), so unknown dims work); its gradient is gather_along_axis, so second order works.
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -27,7 +27,6 @@ TopKAttrs decode_top_k(const Attrs& a) { return {get_attr<int64_t>(a, "axis"), g
 CumulativeAttrs decode_cumulative(const Attrs& a) {
   return {get_attr<int64_t>(a, "axis"), get_attr<bool>(a, "exclusive"), get_attr<bool>(a, "reverse")};
 }
-AlongAxisAttrs decode_along_axis(const Attrs& a) { return {get_attr<int64_t>(a, "axis")}; }
 
 // ---- inference ----
 
@@ -77,58 +76,12 @@ std::vector<TensorType> infer_cumulative(InferCtx& c) {
   return {c.in[0]};
 }
 
-// Shapes that must agree except along `axis` (unknown dims agree with anything); the merge.
-Shape merge_except(InferCtx& c, const Shape& a, const Shape& b, int64_t axis, const char* what) {
-  if (a.size() != b.size())
-    c.fail(ErrorKind::Value, std::string(what) + ": ranks differ: " + shape_str(a) + " vs " + shape_str(b));
-  Shape r = a;
-  for (size_t d = 0; d < a.size(); ++d) {
-    if (int64_t(d) == axis) continue;
-    if (a[d] >= 0 && b[d] >= 0 && a[d] != b[d])
-      c.fail(ErrorKind::Value, std::string(what) + ": shapes " + shape_str(a) + " and " + shape_str(b) +
-                                   " differ outside axis " + std::to_string(axis));
-    if (r[d] < 0) r[d] = b[d];
-  }
-  return r;
-}
-
-void check_indices(InferCtx& c, size_t i) {
-  if (c.in[i].dtype != DType::Int32)
-    c.fail(ErrorKind::Type, "indices must be int32, got " + type_str(c.in[i]));
-}
-
-// sort_gather_along_axis(x, indices): out[.., j, ..] = x[.., indices[.., j, ..], ..]; shape of indices.
-std::vector<TensorType> infer_gather_along_axis(InferCtx& c) {
-  require_class(c, 0, kFloat);
-  check_indices(c, 1);
-  int64_t axis = sort_axis(c);
-  Shape s = merge_except(c, c.in[1].shape, c.in[0].shape, axis, "x and indices");
-  return {{c.in[0].dtype, s}};
-}
-
-// sort_scatter_add_along_axis(updates, indices, like): zeros of like's shape, updates added at indices.
-std::vector<TensorType> infer_scatter_add_along_axis(InferCtx& c) {
-  require_class(c, 0, kFloat);
-  check_indices(c, 1);
-  int64_t axis = sort_axis(c);
-  const Shape& u = c.in[0].shape;
-  const Shape& ix = c.in[1].shape;
-  if (u.size() != ix.size())
-    c.fail(ErrorKind::Value, "updates " + shape_str(u) + " and indices " + shape_str(ix) + " differ in rank");
-  for (size_t d = 0; d < u.size(); ++d)
-    if (u[d] >= 0 && ix[d] >= 0 && u[d] != ix[d])
-      c.fail(ErrorKind::Value, "updates " + shape_str(u) + " and indices " + shape_str(ix) + " differ in shape");
-  Shape s = merge_except(c, c.in[2].shape, u, axis, "like and updates");
-  return {{c.in[0].dtype, s}};
-}
-
 // ---- gradients ----
 
-ValueRef gather_along(Graph& g, ValueRef x, ValueRef idx, int64_t axis) {
-  return call(g, "sort_gather_along_axis", {x, idx}, {{"axis", axis}});
-}
-ValueRef scatter_add_along(Graph& g, ValueRef upd, ValueRef idx, ValueRef like, int64_t axis) {
-  return call(g, "sort_scatter_add_along_axis", {upd, idx, like}, {{"axis", axis}});
+// Zeros of x's shape with upd added along `axis` at idx (every index in [0, x.shape[axis])).
+ValueRef scatter_add_along(Graph& g, ValueRef upd, ValueRef idx, ValueRef x, int64_t axis) {
+  return call(g, "scatter_along_axis_with_data", {zeros_like(g, x), upd, idx},
+              {{"axis", axis}, {"mode", std::string("add")}});
 }
 
 // sort(x) = x gathered at arg_sort(x): dx scatters dy back through the same permutation.
@@ -143,16 +96,6 @@ std::vector<ValueRef> grad_sort(GradCtx& c) {
 std::vector<ValueRef> grad_top_k(GradCtx& c) {
   if (!c.dy[0].valid()) return {ValueRef{}};
   return {scatter_add_along(c.g, c.dy[0], c.y(1), c.x(0), typed_attrs<TopKAttrs>(c.node).axis)};
-}
-
-std::vector<ValueRef> grad_gather_along_axis(GradCtx& c) {
-  if (!c.dy[0].valid()) return {ValueRef{}, ValueRef{}};
-  return {scatter_add_along(c.g, c.dy[0], c.x(1), c.x(0), typed_attrs<AlongAxisAttrs>(c.node).axis), ValueRef{}};
-}
-
-std::vector<ValueRef> grad_scatter_add_along_axis(GradCtx& c) {
-  if (!c.dy[0].valid()) return {ValueRef{}, ValueRef{}, ValueRef{}};
-  return {gather_along(c.g, c.dy[0], c.x(1), typed_attrs<AlongAxisAttrs>(c.node).axis), ValueRef{}, ValueRef{}};
 }
 
 ValueRef scan(Graph& g, const char* op, ValueRef x, const CumulativeAttrs& a, bool exclusive, bool reverse) {
@@ -213,12 +156,18 @@ std::vector<ValueRef> grad_cumulative_extremum(GradCtx& c, bool is_max) {
   ValueRef starts = call(g, "equal", {scan_pos, scalar_like(g, 0.0, scan_pos)});
   ValueRef fresh = call(g, "logical_or", {call(g, "logical_or", {beats, nan_first}), starts});
   // The latest fresh extremum in scan order: the largest such index forward, the smallest with
-  // reverse. An exclusive scan's first output depends on nothing: its identity is out of range,
-  // and the scatter drops it.
+  // reverse.
   double none = a.reverse ? double(std::numeric_limits<int32_t>::max()) : -1.0;
   ValueRef cand = call(g, "select", {fresh, pos, scalar_like(g, none, pos)});
   ValueRef at = scan(g, a.reverse ? "cumulative_minimum" : "cumulative_maximum", cand, a, a.exclusive, a.reverse);
-  return {scatter_add_along(g, c.dy[0], at, x, a.axis)};
+  ValueRef dy = c.dy[0];
+  if (a.exclusive) {
+    // An exclusive scan's first output depends on nothing, and its `at` is the scan's identity,
+    // out of range (scatters check indices): send a zero to index 0 instead.
+    at = call(g, "select", {starts, scalar_like(g, 0.0, at), at});
+    dy = call(g, "select", {starts, zeros_like(g, dy), dy});
+  }
+  return {scatter_add_along(g, dy, at, x, a.axis)};
 }
 
 // ---- registration ----
@@ -305,30 +254,6 @@ void register_sort_ops() {
                 "Running maximum; NaN propagates (numpy's maximum.accumulate). The exclusive identity is -inf for "
                 "floats and the dtype's lowest value for integers (MPSGraph's 'lowest value of the data type'). "
                 "The gradient goes to the running maximum's position, the earliest in scan order on ties.");
-
-  // Internal gradient helpers (no Graph method). Indices outside [0, x.shape[axis]) read 0 /
-  // are dropped; each is the other's gradient, so gradients of gradients work.
-  register_op({.name = "sort_gather_along_axis",
-               .doc = "Internal: x read along `axis` at int32 indices (numpy's take_along_axis); the shape of "
-                      "indices. Out-of-range indices read 0. Gradient helper of the sort family.",
-               .inputs = {{"x"}, {"indices", false, false, InputRole::Index}},
-               .attrs = {axis_attr(-1, "the axis indices point along")},
-               .decode = attr_decoder(decode_along_axis),
-               .infer = infer_gather_along_axis,
-               .grad = grad_gather_along_axis,
-               .python_method = false,
-               .family = "sort"});
-  register_op({.name = "sort_scatter_add_along_axis",
-               .doc = "Internal: zeros of like's shape with updates added along `axis` at int32 indices (the "
-                      "adjoint of sort_gather_along_axis). Out-of-range indices are dropped. Gradient helper of "
-                      "the sort family.",
-               .inputs = {{"updates"}, {"indices", false, false, InputRole::Index}, {"like", false, false, InputRole::ShapeOnly}},
-               .attrs = {axis_attr(-1, "the axis indices point along")},
-               .decode = attr_decoder(decode_along_axis),
-               .infer = infer_scatter_add_along_axis,
-               .grad = grad_scatter_add_along_axis,
-               .python_method = false,
-               .family = "sort"});
 }
 
 }  // namespace mg::ops

@@ -24,9 +24,4 @@ struct CumulativeAttrs {
   bool reverse = false;
 };
 
-// sort_gather_along_axis, sort_scatter_add_along_axis (the family's gradient helpers).
-struct AlongAxisAttrs {
-  int64_t axis = 0;  // non-negative
-};
-
 }  // namespace mg::ops
