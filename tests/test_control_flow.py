@@ -412,3 +412,14 @@ def test_loop_with_constant_inputs_and_random_body_draws_fresh_numbers_per_run()
     first, second = exe.run([])[0].numpy(), exe.run([])[0].numpy()
     assert not np.array_equal(first, second)
     assert np.all((first >= 0) & (first < 2))
+
+
+def test_a_data_dependent_op_inside_a_region_is_refused_clearly():
+    g = mg.Graph()
+    x = g.placeholder((4,), mg.float32)
+    count = lambda: g.cast(g.reduction_sum(g.cast(g.non_zero_indices(x), mg.float32), keep_dims=False), mg.int32)
+    (c,) = g.for_loop(2, [g.constant(0, mg.int32)], lambda i, c: [c + count()])
+    with pytest.raises(mg.GraphNotImplementedError, match=r"\[non_zero_indices\].*inside a control-flow region"):
+        g.run({x: np.array([0, 1, 0, 2], np.float32)}, [c])
+    y = g.non_zero_indices(x)  # outside a region it runs
+    assert g.run({x: np.array([0, 1, 0, 2], np.float32)}, [y])[y].shape == (2, 1)

@@ -34,6 +34,12 @@ class RegionRunner {
   RegionRunner(const Region& r, const std::vector<TensorType>& feed_types) {
     sg_ = specialise(*r.body, r.feeds, feed_types, r.results, {}, &host_constant_evaluator(),
                      [](const Node& n) { return region_backend().implements_composite(n); });
+    if (!sg_.complete()) {
+      const Node& dd = sg_.graph->node(sg_.data_dependent.front());
+      raise(ErrorKind::NotImplemented, dd.op->name, dd.name,
+            "an op whose output size is known only after it runs is not supported inside a control-flow region "
+            "(a loop-carried or returned value keeps its shape); compute it outside the region");
+    }
     program_ = region_backend().compile(sg_);
     for (auto& v : sg_.targets) types_.push_back(sg_.graph->type(v));
   }
