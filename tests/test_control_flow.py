@@ -423,3 +423,26 @@ def test_a_data_dependent_op_inside_a_region_is_refused_clearly():
         g.run({x: np.array([0, 1, 0, 2], np.float32)}, [c])
     y = g.non_zero_indices(x)  # outside a region it runs
     assert g.run({x: np.array([0, 1, 0, 2], np.float32)}, [y])[y].shape == (2, 1)
+
+
+@pytest.mark.parametrize("wrt", ["w", "w and xs"])
+def test_loop_gradient_of_some_captured_values_only(wrt):
+    """A captured value nobody differentiates (the input sequence read by index) gets no
+    per-iteration accumulator; the gradients asked for are unchanged (against PyTorch)."""
+    g = mg.Graph()
+    xs = g.placeholder((5, 2, 3), mg.float64)
+    w = g.placeholder((3, 3), mg.float64)
+    (h,) = g.for_loop(5, [g.zeros((2, 3), mg.float64)], lambda i, h: [g.tanh(h @ w + g.gather(xs, i, axis=0))])
+    loss = g.reduction_sum(h * h, keep_dims=False)
+    targets = [w] if wrt == "w" else [w, xs]
+    grads = g.gradients(loss, targets)
+    xv, wv = RNG.standard_normal((5, 2, 3)), RNG.standard_normal((3, 3)) * 0.5
+    r = g.run({xs: xv, w: wv}, list(grads.values()))
+    xt, wt = torch.tensor(xv, requires_grad=True), torch.tensor(wv, requires_grad=True)
+    ht = torch.zeros(2, 3, dtype=torch.float64)
+    for t in range(5):
+        ht = torch.tanh(ht @ wt + xt[t])
+    tg = torch.autograd.grad((ht * ht).sum(), [wt, xt])
+    np.testing.assert_allclose(r[grads[w]].numpy(), tg[0].numpy(), rtol=1e-10)
+    if wrt != "w":
+        np.testing.assert_allclose(r[grads[xs]].numpy(), tg[1].numpy(), rtol=1e-10, atol=1e-14)

@@ -65,6 +65,7 @@ std::map<ValueRef, ValueRef> backward(Graph& g, const std::vector<ValueRef>& ys,
     std::vector<ValueRef> dxs;
     if (node.op->grad) {
       GradCtx ctx{g, node, dys_node};
+      for (auto& in : node.inputs) ctx.wanted.push_back(is_floating(g.type(in).dtype) && from_x[size_t(in.node)]);
       dxs = node.op->grad(ctx);
     } else {
       // a composite without a rule of its own: differentiate its decomposition

@@ -73,6 +73,8 @@ class GradCtx {
   Graph& g;
   const Node& node;                 // the forward node
   const std::vector<ValueRef>& dy;  // one per output; invalid ref = zero gradient
+  std::vector<char> wanted = {};    // per input: its gradient is needed (empty: all are)
+  bool wants(size_t i) const { return wanted.empty() || wanted.at(i); }
   ValueRef x(size_t i) const { return node.inputs.at(i); }
   ValueRef y(size_t i = 0) const { return ValueRef{node.id, int32_t(i)}; }
 };

@@ -297,17 +297,25 @@ KernelFn make_while_vjp(const KernelCtx& ctx) {
                                              ops.captures[1]);
   auto passed_t = st->blocks->before->result_types();
   passed_t.erase(passed_t.begin());
+  const auto& flags = node_attr<std::vector<int64_t>>(node, "wanted_captures");
+  auto wanted_types = [&](size_t r, size_t at) {  // the captured values whose gradients are accumulated
+    std::vector<TensorType> t;
+    for (size_t k = 0; k < ops.captures[r].size(); ++k)
+      if (at + k < flags.size() && flags[at + k]) t.push_back(ops.captures[r][k]);
+    return t;
+  };
+  const auto accb_t = wanted_types(0, 0), acca_t = wanted_types(1, ops.captures[0].size());
   st->bvjp = std::make_unique<RegionRunner>(*node.regions[2],
-                                            types_cat({init_t, dy_t, ops.captures[0], ops.captures[2]}));
-  st->avjp = std::make_unique<RegionRunner>(*node.regions[3],
-                                            types_cat({passed_t, init_t, ops.captures[1], ops.captures[3]}));
+                                            types_cat({init_t, dy_t, accb_t, ops.captures[2]}));
+  st->avjp = std::make_unique<RegionRunner>(
+      *node.regions[3], types_cat({passed_t, init_t, acca_t, ops.captures[3]}));
   st->bvcaps = borrowed(ops.captures[2]);
   st->avcaps = borrowed(ops.captures[3]);
   for (int k = 0; k < 2; ++k) {
     st->x[k] = owned(init_t);
     st->dx[k] = owned(init_t);
-    st->accb[k] = owned(ops.captures[0]);
-    st->acca[k] = owned(ops.captures[1]);
+    st->accb[k] = owned(accb_t);
+    st->acca[k] = owned(acca_t);
   }
   st->dz = owned(dy_t);
   st->dy = borrowed(dy_t);
@@ -374,7 +382,7 @@ KernelFn make_while_vjp(const KernelCtx& ctx) {
     int cx = 0, cb = 0, ca = 0;
     auto before_vjp = [&](const Arrays& x) {
       Arrays outs = cat({&st->dx[1 - cx], &st->accb[1 - cb]});
-      st->bvjp->run(cat({&x, &st->dz, &st->accb[cb], &w.bcaps, &st->bvcaps}), outs);
+      st->bvjp->run(cat({&x, &st->dz, &st->accb[cb], &st->bvcaps}), outs);
       cx ^= 1;
       cb ^= 1;
     };
@@ -384,7 +392,7 @@ KernelFn make_while_vjp(const KernelCtx& ctx) {
       w.test(x);  // z_i
       const Arrays z = w.passed_values();
       Arrays outs = cat({&st->dz, &st->acca[1 - ca]});
-      st->avjp->run(cat({&z, &st->dx[cx], &st->acca[ca], &w.acaps, &st->avcaps}), outs);
+      st->avjp->run(cat({&z, &st->dx[cx], &st->acca[ca], &st->avcaps}), outs);
       ca ^= 1;
       before_vjp(x);
     }

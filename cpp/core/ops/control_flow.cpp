@@ -212,16 +212,22 @@ std::vector<TensorType> infer_while_loop(InferCtx& c) {
   return passed;
 }
 
-// The vector-Jacobian regions of a while loop's blocks (accumulating capture gradients):
-//   before_vjp(x..., dz..., acc_before_caps...) -> (dx..., acc + d before_caps...)
-//   after_vjp(z..., dx..., acc_after_caps...)   -> (dz..., acc + d after_caps...)
+// The vector-Jacobian regions of a while loop's blocks, accumulating the gradients of the
+// captured values that need one (`wanted`; a large capture nobody differentiates, such as
+// an input sequence read by index, then costs nothing per iteration):
+//   before_vjp(x..., dz..., acc...) -> (dx..., acc + d wanted before_caps...)
+//   after_vjp(z..., dx..., acc...)  -> (dz..., acc + d wanted after_caps...)
 std::shared_ptr<Region> block_vjp(Graph& g, const Region& block, const std::vector<TensorType>& arg_types,
-                                  const std::vector<ValueRef>& caps, size_t skip_results, const std::string& what) {
+                                  const std::vector<ValueRef>& caps, const std::vector<char>& wanted,
+                                  size_t skip_results, const std::string& what) {
   std::vector<TensorType> dres;
   auto rt = block.result_types();
   for (size_t k = skip_results; k < rt.size(); ++k) dres.push_back(rt[k]);
+  std::vector<ValueRef> wcaps;
+  for (size_t k = 0; k < caps.size(); ++k)
+    if (wanted[k]) wcaps.push_back(caps[k]);
   std::vector<TensorType> acc_types;
-  for (auto& v : caps) acc_types.push_back(g.type(v));
+  for (auto& v : wcaps) acc_types.push_back(g.type(v));
   const int32_t first = int32_t(g.size());
   auto args = g.begin_region(concat(concat(arg_types, dres), acc_types), what);
   std::vector<ValueRef> xs(args.begin(), args.begin() + long(arg_types.size()));
@@ -232,28 +238,40 @@ std::shared_ptr<Region> block_vjp(Graph& g, const Region& block, const std::vect
   auto outs = inline_region(g, block, feeds);
   std::vector<ValueRef> ys(outs.begin() + long(skip_results), outs.end());
   std::vector<ValueRef> wrt = xs;
-  wrt.insert(wrt.end(), caps.begin(), caps.end());
+  wrt.insert(wrt.end(), wcaps.begin(), wcaps.end());
   auto d = vjp(g, ys, dys, wrt, first);
   std::vector<ValueRef> results;
   for (size_t k = 0; k < xs.size(); ++k) results.push_back(d[k].valid() ? d[k] : zeros_like(g, xs[k]));
-  for (size_t k = 0; k < caps.size(); ++k) {
+  for (size_t k = 0; k < wcaps.size(); ++k) {
     ValueRef dk = d[xs.size() + k];
-    results.push_back(dk.valid() && is_floating(g.type(caps[k]).dtype) ? g.add1("addition", {acc[k], dk}) : acc[k]);
+    results.push_back(dk.valid() ? g.add1("addition", {acc[k], dk}) : acc[k]);
   }
   return g.end_region(results);
+}
+
+// Which captured values need a gradient: float ones the gradient asked for.
+std::vector<char> wanted_captures(const GradCtx& c, const std::vector<ValueRef>& caps) {
+  std::vector<char> w;
+  for (auto& v : caps) {
+    bool want = false;
+    for (size_t i = 0; i < c.node.inputs.size(); ++i) want = want || (c.node.inputs[i] == v && c.wants(i));
+    w.push_back(want && is_floating(c.g.type(v).dtype));
+  }
+  return w;
 }
 
 // Gradients of a loop given as before/after regions with their captured values.
 std::map<ValueRef, ValueRef> while_vjp(Graph& g, const std::vector<ValueRef>& initial,
                                        std::shared_ptr<const Region> before, const std::vector<ValueRef>& bcaps,
-                                       std::shared_ptr<const Region> after, const std::vector<ValueRef>& acaps,
+                                       const std::vector<char>& bwanted, std::shared_ptr<const Region> after,
+                                       const std::vector<ValueRef>& acaps, const std::vector<char>& awanted,
                                        const std::vector<ValueRef>& dys, bool checkpoint, const std::string& name) {
   std::vector<TensorType> init_t;
   for (auto& v : initial) init_t.push_back(g.type(v));
   auto bt = before->result_types();
   std::vector<TensorType> passed(bt.begin() + 1, bt.end());
-  auto bvjp = block_vjp(g, *before, init_t, bcaps, 1, "the gradient of the before block of " + name);
-  auto avjp = block_vjp(g, *after, passed, acaps, 0, "the gradient of the after block of " + name);
+  auto bvjp = block_vjp(g, *before, init_t, bcaps, bwanted, 1, "the gradient of the before block of " + name);
+  auto avjp = block_vjp(g, *after, passed, acaps, awanted, 0, "the gradient of the after block of " + name);
   std::vector<ValueRef> ins = initial;
   ins.insert(ins.end(), dys.begin(), dys.end());
   std::vector<int64_t> counts;
@@ -261,14 +279,19 @@ std::map<ValueRef, ValueRef> while_vjp(Graph& g, const std::vector<ValueRef>& in
     ins.insert(ins.end(), r->captures.begin(), r->captures.end());
     counts.push_back(int64_t(r->captures.size()));
   }
+  std::vector<int64_t> wanted(bwanted.begin(), bwanted.end());
+  wanted.insert(wanted.end(), awanted.begin(), awanted.end());
   auto outs = g.add("while_loop_vjp", ins,
                     {{"num_initial", int64_t(initial.size())}, {"region_captures", counts},
-                     {"checkpoint", checkpoint}},
+                     {"wanted_captures", wanted}, {"checkpoint", checkpoint}},
                     name + "_vjp", {before, after, bvjp, avjp});
   std::map<ValueRef, ValueRef> grads;
-  for (size_t k = 0; k < initial.size(); ++k) add_grad(g, grads, initial[k], outs[k]);
-  for (size_t k = 0; k < bcaps.size(); ++k) add_grad(g, grads, bcaps[k], outs[initial.size() + k]);
-  for (size_t k = 0; k < acaps.size(); ++k) add_grad(g, grads, acaps[k], outs[initial.size() + bcaps.size() + k]);
+  size_t at = 0;
+  for (size_t k = 0; k < initial.size(); ++k) add_grad(g, grads, initial[k], outs[at++]);
+  for (size_t k = 0; k < bcaps.size(); ++k)
+    if (bwanted[k]) add_grad(g, grads, bcaps[k], outs[at++]);
+  for (size_t k = 0; k < acaps.size(); ++k)
+    if (awanted[k]) add_grad(g, grads, acaps[k], outs[at++]);
   return grads;
 }
 
@@ -283,8 +306,8 @@ std::vector<ValueRef> grad_while_loop(GradCtx& c) {
   auto initial = slice_refs(node.inputs, 0, n);
   auto bcaps = slice_refs(node.inputs, n, size_t(counts[0]));
   auto acaps = slice_refs(node.inputs, n + size_t(counts[0]), size_t(counts[1]));
-  auto grads = while_vjp(c.g, initial, node.regions[0], bcaps, node.regions[1], acaps, c.dy,
-                         get_attr<bool>(node.attrs, "checkpoint"), node.name);
+  auto grads = while_vjp(c.g, initial, node.regions[0], bcaps, wanted_captures(c, bcaps), node.regions[1], acaps,
+                         wanted_captures(c, acaps), c.dy, get_attr<bool>(node.attrs, "checkpoint"), node.name);
   return by_first_input(node, grads);
 }
 
@@ -336,23 +359,34 @@ std::vector<ValueRef> grad_for_loop(GradCtx& c) {
   winit.insert(winit.end(), initial.begin(), initial.end());
   std::vector<ValueRef> wdy = {zeros_like(g, lower)};
   wdy.insert(wdy.end(), c.dy.begin(), c.dy.end());
-  auto grads = while_vjp(g, winit, before, before->captures, after, after->captures, wdy,
+  auto grads = while_vjp(g, winit, before, before->captures, wanted_captures(c, before->captures), after,
+                         after->captures, wanted_captures(c, after->captures), wdy,
                          get_attr<bool>(node.attrs, "checkpoint"), node.name);
   return by_first_input(node, grads);
 }
 
 // ---- while_loop_vjp ----
 
+// Which captured values of the before and after blocks a while_loop_vjp differentiates.
+std::vector<char> wanted_of(const std::vector<int64_t>& flags, size_t at, size_t n) {
+  std::vector<char> w;
+  for (size_t k = 0; k < n; ++k) w.push_back(at + k < flags.size() && flags[at + k]);
+  return w;
+}
+
 std::vector<TensorType> infer_while_loop_vjp(InferCtx& c) {
   regions_of(c, 4);
   const size_t n = size_t(c.i("num_initial"));
-  const size_t nb = size_t(c.ints("region_captures").at(0)), na = size_t(c.ints("region_captures").at(1));
+  const auto& flags = c.ints("wanted_captures");
+  const size_t nb = size_t(c.ints("region_captures").at(0));
   std::vector<TensorType> out(c.in.begin(), c.in.begin() + long(n));
   auto m = c.regions->at(0)->results.size() - 1;
-  auto caps = captures_of(c, n + m, 0);
-  out.insert(out.end(), caps.begin(), caps.begin() + long(nb));
-  caps = captures_of(c, n + m, 1);
-  out.insert(out.end(), caps.begin(), caps.begin() + long(na));
+  for (size_t r = 0; r < 2; ++r) {
+    auto caps = captures_of(c, n + m, r);
+    auto w = wanted_of(flags, r == 0 ? 0 : nb, caps.size());
+    for (size_t k = 0; k < caps.size(); ++k)
+      if (w[k]) out.push_back(caps[k]);
+  }
   return out;
 }
 
@@ -421,7 +455,15 @@ std::vector<ValueRef> expand_while_loop_vjp(Graph& g, const Node& node, const st
     for (auto& v : vs) r.push_back(zeros_like(g, v));
     return r;
   };
-  auto accb0 = zeros_of(caps[0]), acca0 = zeros_of(caps[1]);
+  const auto& flags = get_attr<std::vector<int64_t>>(node.attrs, "wanted_captures");
+  auto wanted_values = [&](size_t r, size_t at) {
+    auto w = wanted_of(flags, at, caps[r].size());
+    std::vector<ValueRef> v;
+    for (size_t k = 0; k < w.size(); ++k)
+      if (w[k]) v.push_back(caps[r][k]);
+    return v;
+  };
+  auto accb0 = zeros_of(wanted_values(0, 0)), acca0 = zeros_of(wanted_values(1, caps[0].size()));
   auto first = inline_region(g, bvjp, join({&x_last, &dys, &accb0, &caps[2]}));  // (dx, accb)
 
   // backward: carried (dx, accb, acca)
@@ -433,8 +475,8 @@ std::vector<ValueRef> expand_while_loop_vjp(Graph& g, const Node& node, const st
   auto args = g.begin_region(body_t, "the backward loop of " + name);
   const ValueRef k = args[0];
   std::vector<ValueRef> dx(args.begin() + 1, args.begin() + 1 + long(n));
-  std::vector<ValueRef> accb(args.begin() + 1 + long(n), args.begin() + 1 + long(n + caps[0].size()));
-  std::vector<ValueRef> acca(args.begin() + 1 + long(n + caps[0].size()), args.end());
+  std::vector<ValueRef> accb(args.begin() + 1 + long(n), args.begin() + 1 + long(n + accb0.size()));
+  std::vector<ValueRef> acca(args.begin() + 1 + long(n + accb0.size()), args.end());
   ValueRef i = g.add1("subtraction", {g.add1("subtraction", {trips, k}), g.scalar(1, DType::Int32)});
   auto iargs = g.begin_region([&] {
     std::vector<TensorType> t = {count_t};
@@ -503,7 +545,10 @@ void register_control_flow_ops() {
                       "checkpoints), then runs the blocks' vector-Jacobian products backwards. Gives the gradients "
                       "of the initial values and of the before and after blocks' captured values.",
                .inputs = {{"operands", true}},
-               .attrs = {attr("num_initial", AttrKind::Int), region_captures, checkpoint},
+               .attrs = {attr("num_initial", AttrKind::Int), region_captures,
+                         attr("wanted_captures", AttrKind::Ints, std::vector<int64_t>{},
+                              "per captured value of the before then the after block: 1 where its gradient is computed"),
+                         checkpoint},
                .infer = infer_while_loop_vjp,
                .python_method = false,
                .family = "control_flow",
