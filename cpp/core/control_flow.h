@@ -1,6 +1,7 @@
 // Control flow: if/while/for built from regions (graph.h), and what backends need to run
 // a region: its body retyped for concrete feeds.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,16 @@ std::vector<ValueRef> build_while(Graph& g, const std::vector<ValueRef>& initial
 std::vector<ValueRef> build_for(Graph& g, ValueRef lower, ValueRef upper, ValueRef step,
                                 const std::vector<ValueRef>& initial, std::shared_ptr<const Region> body,
                                 const std::string& name, bool checkpoint);
+
+// The entries of `items` whose flag, counted from flags[at], is set: the captured values of a
+// while_loop_vjp's before and after blocks that get a gradient (attribute wanted_captures).
+template <class T>
+std::vector<T> wanted_entries(const std::vector<T>& items, const std::vector<int64_t>& flags, size_t at) {
+  std::vector<T> r;
+  for (size_t k = 0; k < items.size(); ++k)
+    if (at + k < flags.size() && flags[at + k]) r.push_back(items[k]);
+  return r;
+}
 
 // Copies a region's body into `dst` with `feeds` (arguments, then captures) standing for its
 // placeholders; returns the values of its results.

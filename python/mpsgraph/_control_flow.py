@@ -148,18 +148,17 @@ class ControlFlowMixin:
             ops.append(o.node)
         res = dependent_fn()
         results, kind = _as_list(res, "[control_dependency] the dependent block")
-        deps = self.__dict__.setdefault("_control_deps", {})
         out = []
         for r in results:
             self._check_tensor(r, "control_dependency", "result")
             t = self.identity(r, name=name)
-            deps[t.node] = list(ops)
+            self._control_deps[t.node] = list(ops)
             out.append(t)
         return self._structure(out, kind)
 
     def _dependent_operations(self, targets):
         """The operations that control_dependency attached upstream of targets."""
-        deps = self.__dict__.get("_control_deps")
+        deps = self._control_deps
         if not deps:
             return []
         seen, stack, ops = set(), [t.node for t in targets], []

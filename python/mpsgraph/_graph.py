@@ -294,6 +294,7 @@ class Graph(ControlFlowMixin):
         self._g = _core.Graph()
         self._tensors = {}
         self._variables = {}
+        self._control_deps = {}  # control_dependency: result node -> operations it runs
 
     # -- tensor bookkeeping --
     def _tensor(self, node, index=0):

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "core/control_flow.h"
 #include "core/error.h"
 #include "core/registry.h"
 
@@ -82,10 +83,12 @@ void copy_values(const Arrays& dst, const Arrays& src) {
     if (dst[k]->nbytes()) std::memcpy(dst[k]->data(), src[k]->data(), dst[k]->nbytes());
 }
 
-Arrays cat(std::initializer_list<const Arrays*> parts) {
-  Arrays r;
-  for (auto* p : parts) r.insert(r.end(), p->begin(), p->end());
-  return r;
+// dst = the parts one after another; dst keeps its capacity, so on the run path this
+// allocates only the first time.
+const Arrays& fill(Arrays& dst, std::initializer_list<const Arrays*> parts) {
+  dst.clear();
+  for (auto* p : parts) dst.insert(dst.end(), p->begin(), p->end());
+  return dst;
 }
 
 std::vector<TensorType> types_cat(std::initializer_list<std::vector<TensorType>> parts) {
@@ -159,13 +162,13 @@ struct WhileBlocks {
   std::unique_ptr<RegionRunner> before, after;
   Arrays bcaps, acaps;  // borrowed
   Arrays passed;        // before's results: predicate, passed values
-  Arrays after_feeds;   // the passed values, then acaps
+  Arrays z;             // the passed values alone
+  Arrays after_feeds;   // z, then acaps
   Arrays before_feeds;  // scratch: x, then bcaps
-  std::vector<TensorType> carried;
 
   WhileBlocks(const KernelCtx& ctx, const Region& b, const Region& a, const std::vector<TensorType>& init,
               const std::vector<TensorType>& bcap_t, const std::vector<TensorType>& acap_t)
-      : carried(init) {
+  {
     before = std::make_unique<RegionRunner>(b, types_cat({init, bcap_t}));
     auto bt = before->result_types();
     after = std::make_unique<RegionRunner>(a, types_cat({slice_types(bt, 1, bt.size() - 1), acap_t}));
@@ -173,19 +176,15 @@ struct WhileBlocks {
     bcaps = borrowed(bcap_t);
     acaps = borrowed(acap_t);
     passed = owned(bt);
-    after_feeds.assign(passed.begin() + 1, passed.end());
-    after_feeds.insert(after_feeds.end(), acaps.begin(), acaps.end());
-    before_feeds.resize(carried.size());  // the carried values are set per call
-    before_feeds.insert(before_feeds.end(), bcaps.begin(), bcaps.end());
+    z.assign(passed.begin() + 1, passed.end());
+    fill(after_feeds, {&z, &acaps});
   }
   // Runs before on x; false when the loop ends (passed values hold the results).
   bool test(const Arrays& x) {
-    std::copy(x.begin(), x.end(), before_feeds.begin());  // no allocation per iteration
-    before->run(before_feeds, passed);
+    before->run(fill(before_feeds, {&x, &bcaps}), passed);
     return read_predicate(*passed[0]);
   }
   void step(const Arrays& next) { after->run(after_feeds, next); }
-  Arrays passed_values() const { return Arrays(passed.begin() + 1, passed.end()); }
 };
 
 KernelFn make_while(const KernelCtx& ctx) {
@@ -215,7 +214,7 @@ KernelFn make_while(const KernelCtx& ctx) {
       w.step(st->x[1 - cur]);
       cur ^= 1;
     }
-    copy_values(st->out, w.passed_values());
+    copy_values(st->out, w.z);
   };
 }
 
@@ -228,6 +227,7 @@ KernelFn make_for(const KernelCtx& ctx) {
   struct State {
     std::unique_ptr<RegionRunner> body;
     Arrays x[2], init, caps, out;
+    Arrays feeds[2];  // index, x[b], caps
     std::shared_ptr<Array> index;
   };
   auto st = std::make_shared<State>();
@@ -240,6 +240,8 @@ KernelFn make_for(const KernelCtx& ctx) {
   st->caps = borrowed(ops.captures[0]);
   st->out = borrowed(ctx.out);
   st->index = Array::empty(DType::Int32, {});
+  const Arrays index = {st->index};
+  for (int b = 0; b < 2; ++b) fill(st->feeds[b], {&index, &st->x[b], &st->caps});
   const size_t cat_at = ops.capture_at[0];
   const std::string name = ctx.node.name;
   return [st, cat_at, name](const void* const* in, void* const* out) {
@@ -252,11 +254,9 @@ KernelFn make_for(const KernelCtx& ctx) {
     point(st->out, out);
     copy_values(st->x[0], st->init);
     int cur = 0;
-    Arrays feeds[2], idx = {st->index};
-    for (int b = 0; b < 2; ++b) feeds[b] = cat({&idx, &st->x[b], &st->caps});
     for (int64_t i = lower; i < upper; i += step) {
       *static_cast<int32_t*>(st->index->data()) = int32_t(i);
-      st->body->run(feeds[cur], st->x[1 - cur]);
+      st->body->run(st->feeds[cur], st->x[1 - cur]);
       cur ^= 1;
     }
     copy_values(st->out, st->x[cur]);
@@ -285,7 +285,8 @@ KernelFn make_while_vjp(const KernelCtx& ctx) {
     std::vector<TensorType> init_t;
     std::vector<Arrays> tape;      // x_i (every one, or the checkpoints)
     std::vector<Arrays> segment;   // checkpoint mode: the states of one segment
-    Arrays x[2], dz, dx[2], accb[2], acca[2], dy, out;
+    Arrays x[2], dz, dx[2], accb[2], acca[2], init, dy, out;
+    Arrays feeds, results;  // scratch lists for the VJP regions' runs
     Arrays& tape_at(size_t i) {
       while (tape.size() <= i) tape.push_back(owned(init_t));
       return tape[i];
@@ -298,13 +299,9 @@ KernelFn make_while_vjp(const KernelCtx& ctx) {
   auto passed_t = st->blocks->before->result_types();
   passed_t.erase(passed_t.begin());
   const auto& flags = node_attr<std::vector<int64_t>>(node, "wanted_captures");
-  auto wanted_types = [&](size_t r, size_t at) {  // the captured values whose gradients are accumulated
-    std::vector<TensorType> t;
-    for (size_t k = 0; k < ops.captures[r].size(); ++k)
-      if (at + k < flags.size() && flags[at + k]) t.push_back(ops.captures[r][k]);
-    return t;
-  };
-  const auto accb_t = wanted_types(0, 0), acca_t = wanted_types(1, ops.captures[0].size());
+  // the captured values whose gradients are accumulated
+  const auto accb_t = wanted_entries(ops.captures[0], flags, 0),
+             acca_t = wanted_entries(ops.captures[1], flags, ops.captures[0].size());
   st->bvjp = std::make_unique<RegionRunner>(*node.regions[2],
                                             types_cat({init_t, dy_t, accb_t, ops.captures[2]}));
   st->avjp = std::make_unique<RegionRunner>(
@@ -318,6 +315,7 @@ KernelFn make_while_vjp(const KernelCtx& ctx) {
     st->acca[k] = owned(acca_t);
   }
   st->dz = owned(dy_t);
+  st->init = borrowed(init_t);
   st->dy = borrowed(dy_t);
   st->out = borrowed(ctx.out);
   const size_t at[4] = {ops.capture_at[0], ops.capture_at[1], ops.capture_at[2], ops.capture_at[3]};
@@ -329,8 +327,8 @@ KernelFn make_while_vjp(const KernelCtx& ctx) {
     point(st->avcaps, in + at[3]);
     point(st->dy, in + n);
     point(st->out, out);
-    Arrays init = borrowed(st->init_t);
-    point(init, in);
+    point(st->init, in);
+    const Arrays& init = st->init;
 
     // forward: the tape of carried values (checkpoint mode: count the trips first, then keep
     // every k-th state, k = ceil(sqrt(trips + 1)))
@@ -345,15 +343,16 @@ KernelFn make_while_vjp(const KernelCtx& ctx) {
       copy_values(st->x[0], init);
       for (int cur = 0; w.test(st->x[cur]); cur ^= 1, ++trips) w.step(st->x[1 - cur]);
       every = size_t(std::ceil(std::sqrt(double(trips + 1))));
-      copy_values(st->tape_at(0), init);
-      Arrays cur = st->tape_at(0);
+      for (size_t i = 0; i < trips / every + 1; ++i) st->tape_at(i);  // no reallocation below
+      copy_values(st->tape[0], init);
+      const Arrays* cur = &st->tape[0];
       int flip = 0;
       for (size_t i = 0; i < trips; ++i) {
-        w.test(cur);
+        w.test(*cur);
         const bool keep = (i + 1) % every == 0;
-        Arrays next = keep ? st->tape_at((i + 1) / every) : st->x[flip];
+        const Arrays* next = keep ? &st->tape[(i + 1) / every] : &st->x[flip];
         if (!keep) flip ^= 1;
-        w.step(next);
+        w.step(*next);
         cur = next;
       }
     }
@@ -381,8 +380,8 @@ KernelFn make_while_vjp(const KernelCtx& ctx) {
     copy_values(st->dz, st->dy);
     int cx = 0, cb = 0, ca = 0;
     auto before_vjp = [&](const Arrays& x) {
-      Arrays outs = cat({&st->dx[1 - cx], &st->accb[1 - cb]});
-      st->bvjp->run(cat({&x, &st->dz, &st->accb[cb], &st->bvcaps}), outs);
+      st->bvjp->run(fill(st->feeds, {&x, &st->dz, &st->accb[cb], &st->bvcaps}),
+                    fill(st->results, {&st->dx[1 - cx], &st->accb[1 - cb]}));
       cx ^= 1;
       cb ^= 1;
     };
@@ -390,13 +389,12 @@ KernelFn make_while_vjp(const KernelCtx& ctx) {
     for (size_t i = trips; i-- > 0;) {
       const Arrays& x = state(i);
       w.test(x);  // z_i
-      const Arrays z = w.passed_values();
-      Arrays outs = cat({&st->dz, &st->acca[1 - ca]});
-      st->avjp->run(cat({&z, &st->dx[cx], &st->acca[ca], &st->avcaps}), outs);
+      st->avjp->run(fill(st->feeds, {&w.z, &st->dx[cx], &st->acca[ca], &st->avcaps}),
+                    fill(st->results, {&st->dz, &st->acca[1 - ca]}));
       ca ^= 1;
       before_vjp(x);
     }
-    copy_values(st->out, cat({&st->dx[cx], &st->accb[cb], &st->acca[ca]}));
+    copy_values(st->out, fill(st->results, {&st->dx[cx], &st->accb[cb], &st->acca[ca]}));
   };
 }
 

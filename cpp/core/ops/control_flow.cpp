@@ -367,13 +367,6 @@ std::vector<ValueRef> grad_for_loop(GradCtx& c) {
 
 // ---- while_loop_vjp ----
 
-// Which captured values of the before and after blocks a while_loop_vjp differentiates.
-std::vector<char> wanted_of(const std::vector<int64_t>& flags, size_t at, size_t n) {
-  std::vector<char> w;
-  for (size_t k = 0; k < n; ++k) w.push_back(at + k < flags.size() && flags[at + k]);
-  return w;
-}
-
 std::vector<TensorType> infer_while_loop_vjp(InferCtx& c) {
   regions_of(c, 4);
   const size_t n = size_t(c.i("num_initial"));
@@ -382,10 +375,8 @@ std::vector<TensorType> infer_while_loop_vjp(InferCtx& c) {
   std::vector<TensorType> out(c.in.begin(), c.in.begin() + long(n));
   auto m = c.regions->at(0)->results.size() - 1;
   for (size_t r = 0; r < 2; ++r) {
-    auto caps = captures_of(c, n + m, r);
-    auto w = wanted_of(flags, r == 0 ? 0 : nb, caps.size());
-    for (size_t k = 0; k < caps.size(); ++k)
-      if (w[k]) out.push_back(caps[k]);
+    auto wanted = wanted_entries(captures_of(c, n + m, r), flags, r == 0 ? 0 : nb);
+    out.insert(out.end(), wanted.begin(), wanted.end());
   }
   return out;
 }
@@ -456,33 +447,23 @@ std::vector<ValueRef> expand_while_loop_vjp(Graph& g, const Node& node, const st
     return r;
   };
   const auto& flags = get_attr<std::vector<int64_t>>(node.attrs, "wanted_captures");
-  auto wanted_values = [&](size_t r, size_t at) {
-    auto w = wanted_of(flags, at, caps[r].size());
-    std::vector<ValueRef> v;
-    for (size_t k = 0; k < w.size(); ++k)
-      if (w[k]) v.push_back(caps[r][k]);
-    return v;
-  };
-  auto accb0 = zeros_of(wanted_values(0, 0)), acca0 = zeros_of(wanted_values(1, caps[0].size()));
+  auto accb0 = zeros_of(wanted_entries(caps[0], flags, 0)),
+       acca0 = zeros_of(wanted_entries(caps[1], flags, caps[0].size()));
   auto first = inline_region(g, bvjp, join({&x_last, &dys, &accb0, &caps[2]}));  // (dx, accb)
 
   // backward: carried (dx, accb, acca)
-  std::vector<TensorType> carried;
-  for (auto& v : first) carried.push_back(g.type(v));
-  for (auto& v : acca0) carried.push_back(g.type(v));
   std::vector<TensorType> body_t = {count_t};
-  body_t.insert(body_t.end(), carried.begin(), carried.end());
+  for (auto* part : {&first, &acca0})
+    for (auto& v : *part) body_t.push_back(g.type(v));
   auto args = g.begin_region(body_t, "the backward loop of " + name);
   const ValueRef k = args[0];
   std::vector<ValueRef> dx(args.begin() + 1, args.begin() + 1 + long(n));
   std::vector<ValueRef> accb(args.begin() + 1 + long(n), args.begin() + 1 + long(n + accb0.size()));
   std::vector<ValueRef> acca(args.begin() + 1 + long(n + accb0.size()), args.end());
   ValueRef i = g.add1("subtraction", {g.add1("subtraction", {trips, k}), g.scalar(1, DType::Int32)});
-  auto iargs = g.begin_region([&] {
-    std::vector<TensorType> t = {count_t};
-    t.insert(t.end(), xt.begin(), xt.end());
-    return t;
-  }(), "the state recomputation of " + name);
+  std::vector<TensorType> index_and_x = {count_t};
+  index_and_x.insert(index_and_x.end(), xt.begin(), xt.end());
+  auto iargs = g.begin_region(index_and_x, "the state recomputation of " + name);
   auto inner = g.end_region(step(std::vector<ValueRef>(iargs.begin() + 1, iargs.end())));
   auto x_i = build_for(g, g.scalar(0, DType::Int32), i, g.scalar(1, DType::Int32), init, inner, name + "_state", false);
   auto z_i = passed_of(x_i);
@@ -595,6 +576,42 @@ void assign_variable(Graph& g, int64_t var, ValueRef v) {
 
 }  // namespace
 
+namespace {
+
+// Assigns the last vars.size() outputs to their variables (landing after the op) and
+// returns the other outputs.
+std::vector<ValueRef> assign_trailing(Graph& g, std::vector<ValueRef> outs, const std::vector<int64_t>& vars) {
+  const size_t plain = outs.size() - vars.size();
+  for (size_t k = 0; k < vars.size(); ++k) assign_variable(g, vars[k], outs[plain + k]);
+  outs.resize(plain);
+  return outs;
+}
+
+// A copy of region r that takes `extra` more arguments after its own and, with pass_extra,
+// returns them after its results.
+std::shared_ptr<Region> with_extra_args(Graph& g, const Region& r, const std::vector<TensorType>& extra,
+                                        bool pass_extra, const std::string& what) {
+  auto args = g.begin_region(ops::concat(r.arg_types(), extra), what);
+  std::vector<ValueRef> feeds(args.begin(), args.begin() + long(r.num_args));
+  feeds.insert(feeds.end(), r.captures.begin(), r.captures.end());
+  auto res = inline_region(g, r, feeds);
+  if (pass_extra) res.insert(res.end(), args.begin() + long(r.num_args), args.end());
+  return g.end_region(res);
+}
+
+// The loop-carried form of variables assigned in a loop body: initial values (the values
+// from before the run) appended to `initial`, and their types.
+std::vector<TensorType> carry_variables(Graph& g, const std::vector<int64_t>& vars, std::vector<ValueRef>& initial) {
+  std::vector<TensorType> types;
+  for (auto v : vars) {
+    initial.push_back(read_variable(g, v));
+    types.push_back(g.type(initial.back()));
+  }
+  return types;
+}
+
+}  // namespace
+
 std::vector<ValueRef> build_if(Graph& g, ValueRef predicate, std::shared_ptr<const Region> then_region,
                                std::shared_ptr<const Region> else_region, const std::string& name) {
   // variables assigned in either branch: the branch that does not assign returns the value
@@ -618,11 +635,7 @@ std::vector<ValueRef> build_if(Graph& g, ValueRef predicate, std::shared_ptr<con
     };
     std::shared_ptr<const Region> t = rebuild(*then_region, "the then block of " + name);
     std::shared_ptr<const Region> e = rebuild(*else_region, "the else block of " + name);
-    auto outs = build_if(g, predicate, t, e, name);
-    const size_t plain = outs.size() - vars.size();
-    for (size_t k = 0; k < vars.size(); ++k) assign_variable(g, vars[k], outs[plain + k]);
-    outs.resize(plain);
-    return outs;
+    return assign_trailing(g, build_if(g, predicate, t, e, name), vars);
   }
   std::vector<ValueRef> ins = {predicate};
   append_captures(ins, {then_region.get(), else_region.get()});
@@ -639,27 +652,11 @@ std::vector<ValueRef> build_while(Graph& g, const std::vector<ValueRef>& initial
     // block's assign replaces it, and the last one lands after the loop
     const auto& vars = after->assigned_variables;
     std::vector<ValueRef> init = initial;
-    for (auto v : vars) init.push_back(read_variable(g, v));
-    std::vector<TensorType> bt = before->arg_types();
-    for (size_t k = initial.size(); k < init.size(); ++k) bt.push_back(g.type(init[k]));
-    auto bargs = g.begin_region(bt, "the before block of " + name);
-    std::vector<ValueRef> feeds(bargs.begin(), bargs.begin() + long(initial.size()));
-    feeds.insert(feeds.end(), before->captures.begin(), before->captures.end());
-    auto bres = inline_region(g, *before, feeds);
-    bres.insert(bres.end(), bargs.begin() + long(initial.size()), bargs.end());
-    auto nb = g.end_region(bres);
-    std::vector<TensorType> at = after->arg_types();
-    for (size_t k = initial.size(); k < init.size(); ++k) at.push_back(g.type(init[k]));
-    auto aargs = g.begin_region(at, "the after block of " + name);
-    std::vector<ValueRef> afeeds(aargs.begin(), aargs.begin() + long(after->num_args));
-    afeeds.insert(afeeds.end(), after->captures.begin(), after->captures.end());
-    auto ares = inline_region(g, *after, afeeds);  // results then the assigned values
-    auto na = g.end_region(ares);
-    auto outs = build_while(g, init, nb, na, name, checkpoint);
-    const size_t plain = outs.size() - vars.size();
-    for (size_t k = 0; k < vars.size(); ++k) assign_variable(g, vars[k], outs[plain + k]);
-    outs.resize(plain);
-    return outs;
+    const auto var_types = carry_variables(g, vars, init);
+    auto nb = with_extra_args(g, *before, var_types, true, "the before block of " + name);
+    // the after block's results already end with the assigned values
+    auto na = with_extra_args(g, *after, var_types, false, "the after block of " + name);
+    return assign_trailing(g, build_while(g, init, nb, na, name, checkpoint), vars);
   }
   std::vector<ValueRef> ins = initial;
   append_captures(ins, {before.get(), after.get()});
@@ -676,18 +673,8 @@ std::vector<ValueRef> build_for(Graph& g, ValueRef lower, ValueRef upper, ValueR
   if (!body->assigned_variables.empty()) {
     const auto& vars = body->assigned_variables;
     std::vector<ValueRef> init = initial;
-    for (auto v : vars) init.push_back(read_variable(g, v));
-    std::vector<TensorType> at = body->arg_types();
-    for (size_t k = initial.size(); k < init.size(); ++k) at.push_back(g.type(init[k]));
-    auto args = g.begin_region(at, "the body of " + name);
-    std::vector<ValueRef> feeds(args.begin(), args.begin() + long(body->num_args));
-    feeds.insert(feeds.end(), body->captures.begin(), body->captures.end());
-    auto nb = g.end_region(inline_region(g, *body, feeds));
-    auto outs = build_for(g, lower, upper, step, init, nb, name, checkpoint);
-    const size_t plain = outs.size() - vars.size();
-    for (size_t k = 0; k < vars.size(); ++k) assign_variable(g, vars[k], outs[plain + k]);
-    outs.resize(plain);
-    return outs;
+    auto nb = with_extra_args(g, *body, carry_variables(g, vars, init), false, "the body of " + name);
+    return assign_trailing(g, build_for(g, lower, upper, step, init, nb, name, checkpoint), vars);
   }
   std::vector<ValueRef> ins = {lower, upper, step};
   ins.insert(ins.end(), initial.begin(), initial.end());
