@@ -3,10 +3,33 @@
 // completion awaited inside Program::run, errors raised as GraphError.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <utility>
 
 #include "backends/metal/metal_internal.h"
+
+// An MPSCommandBuffer that remembers every underlying MTLCommandBuffer MPSGraph commits through
+// commitAndContinue, so that the run can wait on each and check its status and error: the
+// header only promises that rootCommandBuffer is the live one, not that earlier ones are kept.
+@interface MGRecordingCommandBuffer : MPSCommandBuffer
+@property(nonatomic, readonly) NSMutableArray<id<MTLCommandBuffer>>* committed;
+@end
+
+@implementation MGRecordingCommandBuffer {
+  NSMutableArray<id<MTLCommandBuffer>>* committed_;
+}
+- (NSMutableArray<id<MTLCommandBuffer>>*)committed {
+  if (committed_ == nil) committed_ = [NSMutableArray array];
+  return committed_;
+}
+- (void)commitAndContinue {
+  id<MTLCommandBuffer> root = self.rootCommandBuffer;
+  if (root != nil) [self.committed addObject:root];
+  [super commitAndContinue];
+}
+@end
 
 namespace mg::metal {
 
@@ -65,8 +88,28 @@ struct Staged {  // a result written to a scratch MTLBuffer, copied to host memo
   size_t nbytes;
 };
 
-bool aligned_to(const void* p, size_t n, size_t page) {
-  return n > 0 && (reinterpret_cast<uintptr_t>(p) % page) == 0 && (n % page) == 0;
+// Host memory that newBufferWithBytesNoCopy can wrap: a page-aligned start. The length passed
+// is rounded up to whole pages (Apple's rule): the last page holds the end of the tensor, so it
+// is mapped, whoever allocated it (Buffer::allocate rounds its large blocks to pages anyway),
+// and MPSGraph touches only the tensor's own bytes.
+bool page_aligned(const void* p, size_t n, size_t page) {
+  return n > 0 && (reinterpret_cast<uintptr_t>(p) % page) == 0;
+}
+size_t page_rounded(size_t n, size_t page) { return (n + page - 1) / page * page; }
+
+// The outcome MPSGraph's completion handler reports, shared between the handler and the run.
+struct Completion {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool called = false;
+  std::string error;
+};
+
+std::string describe(NSError* e) {
+  NSString* d = e.localizedDescription;
+  std::string r = d ? std::string(d.UTF8String) : std::string("(no description)");
+  if (e.domain) r += std::string(" (") + e.domain.UTF8String + " " + std::to_string(long(e.code)) + ")";
+  return r;
 }
 
 bool overlaps(const Array& a, const Array& b) {
@@ -277,8 +320,9 @@ MPSGraphTensorData* MetalProgram::wrap_input(const Array& a, MPSShape* shape, MP
   id<MTLBuffer> b = buffer_of(a);  // our own MTLBuffer: no copy
   if (b == nil) {
     void* p = a.data();
-    if (aligned_to(p, nbytes, impl.page_size) && nbytes <= impl.device.maxBufferLength)
-      b = [impl.device newBufferWithBytesNoCopy:p length:nbytes options:MTLResourceStorageModeShared deallocator:nil];
+    const size_t mapped = page_rounded(nbytes, impl.page_size);
+    if (page_aligned(p, nbytes, impl.page_size) && mapped <= impl.device.maxBufferLength)
+      b = [impl.device newBufferWithBytesNoCopy:p length:mapped options:MTLResourceStorageModeShared deallocator:nil];
     if (b == nil) b = [impl.device newBufferWithBytes:p length:nbytes options:MTLResourceStorageModeShared];  // one copy
     if (b == nil) raise(ErrorKind::Runtime, "run", "", "metal: out of device memory for an input of " + std::to_string(nbytes) + " bytes");
   }
@@ -292,8 +336,9 @@ MPSGraphTensorData* MetalProgram::wrap_result(const Array& a, MPSShape* shape, M
   bool alias = false;
   for (const Array* in : ins) alias = alias || overlaps(a, *in);
   id<MTLBuffer> b = alias ? nil : buffer_of(a);
-  if (b == nil && !alias && aligned_to(a.data(), nbytes, impl.page_size) && nbytes <= impl.device.maxBufferLength)
-    b = [impl.device newBufferWithBytesNoCopy:a.data() length:nbytes options:MTLResourceStorageModeShared deallocator:nil];
+  const size_t mapped = page_rounded(nbytes, impl.page_size);
+  if (b == nil && !alias && page_aligned(a.data(), nbytes, impl.page_size) && mapped <= impl.device.maxBufferLength)
+    b = [impl.device newBufferWithBytesNoCopy:a.data() length:mapped options:MTLResourceStorageModeShared deallocator:nil];
   if (b == nil) {
     b = [impl.device newBufferWithLength:nbytes options:MTLResourceStorageModeShared];
     if (b == nil) raise(ErrorKind::Runtime, "run", "", "metal: out of device memory for a result of " + std::to_string(nbytes) + " bytes");
@@ -365,30 +410,58 @@ void MetalProgram::run(const std::vector<std::shared_ptr<Array>>& inputs,
       out_arrays.push_back(a.get());
     }
 
+    // MPSGraph reports the execution's outcome once, through the completion handler. Its error
+    // goes into a state shared with the block (mutex + condition variable: no unsynchronised
+    // write), and the run waits for it without a timeout that could drop it.
+    auto done = std::make_shared<Completion>();
     MPSGraphExecutableExecutionDescriptor* ed = [MPSGraphExecutableExecutionDescriptor new];
     ed.waitUntilCompleted = NO;
-    dispatch_semaphore_t done = dispatch_semaphore_create(0);
-    __block NSString* graph_error = nil;
     ed.completionHandler = ^(NSArray<MPSGraphTensorData*>* results, NSError* error) {
-      if (error) graph_error = [error.localizedDescription copy];
-      dispatch_semaphore_signal(done);
+      std::lock_guard<std::mutex> l(done->mu);
+      if (error) done->error = describe(error);
+      done->called = true;
+      done->cv.notify_all();
     };
     NSArray<MPSGraphTensorData*>* returned = nil;
-    id<MTLCommandBuffer> root = nil;
+    MGRecordingCommandBuffer* cb = nil;
+    NSMutableArray<id<MTLCommandBuffer>>* buffers = nil;  // every buffer this run committed, in order
     {
       std::lock_guard<std::mutex> lock(impl.encode_mu);  // one encoder at a time on the queue
-      MPSCommandBuffer* cb = [MPSCommandBuffer commandBufferFromCommandQueue:impl.queue];
-      returned = [exe_ encodeToCommandBuffer:cb inputsArray:ins resultsArray:outs executionDescriptor:ed];
-      [cb commit];  // MPSGraph may have committed earlier buffers (commitAndContinue)
-      root = cb.rootCommandBuffer;
+      cb = [MGRecordingCommandBuffer commandBufferFromCommandQueue:impl.queue];
+      if (cb == nil) raise(ErrorKind::Runtime, "run", "", "metal: could not create a command buffer");
+      @try {
+        returned = [exe_ encodeToCommandBuffer:cb inputsArray:ins resultsArray:outs executionDescriptor:ed];
+      } @catch (NSException* e) {
+        // buffers MPSGraph committed before it raised still use our memory: wait for them
+        for (id<MTLCommandBuffer> b in cb.committed) [b waitUntilCompleted];
+        @throw;
+      }
+      buffers = [cb.committed mutableCopy];
+      id<MTLCommandBuffer> root = cb.rootCommandBuffer;
+      [cb commit];
+      if (root != nil) [buffers addObject:root];
     }
-    [root waitUntilCompleted];  // Program::run is synchronous
-    if (root.status == MTLCommandBufferStatusError) {
-      NSString* why = root.error ? root.error.localizedDescription : @"unknown error";
-      raise(ErrorKind::Runtime, "run", "", std::string("metal: the command buffer failed: ") + why.UTF8String);
+    // Program::run is synchronous: wait for every committed buffer, then check each one.
+    std::string failed;
+    for (id<MTLCommandBuffer> b in buffers) {
+      [b waitUntilCompleted];
+      if (failed.empty() && b.status == MTLCommandBufferStatusError)
+        failed = b.error ? describe(b.error) : std::string("unknown error");
     }
-    dispatch_semaphore_wait(done, dispatch_time(DISPATCH_TIME_NOW, int64_t(5) * int64_t(NSEC_PER_SEC)));
-    if (graph_error) raise(ErrorKind::Runtime, "run", "", std::string("metal: MPSGraph failed: ") + graph_error.UTF8String);
+    std::string graph_error;
+    bool called = false;
+    {
+      std::unique_lock<std::mutex> l(done->mu);
+      // The handler runs once the execution has completed, i.e. around the buffers' own
+      // completion; should it never come, say so rather than continue as if it had.
+      called = done->cv.wait_for(l, std::chrono::seconds(60), [&] { return done->called; });
+      graph_error = done->error;
+    }
+    if (!failed.empty()) raise(ErrorKind::Runtime, "run", "", "metal: the command buffer failed: " + failed);
+    if (!graph_error.empty()) raise(ErrorKind::Runtime, "run", "", "metal: MPSGraph failed: " + graph_error);
+    if (!called)
+      raise(ErrorKind::Runtime, "run", "", "metal: MPSGraph did not report the run's completion within 60 s of its "
+                                           "command buffers completing; its results are not trusted");
 
     for (auto& s : staged) std::memcpy(s.dst, s.buffer.contents, s.nbytes);
     if (returned && returned.count == outs.count) {  // results MPSGraph placed elsewhere: read them back
