@@ -122,6 +122,10 @@ class LowerCtx {
   // The `cast` op's semantics: float -> integer truncates and saturates, NaN -> 0; anything
   // nonzero -> True; integer -> integer wraps (two's complement).
   MPSGraphTensor* convert(MPSGraphTensor* x, DType from, DType to);
+  // Integer casts of at most 32 bits with numpy's wrap, without int64 (metal_lower_common.mm).
+  MPSGraphTensor* wrap_narrow(MPSGraphTensor* x, DType from, DType to);
+  MPSGraphTensor* int32_bits_to_uint32(MPSGraphTensor* x);  // same bits, no out-of-range cast
+  MPSGraphTensor* uint32_bits_to_int32(MPSGraphTensor* x);
   MPSGraphTensor* reshape(MPSGraphTensor* x, const Shape& shape);
   MPSGraphTensor* broadcast(MPSGraphTensor* x, const Shape& shape);
   // Brings a result to the node's declared output type k (shape [1] for rank 0).
@@ -144,6 +148,12 @@ class LowerCtx {
 using LowerFn = std::function<std::vector<MPSGraphTensor*>(LowerCtx&)>;
 void register_lowering(const std::string& op, LowerFn fn);
 const LowerFn* find_lowering(const std::string& op);
+// A composite op this backend runs as MPSGraph's own op (Backend::implements_composite): `claim`
+// sees the node at specialisation (its types concrete) and says whether MPSGraph's op applies;
+// a composite not claimed is expanded into its decomposition, as on every other backend.
+using ClaimFn = std::function<bool(const Node&)>;
+void register_composite_lowering(const std::string& op, ClaimFn claim, LowerFn fn);
+bool claims_composite(const Node& node);
 
 // What lowering a specialised graph needs besides the graph: the MPSGraph it goes into, where
 // constant payloads are kept, the host evaluator, and the hooks for its leaves. The top level
@@ -182,5 +192,6 @@ void register_sparse_lowerings();
 void register_gather_lowerings();
 void register_sort_lowerings();
 void register_control_flow_lowerings();
+void register_nn_lowerings();
 
 }  // namespace mg::metal

@@ -79,6 +79,10 @@ std::unordered_map<std::string, LowerFn>& table() {
   static std::unordered_map<std::string, LowerFn> t;
   return t;
 }
+std::unordered_map<std::string, ClaimFn>& claims() {
+  static std::unordered_map<std::string, ClaimFn> t;
+  return t;
+}
 void ensure_registered() {
   static bool done = [] {
     register_elementwise_lowerings();
@@ -94,6 +98,7 @@ void ensure_registered() {
     register_gather_lowerings();
     register_sort_lowerings();
     register_control_flow_lowerings();
+    register_nn_lowerings();
     return true;
   }();
   (void)done;
@@ -106,6 +111,17 @@ const LowerFn* find_lowering(const std::string& op) {
   ensure_registered();
   auto it = table().find(op);
   return it == table().end() ? nullptr : &it->second;
+}
+
+void register_composite_lowering(const std::string& op, ClaimFn claim, LowerFn fn) {
+  claims()[op] = std::move(claim);
+  register_lowering(op, std::move(fn));
+}
+
+bool claims_composite(const Node& node) {
+  ensure_registered();
+  auto it = claims().find(node.op->name);
+  return it != claims().end() && it->second(node);
 }
 
 // ---------------- LowerCtx ----------------
@@ -256,6 +272,43 @@ void float_limits(DType t, float& lo, float& hi) {
 }
 }  // namespace
 
+// int32 <-> uint32 with the bits kept, from casts of in-range values only (castTensor's
+// behaviour out of range is not documented): a negative int32 x is (x + INT_MAX) + 1 + 2**31.
+MPSGraphTensor* LowerCtx::int32_bits_to_uint32(MPSGraphTensor* x) {
+  MPSGraphTensor* neg = lt(x, k_int(0, DType::Int32));
+  MPSGraphTensor* low = sel(neg, add(add(x, k_int(2147483647, DType::Int32)), k_int(1, DType::Int32)), x);  // >= 0
+  MPSGraphTensor* u = raw_cast(low, DType::UInt32);
+  return sel(neg, add(u, k_int(int64_t(1) << 31, DType::UInt32)), u);
+}
+MPSGraphTensor* LowerCtx::uint32_bits_to_int32(MPSGraphTensor* x) {
+  MPSGraphTensor* high = ge(x, k_int(int64_t(1) << 31, DType::UInt32));
+  MPSGraphTensor* low = sel(high, sub(x, k_int(int64_t(1) << 31, DType::UInt32)), x);  // < 2**31
+  MPSGraphTensor* s = raw_cast(low, DType::Int32);
+  return sel(high, add(s, k_int(std::numeric_limits<int32_t>::min(), DType::Int32)), s);
+}
+
+// An integer cast between dtypes of at most 32 bits that narrows or changes signedness, with
+// numpy's wrap, computed in int32 / uint32 only: every castTensor here converts a value that
+// fits its target, so the result does not depend on how MPSGraph treats out-of-range casts,
+// and no int64 tensor is made (many int64 kernels are missing before macOS 13.3).
+MPSGraphTensor* LowerCtx::wrap_narrow(MPSGraphTensor* x, DType from, DType to) {
+  const int tb = dtype_bits(to);
+  if (to == DType::UInt32) return int32_bits_to_uint32(raw_cast(x, DType::Int32));  // from a signed type
+  MPSGraphTensor* w;  // int32 holding the value's low 32 bits
+  if (from == DType::UInt32) {
+    if (to == DType::Int32) return uint32_bits_to_int32(x);
+    w = raw_cast([g bitwiseANDWithPrimaryTensor:x secondaryTensor:k_int((int64_t(1) << tb) - 1, DType::UInt32) name:nil],
+                 DType::Int32);
+  } else {
+    w = raw_cast(x, DType::Int32);  // exact: every other source fits int32
+    if (to == DType::Int32) return w;
+    w = [g bitwiseANDWithPrimaryTensor:w secondaryTensor:k_int((int64_t(1) << tb) - 1, DType::Int32) name:nil];
+  }
+  if (is_signed_integer(to))
+    w = sel(ge(w, k_int(int64_t(1) << (tb - 1), DType::Int32)), sub(w, k_int(int64_t(1) << tb, DType::Int32)), w);
+  return raw_cast(w, to);
+}
+
 MPSGraphTensor* LowerCtx::convert(MPSGraphTensor* x, DType from, DType to) {
   if (from == to) return x;
   if (to == DType::Bool) return ne(x, k(0, from));  // NaN != 0 is True, as on the CPU
@@ -283,6 +336,7 @@ MPSGraphTensor* LowerCtx::convert(MPSGraphTensor* x, DType from, DType to) {
   const bool from_signed = is_signed_integer(from), to_signed = is_signed_integer(to);
   const int fb = dtype_bits(from), tb = dtype_bits(to);
   if ((from_signed == to_signed && tb >= fb) || (!from_signed && to_signed && tb > fb)) return raw_cast(x, to);
+  if (fb <= 32 && tb <= 32) return wrap_narrow(x, from, to);  // no int64 (13.0-13.2 lack many int64 kernels)
   MPSGraphTensor* w;  // the value's bits as int64
   if (from == DType::UInt64 || to == DType::UInt64) {
     if (@available(macOS 13.2, *)) {

@@ -57,66 +57,82 @@ T fmod_f32(LowerCtx& c, T x, T y) {
 
 // ---- integer compositions (exact, wrap-around, division by zero gives 0) ----
 
+// Integer division without MPSGraph's integer `division`, whose rounding (and accuracy for
+// large operands) is not documented. The truncated quotient is built from float32 estimates
+// that never overshoot (scaled by 1 - 2**-18, which covers the rounding of the two int->float
+// casts and of a division a few ulp off), each followed by an exact integer update of the
+// remainder; every estimate removes all but about 2**-17 of what is left, so 3 rounds (5 for
+// 64-bit dtypes) leave a quotient off by at most one, which two compare-and-step rounds fix.
+// Signed operands are carried as non-positive magnitudes (-|x| always fits, so INT_MIN needs no
+// special case and no value wraps); unsigned ones as themselves. The 8/16-bit dtypes run in
+// int32. Division by zero gives quotient 0 and remainder 0, as on the CPU. Exact for every
+// int32 / int64 / uint32 / uint64 value under these assumptions: castTensor int -> float32
+// rounds to some neighbour, float32 division is within a few ulp, and integer products and
+// differences that do not overflow are exact.
 struct IntDiv {
-  T q;        // truncated quotient with safe divisor
-  T ys;       // the divisor actually used (1 where y is 0 or -1)
-  T y_zero;   // y == 0
-  T y_m1;     // y == -1 (signed only; nil otherwise)
+  T q;       // truncated quotient (C semantics; INT_MIN / -1 wraps), 0 where y == 0
+  T r;       // x - q * y (the sign of x), 0 where y == 0
 };
 
-IntDiv int_trunc_div(LowerCtx& c, T x, T y, DType t) {
-  IntDiv d;
-  d.y_zero = c.eq(y, c.k_int(0, t));
-  T bad = d.y_zero;
-  d.y_m1 = nil;
-  if (is_signed(t)) {
-    d.y_m1 = c.eq(y, c.k_int(-1, t));
-    bad = c.lor(bad, d.y_m1);  // INT_MIN / -1 must wrap, never trap
+IntDiv int_div_rem(LowerCtx& c, T x, T y, DType t) {
+  const DType F = DType::Float32;
+  const DType w = dtype_size(t) < 4 ? DType::Int32 : t;
+  const bool sgn = is_signed(w);
+  if (w != t) {
+    x = c.raw_cast(x, w);  // exact
+    y = c.raw_cast(y, w);
   }
-  d.ys = c.sel(bad, c.k_int(1, t), y);
-  d.q = c.div(x, d.ys);
-  if (is_signed(t)) {
-    // C truncation whatever rounding MPSGraph's integer division uses (a flooring one would
-    // leave a remainder whose sign differs from x's): step the quotient back toward zero.
-    T zero = c.k_int(0, t);
-    T r = c.sub(x, c.mul(d.q, d.ys));
-    T off = c.land(c.ne(r, zero), lxor(c, c.lt(r, zero), c.lt(x, zero)));
-    T toward_zero = c.sel(lxor(c, c.lt(x, zero), c.lt(d.ys, zero)), c.k_int(1, t), c.k_int(-1, t));
-    d.q = c.sel(off, c.add(d.q, toward_zero), d.q);
+  T zero = c.k_int(0, w), one = c.k_int(1, w);
+  IntDiv d;
+  T y_zero = c.eq(y, zero);
+  T ys = c.sel(y_zero, one, y);
+  T x_neg = sgn ? c.lt(x, zero) : nil, y_neg = sgn ? c.lt(ys, zero) : nil;
+  // magnitudes: non-positive for signed dtypes, as is for unsigned ones
+  T mx = sgn ? c.sel(x_neg, x, c.sub(zero, x)) : x;
+  T my = sgn ? c.sel(y_neg, ys, c.sub(zero, ys)) : ys;
+  T fy = c.raw_cast(my, F);
+  T acc = zero, rem = mx;  // acc: -quotient (signed) or quotient; rem: mx - quotient * my, same sign as mx
+  const int rounds = dtype_bits(w) > 32 ? 5 : 3;
+  for (int i = 0; i < rounds; ++i) {
+    T ratio = c.mul(c.div(c.raw_cast(rem, F), fy), c.k(1.0 - 1.0 / 262144.0, F));  // >= 0, never above the truth
+    T step = c.raw_cast([c.g floorWithTensor:ratio name:nil], w);
+    acc = sgn ? c.sub(acc, step) : c.add(acc, step);
+    rem = c.sub(rem, c.mul(step, my));
+  }
+  for (int i = 0; i < 2; ++i) {  // the last unit: while |rem| >= |my|
+    T more = sgn ? c.le(rem, my) : c.ge(rem, my);
+    acc = c.sel(more, sgn ? c.sub(acc, one) : c.add(acc, one), acc);
+    rem = c.sel(more, c.sub(rem, my), rem);
+  }
+  if (sgn) {
+    acc = c.sel(lxor(c, x_neg, y_neg), acc, c.sub(zero, acc));  // 0 - INT_MIN wraps: INT_MIN / -1
+    rem = c.sel(x_neg, rem, c.sub(zero, rem));
+  }
+  d.q = c.sel(y_zero, zero, acc);
+  d.r = c.sel(y_zero, zero, rem);
+  if (w != t) {
+    d.q = c.wrap_narrow(d.q, w, t);  // -128 / -1 = 128 wraps to -128 as on the CPU
+    d.r = c.raw_cast(d.r, t);        // |r| < |y|: fits
   }
   return d;
 }
 
-T int_division(LowerCtx& c, T x, T y, DType t) {
-  IntDiv d = int_trunc_div(c, x, y, t);
-  T q = d.q;
-  if (d.y_m1) q = c.sel(d.y_m1, c.sub(c.k_int(0, t), x), q);
-  return c.sel(d.y_zero, c.k_int(0, t), q);
-}
+T int_division(LowerCtx& c, T x, T y, DType t) { return int_div_rem(c, x, y, t).q; }
 
 T int_floor_division(LowerCtx& c, T x, T y, DType t) {
-  IntDiv d = int_trunc_div(c, x, y, t);
-  T q = d.q;
-  if (is_signed(t)) {
-    T zero = c.k_int(0, t);
-    T r = c.sub(x, c.mul(q, d.ys));
-    T adj = c.land(c.ne(r, zero), lxor(c, c.lt(x, zero), c.lt(d.ys, zero)));
-    q = c.sel(adj, c.sub(q, c.k_int(1, t)), q);
-    q = c.sel(d.y_m1, c.sub(zero, x), q);
-  }
-  return c.sel(d.y_zero, c.k_int(0, t), q);
+  IntDiv d = int_div_rem(c, x, y, t);
+  if (!is_signed(t)) return d.q;
+  T zero = c.k_int(0, t);
+  T adj = c.land(c.ne(d.r, zero), lxor(c, c.lt(d.r, zero), c.lt(y, zero)));  // y == 0: r == 0, no step
+  return c.sel(adj, c.sub(d.q, c.k_int(1, t)), d.q);
 }
 
 T int_modulo(LowerCtx& c, T x, T y, DType t) {
-  IntDiv d = int_trunc_div(c, x, y, t);
+  IntDiv d = int_div_rem(c, x, y, t);
+  if (!is_signed(t)) return d.r;
   T zero = c.k_int(0, t);
-  T r = c.sub(x, c.mul(d.q, d.ys));
-  if (is_signed(t)) {
-    T adj = c.land(c.ne(r, zero), lxor(c, c.lt(r, zero), c.lt(y, zero)));
-    r = c.sel(adj, c.add(r, y), r);
-    r = c.sel(d.y_m1, zero, r);
-  }
-  return c.sel(d.y_zero, zero, r);
+  T adj = c.land(c.ne(d.r, zero), lxor(c, c.lt(d.r, zero), c.lt(y, zero)));
+  return c.sel(adj, c.add(d.r, y), d.r);
 }
 
 // x ** y by square-and-multiply over the exponent's bits: exact with wrap-around, as the CPU.

@@ -42,12 +42,23 @@ void register_matmul_lowerings() {
       be.insert(be.end() - 2, 1);         // (..., 1, K, N)
       auto prod = broadcast_shapes(ae, be);
       if (!prod) c.fail(ErrorKind::Value, "batch dimensions do not broadcast: " + shape_str(as) + " @ " + shape_str(bs));
-      const uint64_t bytes = uint64_t(num_elements(*prod)) * dtype_size(t);
+      const bool narrow = dtype_size(t) < 4 || t == DType::UInt32;  // computed in int32 (below)
+      const uint64_t bytes = uint64_t(num_elements(*prod)) * (narrow ? 4 : dtype_size(t));
       if (bytes > kMaxTensorBytes || prod->size() > kMaxRank)
         c.fail(ErrorKind::NotImplemented, "integer matrix_multiplication of " + shape_str(as) + " @ " + shape_str(bs) +
                                               " is too large for the metal backend's exact integer path; cast to float32");
-      T p = c.mul(c.reshape(a, ae), c.reshape(b, be));
-      return std::vector<T>{[c.g reductionSumWithTensor:p axis:NSInteger(prod->size() - 2) name:nil]};
+      // The products and their sum in int32 for the narrow dtypes (as PyTorch casts before
+      // MPSGraph's reductions): the low bits of a wrapped sum do not depend on the width it
+      // wraps in, so narrowing back gives the CPU's wrapped result.
+      auto widen = [&](T v) { return t == DType::UInt32 ? c.uint32_bits_to_int32(v) : c.raw_cast(v, DType::Int32); };
+      T a2 = c.reshape(a, ae), b2 = c.reshape(b, be);
+      if (narrow) {
+        a2 = widen(a2);
+        b2 = widen(b2);
+      }
+      T s = [c.g reductionSumWithTensor:c.mul(a2, b2) axis:NSInteger(prod->size() - 2) name:nil];
+      if (!narrow) return std::vector<T>{s};
+      return std::vector<T>{t == DType::UInt32 ? c.int32_bits_to_uint32(s) : c.wrap_narrow(s, DType::Int32, t)};
     }
 
     if (K < kMatmulMaxK) return std::vector<T>{[c.g matrixMultiplicationWithPrimaryTensor:a secondaryTensor:b name:nil]};

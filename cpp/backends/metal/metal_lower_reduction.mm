@@ -44,12 +44,53 @@ std::vector<int64_t> reduce_axes(LowerCtx& c) {
 // A reduction computed in the output dtype (sum of int32 into int64, mean of ints into float).
 T input_as_output(LowerCtx& c) { return c.convert(c.in[0], c.in_dtype(0), c.out().dtype); }
 
-void simple(const char* name, T (*reduce)(LowerCtx&, T, NSArray<NSNumber*>*, DType)) {
-  register_lowering(name, [reduce](LowerCtx& c) {
+// MPSGraph's reductions are only known to work on int32, int64 and float16/32 (PyTorch's
+// ReduceOps.mm casts everything else first), and the CPU accumulates float16/bfloat16 in
+// float32: so bool and the 8/16-bit integers reduce as int32, uint32 as int32 too (its bits for
+// sums and products, which wrap the same; an order-preserving key for maxima and minima) and
+// the half types as float32 where they accumulate; narrow_back returns to dtype t.
+enum class Acc { Sum, Extreme };
+DType wide_dtype(DType t, Acc kind) {
+  switch (t) {
+    case DType::Bool: case DType::Int8: case DType::Int16: case DType::UInt8: case DType::UInt16: case DType::UInt32:
+      return DType::Int32;
+    case DType::Float16: case DType::BFloat16:
+      return kind == Acc::Sum ? DType::Float32 : t;
+    default:
+      return t;
+  }
+}
+T uint32_key(LowerCtx& c, T x) {  // x ^ 2**31 as int32 bits: the unsigned order as a signed one
+  return c.uint32_bits_to_int32([c.g bitwiseXORWithPrimaryTensor:x secondaryTensor:c.k_int(int64_t(1) << 31, DType::UInt32)
+                                                             name:nil]);
+}
+T widen(LowerCtx& c, T x, DType t, Acc kind) {
+  const DType w = wide_dtype(t, kind);
+  if (w == t) return x;
+  if (t == DType::UInt32) return kind == Acc::Sum ? c.uint32_bits_to_int32(x) : uint32_key(c, x);
+  return c.raw_cast(x, w);  // exact: bool as 0/1, narrow integers in range, half types widen
+}
+T narrow_back(LowerCtx& c, T r, DType t, Acc kind) {
+  const DType w = wide_dtype(t, kind);
+  if (w == t) return r;
+  if (t == DType::UInt32) {
+    T u = c.int32_bits_to_uint32(r);
+    return kind == Acc::Sum ? u : [c.g bitwiseXORWithPrimaryTensor:u secondaryTensor:c.k_int(int64_t(1) << 31, DType::UInt32)
+                                                              name:nil];
+  }
+  if (t == DType::Bool) return c.ne(r, c.k_int(0, w));
+  if (is_float_dtype(t)) return c.raw_cast(r, t);
+  return kind == Acc::Sum ? c.wrap_narrow(r, DType::Int32, t) : c.raw_cast(r, t);  // sums wrap; extremes fit
+}
+
+void simple(const char* name, Acc kind, T (*reduce)(LowerCtx&, T, NSArray<NSNumber*>*, DType)) {
+  register_lowering(name, [reduce, kind](LowerCtx& c) {
     std::vector<int64_t> axes = reduce_axes(c);
+    const DType t = c.out().dtype;
     T x = input_as_output(c);
     if (axes.empty()) return std::vector<T>{x};
-    return std::vector<T>{reduce(c, x, ns_axes(axes), c.out().dtype)};
+    T r = reduce(c, widen(c, x, t, kind), ns_axes(axes), wide_dtype(t, kind));
+    return std::vector<T>{narrow_back(c, r, t, kind)};
   });
 }
 
@@ -57,23 +98,16 @@ T reduce_sum(LowerCtx& c, T x, NSArray<NSNumber*>* axes, DType) { return [c.g re
 T reduce_prod(LowerCtx& c, T x, NSArray<NSNumber*>* axes, DType) {
   return [c.g reductionProductWithTensor:x axes:axes name:nil];
 }
+// x is widened already (int32, int64 or a float dtype).
 T reduce_max(LowerCtx& c, T x, NSArray<NSNumber*>* axes, DType t) {
-  if (t == DType::Bool) return c.raw_cast([c.g reductionMaximumWithTensor:c.raw_cast(x, DType::Int8) axes:axes name:nil], t);
   if (is_float_dtype(t)) return [c.g reductionMaximumPropagateNaNWithTensor:x axes:axes name:nil];
   return [c.g reductionMaximumWithTensor:x axes:axes name:nil];
 }
 T reduce_min(LowerCtx& c, T x, NSArray<NSNumber*>* axes, DType t) {
-  if (t == DType::Bool) return c.raw_cast([c.g reductionMinimumWithTensor:c.raw_cast(x, DType::Int8) axes:axes name:nil], t);
   if (is_float_dtype(t)) return [c.g reductionMinimumPropagateNaNWithTensor:x axes:axes name:nil];
   return [c.g reductionMinimumWithTensor:x axes:axes name:nil];
 }
 T reduce_mean(LowerCtx& c, T x, NSArray<NSNumber*>* axes, DType) { return [c.g meanOfTensor:x axes:axes name:nil]; }
-T reduce_and(LowerCtx& c, T x, NSArray<NSNumber*>* axes, DType) {  // macOS 12.2 (below the 13.0 floor)
-  return [c.g reductionAndWithTensor:x axes:axes name:nil];
-}
-T reduce_or(LowerCtx& c, T x, NSArray<NSNumber*>* axes, DType) {
-  return [c.g reductionOrWithTensor:x axes:axes name:nil];
-}
 
 // First index of the extreme value along `axis`, NaN counting as the extreme (numpy's
 // argmax/argmin), whatever tie rule MPSGraph's own arg-reductions follow.
@@ -99,42 +133,43 @@ void arg_reduction(const char* name, bool is_max) {
     if (axis >= int64_t(xs.size()) || (c.out().shape != keep && c.out().shape != drop))
       c.fail(ErrorKind::Runtime, "internal error: axis " + std::to_string(axis) + " of " + shape_str(xs) +
                                      " does not give the output shape " + shape_str(c.out().shape));
-    if (t == DType::Bool) {
-      x = c.raw_cast(x, DType::Int8);
-      t = DType::Int8;
-    }
-    return std::vector<T>{arg_extreme(c, x, t, xs, axis, is_max)};
+    x = widen(c, x, t, Acc::Extreme);  // the same keys as the extremes: the order is kept exactly
+    return std::vector<T>{arg_extreme(c, x, wide_dtype(t, Acc::Extreme), xs, axis, is_max)};
   });
 }
 
 }  // namespace
 
 void register_reduction_lowerings() {
-  simple("reduction_sum", reduce_sum);
-  simple("reduction_product", reduce_prod);
-  simple("reduction_maximum", reduce_max);
-  simple("reduction_minimum", reduce_min);
-  simple("mean", reduce_mean);
+  simple("reduction_sum", Acc::Sum, reduce_sum);
+  simple("reduction_product", Acc::Sum, reduce_prod);
+  simple("reduction_maximum", Acc::Extreme, reduce_max);
+  simple("reduction_minimum", Acc::Extreme, reduce_min);
+  simple("mean", Acc::Sum, reduce_mean);
 
-  register_lowering("reduction_and", [](LowerCtx& c) {
-    std::vector<int64_t> axes = reduce_axes(c);
-    T x = c.convert(c.in[0], c.in_dtype(0), DType::Bool);
-    return std::vector<T>{axes.empty() ? x : reduce_and(c, x, ns_axes(axes), DType::Bool)};
-  });
-  register_lowering("reduction_or", [](LowerCtx& c) {
-    std::vector<int64_t> axes = reduce_axes(c);
-    T x = c.convert(c.in[0], c.in_dtype(0), DType::Bool);
-    return std::vector<T>{axes.empty() ? x : reduce_or(c, x, ns_axes(axes), DType::Bool)};
-  });
+  // all / any: the minimum / maximum of (x != 0) as int32, not reductionAnd/Or on bool (a
+  // dtype PyTorch never reduces on MPSGraph).
+  auto logical = [](bool all) {
+    return [all](LowerCtx& c) {
+      std::vector<int64_t> axes = reduce_axes(c);
+      T x = c.convert(c.in[0], c.in_dtype(0), DType::Bool);
+      if (axes.empty()) return std::vector<T>{x};
+      T r = all ? reduce_min(c, c.raw_cast(x, DType::Int32), ns_axes(axes), DType::Int32)
+                : reduce_max(c, c.raw_cast(x, DType::Int32), ns_axes(axes), DType::Int32);
+      return std::vector<T>{c.ne(r, c.k_int(0, DType::Int32))};
+    };
+  };
+  register_lowering("reduction_and", logical(true));
+  register_lowering("reduction_or", logical(false));
 
-  // variance: the population variance (ddof 0), as MPSGraph's.
+  // variance: the population variance (ddof 0), as MPSGraph's; float32 for the half types.
   register_lowering("variance", [](LowerCtx& c) {
     std::vector<int64_t> axes = reduce_axes(c);
     DType t = c.out().dtype;
     T x = input_as_output(c);
     if (axes.empty()) return std::vector<T>{c.mul(x, c.k(0, t))};  // variance of single elements
-    T v = [c.g varianceOfTensor:x axes:ns_axes(axes) name:nil];
-    return std::vector<T>{v};
+    T v = [c.g varianceOfTensor:widen(c, x, t, Acc::Sum) axes:ns_axes(axes) name:nil];
+    return std::vector<T>{narrow_back(c, v, t, Acc::Sum)};
   });
 
   // logsumexp = m + log(sum(exp(x - m))), m the (finite) maximum; in float32 for half types.
