@@ -106,6 +106,8 @@ class MetalBackend final : public Backend {
     if (!device_) raise(ErrorKind::Runtime, "device", "", "metal: " + unavailable_reason());
     return compile_program(device_, sg);
   }
+  // Composites MPSGraph has as one op (softmax, normalisations, ...: metal_lower_nn.mm).
+  bool implements_composite(const Node& node) const override { return claims_composite(node); }
   std::shared_ptr<Array> allocate(DType dtype, const Shape& shape) override {
     if (!device_) return Array::empty(dtype, shape);
     return device_->allocate(dtype, shape);

@@ -97,6 +97,19 @@ MPSGraphConvolution3DOpDescriptor* desc3d(const ConvGeom& g) {
                                                       weightsLayout:MPSGraphTensorNamedDataLayoutOIDHW];
 }
 
+// Before macOS 15.1 MPSGraph's convolutions fail on outputs with a channel or spatial dim above
+// 65536 (PyTorch refuses them: "Output channels > 65536 not supported at the MPS device"); a 1-D
+// convolution, mapped to (N, C, 1, W), meets it first. Refused here, naming the dim, instead of
+// an abort or a wrong result. `y` is the forward convolution's output (dy for the gradients).
+void check_output_dims(LowerCtx& c, const Shape& y) {
+  if (@available(macOS 15.1, *)) return;
+  for (size_t i = 1; i < y.size(); ++i)
+    if (y[i] > 65536)
+      c.fail(ErrorKind::NotImplemented,
+             "a convolution output of shape " + shape_str(y) + " (dim " + std::to_string(i) + " > 65536) needs macOS 15.1 "
+             "or newer on the metal backend (MPSGraph's convolutions fail on it before 15.1)");
+}
+
 [[noreturn]] void needs_13_2(LowerCtx& c) {
   c.needs_macos("13.2", "3-d convolution (MPSGraph's convolution3D and MPSGraphConvolution3DOpDescriptor)");
 }
@@ -107,6 +120,7 @@ void register_convolution_lowerings() {
   // convolution(source, weights)
   register_lowering("convolution", [](LowerCtx& c) {
     ConvGeom g = read_geometry(c, c.in_types[0].shape.size());
+    check_output_dims(c, c.out().shape);
     T x = c.reshape(c.in[0], as_2d(c.in_types[0].shape, g.k));
     T w = c.reshape(c.in[1], as_2d(c.in_types[1].shape, g.k));
     if (g.k == 3) {
@@ -120,6 +134,7 @@ void register_convolution_lowerings() {
   // convolution_data_gradient(incoming_gradient, weights, like) -> the source's shape
   register_lowering("convolution_data_gradient", [](LowerCtx& c) {
     ConvGeom g = read_geometry(c, c.in_types[0].shape.size());
+    check_output_dims(c, c.in_types[0].shape);
     T dy = c.reshape(c.in[0], as_2d(c.in_types[0].shape, g.k));
     T w = c.reshape(c.in[1], as_2d(c.in_types[1].shape, g.k));
     MPSShape* out = mps_shape(as_2d(c.out().shape, g.k));
@@ -142,6 +157,7 @@ void register_convolution_lowerings() {
   // convolution_weights_gradient(incoming_gradient, source, like) -> the weights' shape
   register_lowering("convolution_weights_gradient", [](LowerCtx& c) {
     ConvGeom g = read_geometry(c, c.in_types[0].shape.size());
+    check_output_dims(c, c.in_types[0].shape);
     T dy = c.reshape(c.in[0], as_2d(c.in_types[0].shape, g.k));
     T x = c.reshape(c.in[1], as_2d(c.in_types[1].shape, g.k));
     MPSShape* out = mps_shape(as_2d(c.out().shape, g.k));

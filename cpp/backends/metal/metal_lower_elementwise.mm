@@ -351,12 +351,20 @@ void register_elementwise_lowerings() {
   binary("maximum", [](LowerCtx& c, T x, T y, DType t) { return c.max_nan(x, y, t); });
   binary("minimum", [](LowerCtx& c, T x, T y, DType t) { return c.min_nan(x, y, t); });
   binary("atan2", [](LowerCtx& c, T x, T y, DType) { return [c.g atan2WithPrimaryTensor:x secondaryTensor:y name:nil]; });
-  binary("equal", [](LowerCtx& c, T x, T y, DType) { return c.eq(x, y); });
-  binary("not_equal", [](LowerCtx& c, T x, T y, DType) { return c.ne(x, y); });
-  binary("less_than", [](LowerCtx& c, T x, T y, DType) { return c.lt(x, y); });
-  binary("less_than_or_equal_to", [](LowerCtx& c, T x, T y, DType) { return c.le(x, y); });
-  binary("greater_than", [](LowerCtx& c, T x, T y, DType) { return c.gt(x, y); });
-  binary("greater_than_or_equal_to", [](LowerCtx& c, T x, T y, DType) { return c.ge(x, y); });
+  // Comparisons of bools compare them as int32 0 / 1: PyTorch never sends bool operands to
+  // MPSGraph's comparison ops, so nothing says they are supported.
+  auto compare = [](T (LowerCtx::*op)(T, T)) {
+    return [op](LowerCtx& c, T x, T y, DType t) {
+      if (t == DType::Bool) return (c.*op)(c.raw_cast(x, DType::Int32), c.raw_cast(y, DType::Int32));
+      return (c.*op)(x, y);
+    };
+  };
+  binary("equal", compare(&LowerCtx::eq));
+  binary("not_equal", compare(&LowerCtx::ne));
+  binary("less_than", compare(&LowerCtx::lt));
+  binary("less_than_or_equal_to", compare(&LowerCtx::le));
+  binary("greater_than", compare(&LowerCtx::gt));
+  binary("greater_than_or_equal_to", compare(&LowerCtx::ge));
   binary("logical_and", [](LowerCtx& c, T x, T y, DType) { return c.land(x, y); });
   binary("logical_or", [](LowerCtx& c, T x, T y, DType) { return c.lor(x, y); });
   binary("logical_xor", [](LowerCtx& c, T x, T y, DType) { return lxor(c, x, y); });
