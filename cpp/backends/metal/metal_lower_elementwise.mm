@@ -2,7 +2,9 @@
 // kernels (cpp/backends/cpu/kernels_elementwise.cpp): where MPSGraph's own op differs or is
 // undocumented for an edge (integer division by zero, NaN, signed zeros, wrap-around), the op
 // is composed from simpler MPSGraph ops whose behaviour is not in doubt.
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "backends/metal/metal_internal.h"
 
@@ -42,8 +44,9 @@ T truthy(LowerCtx& c, T x) {
 T lxor(LowerCtx& c, T a, T b) { return [c.g logicalXORWithPrimaryTensor:a secondaryTensor:b name:nil]; }
 
 // C fmod (sign of x) from MPSGraph's modulo, whatever its sign convention (truncated, floored
-// or IEEE remainder): shift by |y| toward x's sign when the signs disagree.
-T fmod_f32(LowerCtx& c, T x, T y) {
+// or IEEE remainder): shift by |y| toward x's sign when the signs disagree. Exact only if
+// MPSGraph's modulo is: used before macOS 13.2 only (fmod_f32 below).
+T fmod_via_modulo(LowerCtx& c, T x, T y) {
   T m = [c.g moduloWithPrimaryTensor:x secondaryTensor:y name:nil];
   T zero = c.k(0, DType::Float32);
   T ay = [c.g absoluteWithTensor:y name:nil];
@@ -133,6 +136,68 @@ T int_modulo(LowerCtx& c, T x, T y, DType t) {
   T zero = c.k_int(0, t);
   T adj = c.land(c.ne(d.r, zero), lxor(c, c.lt(d.r, zero), c.lt(y, zero)));
   return c.sel(adj, c.add(d.r, y), d.r);
+}
+
+// Exact C fmod of float32 values without MPSGraph's modulo (whose accuracy for large |x / y| is
+// not documented; x - trunc(x / y) * y loses every digit there). With |x| = mx 2^(Ex-150) and
+// |y| = my 2^(Ey-150) (integer mantissas < 2^24 from the bits, reinterpretCastTensor: 13.2),
+// fmod(|x|, |y|) = ((mx 2^d) mod my) 2^(Ey-150), d = Ex - Ey: R = mx mod my exactly in int32
+// (int_div_rem), then d bits are shifted in, at most 11 at a time, each step in float32 where
+// every operation is exact: T = R 2^s (a power of two), q = rint(T / my) <= 2^11 (a division a
+// few ulp off only moves q by one), T - q my_hi - q my_lo with my split at bit 12 (each product
+// <= 24 bits, each difference a multiple of a power of two that fits), then one step into
+// [0, my). Modelled op for op in numpy float32 against fmod on 600k values (every exponent,
+// subnormals, random bit patterns, specials), also with every division perturbed by an ulp:
+// bit-exact. Subnormal results assume the GPU keeps subnormals (Metal may flush them).
+API_AVAILABLE(macos(13.2))
+T fmod_exact(LowerCtx& c, T x, T y) {
+  const DType F = DType::Float32, I = DType::Int32;
+  auto bits = [&](T v) { return [c.g reinterpretCastTensor:v toType:MPSDataTypeInt32 name:nil]; };
+  auto band = [&](T a, int64_t m) { return [c.g bitwiseANDWithPrimaryTensor:a secondaryTensor:c.k_int(m, I) name:nil]; };
+  auto shr = [&](T a, int64_t n) { return [c.g bitwiseRightShiftWithPrimaryTensor:a secondaryTensor:c.k_int(n, I) name:nil]; };
+  T ax = [c.g absoluteWithTensor:x name:nil], ay = [c.g absoluteWithTensor:y name:nil];
+  T bx = bits(ax), by = bits(ay);
+  T ex = shr(bx, 23), ey = shr(by, 23);  // biased exponents (0: subnormal)
+  T zero = c.k_int(0, I), one = c.k_int(1, I);
+  T mx = c.add(band(bx, 0x7FFFFF), c.sel(c.gt(ex, zero), c.k_int(0x800000, I), zero));
+  T my = c.add(band(by, 0x7FFFFF), c.sel(c.gt(ey, zero), c.k_int(0x800000, I), zero));
+  T Ex = [c.g maximumWithPrimaryTensor:ex secondaryTensor:one name:nil];
+  T Ey = [c.g maximumWithPrimaryTensor:ey secondaryTensor:one name:nil];
+  T d = c.sub(Ex, Ey);
+  my = c.sel(c.eq(my, zero), one, my);  // y == 0 is NaN below
+  T R = c.raw_cast(int_div_rem(c, mx, my, I).r, F);
+  T myf = c.raw_cast(my, F), my_hi = c.raw_cast(band(my, ~int64_t(0xFFF)), F), my_lo = c.raw_cast(band(my, 0xFFF), F);
+  T dd = [c.g maximumWithPrimaryTensor:d secondaryTensor:zero name:nil];
+  T steps = c.raw_cast([c.g floorWithTensor:c.div(c.add(c.raw_cast(dd, F), c.k(0.5, F)), c.k(11, F)) name:nil], I);
+  T s0 = c.sub(dd, c.mul(steps, c.k_int(11, I)));  // 0..10
+  std::vector<double> pow2;
+  for (int i = 0; i < 12; ++i) pow2.push_back(double(int64_t(1) << i));
+  T p0 = [c.g gatherWithUpdatesTensor:c.constant_vector(pow2, Shape{12}, F) indicesTensor:s0 axis:0 batchDimensions:0 name:nil];
+  auto step = [&](T r, T scale, T active) {
+    T t = c.mul(r, scale);
+    T q = [c.g rintWithTensor:c.div(t, myf) name:nil];
+    T r2 = c.sub(c.sub(t, c.mul(q, my_hi)), c.mul(q, my_lo));
+    r2 = c.sel(c.lt(r2, c.k(0, F)), c.add(r2, myf), r2);
+    r2 = c.sel(c.ge(r2, myf), c.sub(r2, myf), r2);
+    return c.sel(active, r2, r);
+  };
+  R = step(R, p0, c.gt(dd, zero));
+  for (int k = 0; k < 23; ++k) R = step(R, c.k(2048, F), c.lt(c.k_int(k, I), steps));  // d <= 253
+  // 2^(Ey - 150) from its bits: normal from Ey = 24, subnormal below
+  T pn = [c.g bitwiseLeftShiftWithPrimaryTensor:c.sub(Ey, c.k_int(23, I)) secondaryTensor:c.k_int(23, I) name:nil];
+  T ps = [c.g bitwiseLeftShiftWithPrimaryTensor:one secondaryTensor:c.sub(Ey, one) name:nil];
+  T p = [c.g reinterpretCastTensor:c.sel(c.ge(Ey, c.k_int(24, I)), pn, ps) toType:MPSDataTypeFloat32 name:nil];
+  T m = c.sel(c.lt(d, zero), ax, c.mul(R, p));
+  m = c.sel(truthy(c, [c.g signbitWithTensor:x name:nil]), [c.g negativeWithTensor:m name:nil], m);
+  T finite_x = [c.g isFiniteWithTensor:x name:nil];
+  T bad = c.lor(c.lor(c.eq(y, c.k(0, F)), c.lnot(finite_x)), c.isnan(y));
+  m = c.sel(bad, c.k(std::numeric_limits<double>::quiet_NaN(), F), m);
+  return c.sel(c.land([c.g isInfiniteWithTensor:y name:nil], finite_x), x, m);
+}
+
+T fmod_f32(LowerCtx& c, T x, T y) {
+  if (@available(macOS 13.2, *)) return fmod_exact(c, x, y);
+  return fmod_via_modulo(c, x, y);
 }
 
 // x ** y by square-and-multiply over the exponent's bits: exact with wrap-around, as the CPU.
