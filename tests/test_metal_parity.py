@@ -61,7 +61,8 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "if_then_else", "while_loop", "for_loop",
     # composites lowered to MPSGraph's own op (issue 12; the others are expanded)
     "softmax", "softmax_cross_entropy", "normalization", "batch_normalization", "layer_normalization",
-    "instance_normalization", "group_normalization", "leaky_relu", "stochastic_gradient_descent", "adam", "adamw"}
+    "instance_normalization", "group_normalization", "leaky_relu", "stochastic_gradient_descent", "adam", "adamw",
+    "convolution_2d", "convolution_3d"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -1090,3 +1091,28 @@ def test_softmax_cross_entropy_with_zero_size_operands():
     lowering produces itself."""
     x = np.zeros((0, 4), np.float32)
     _check(lambda g, a, b: [g.softmax_cross_entropy(a, b, reduction=r) for r in ("sum", "mean")], [x, x])
+
+
+_FRONT_CASES = [  # (source, weights, attrs) in the front ends' layouts
+    ((2, 7, 6, 4), (3, 2, 4, 6), dict(strides=[2, 1], padding_style="same")),  # NHWC / HWIO
+    ((2, 7, 6, 4), (3, 3, 2, 6), dict(groups=2, dilation_rates=[1, 2], padding_style="same_lower")),
+    ((1, 4, 9, 8), (6, 4, 3, 2), dict(data_layout="NCHW", weights_layout="OIHW", strides=[3, 2],
+                                      padding=[2, 0, 1, 3])),
+    ((1, 9, 8, 4), (6, 4, 3, 2), dict(weights_layout="OIHW", padding_style="valid")),
+    ((1, 4, 5, 6, 2), (2, 3, 2, 2, 4), dict(strides=[1, 2, 1], padding_style="same")),  # NDHWC / DHWIO: 13.2
+    ((1, 2, 4, 5, 6), (4, 2, 2, 3, 2), dict(data_layout="NCDHW", weights_layout="OIDHW", padding=[1, 0, 0, 1, 1, 1])),
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", _FRONT_CASES, ids=[f"front{len(c[0]) - 2}d-{i}" for i, c in enumerate(_FRONT_CASES)])
+def test_convolution_front_ends_native_layouts(xs, ws, attrs):
+    """convolution_2d / convolution_3d run as one MPSGraph convolution in the user's layouts;
+    every padding style, groups, dilation; their gradients through the primitives."""
+    x, w = _rand(xs, seed=140, lo=-1, hi=1), _rand(ws, seed=141, lo=-1, hi=1)
+    conv = "convolution_3d" if len(xs) == 5 else "convolution_2d"
+
+    def build(g, a, b):
+        y = getattr(g, conv)(a, b, **attrs)
+        grads = g.gradients(g.reduction_sum(y * y, keep_dims=False), [a, b])
+        return [y, grads[a], grads[b]]
+    _check(build, [x, w], (1e-4, 1e-3))

@@ -10,6 +10,10 @@
 //   k > 3: NotImplemented (MPSGraph has no N-d convolution)
 // The data gradient's outputShape is the node's declared source shape (it may come from `like`,
 // output_padding or source_spatial_shape); the weights gradient's is the declared weights shape.
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "backends/metal/metal_internal.h"
 #include "core/ops/convolution_attrs.h"
 
@@ -58,7 +62,9 @@ Shape as_2d(const Shape& s, size_t k) {
   return r;
 }
 
-MPSGraphConvolution2DOpDescriptor* desc2d(const ConvGeom& g) {
+MPSGraphConvolution2DOpDescriptor* desc2d(const ConvGeom& g,
+                                          MPSGraphTensorNamedDataLayout data = MPSGraphTensorNamedDataLayoutNCHW,
+                                          MPSGraphTensorNamedDataLayout weights = MPSGraphTensorNamedDataLayoutOIHW) {
   // k == 2: (H, W) = spatial dims (0, 1); k == 1: H is the inserted height-1 dim
   const bool one = g.k == 1;
   const size_t w = one ? 0 : 1;
@@ -72,12 +78,12 @@ MPSGraphConvolution2DOpDescriptor* desc2d(const ConvGeom& g) {
                                                          paddingTop:NSUInteger(one ? 0 : g.padding[0])
                                                       paddingBottom:NSUInteger(one ? 0 : g.padding[1])
                                                        paddingStyle:MPSGraphPaddingStyleExplicit
-                                                         dataLayout:MPSGraphTensorNamedDataLayoutNCHW
-                                                      weightsLayout:MPSGraphTensorNamedDataLayoutOIHW];
+                                                         dataLayout:data
+                                                      weightsLayout:weights];
 }
 
 API_AVAILABLE(macos(13.2))
-MPSGraphConvolution3DOpDescriptor* desc3d(const ConvGeom& g) {
+MPSGraphConvolution3DOpDescriptor* desc3d(const ConvGeom& g, bool data_last = false, bool weights_spatial = false) {
   // spatial dims (D, H, W) = (Z, Y, X)
   return [MPSGraphConvolution3DOpDescriptor descriptorWithStrideInX:NSUInteger(g.strides[2])
                                                           strideInY:NSUInteger(g.strides[1])
@@ -93,8 +99,10 @@ MPSGraphConvolution3DOpDescriptor* desc3d(const ConvGeom& g) {
                                                        paddingFront:NSUInteger(g.padding[0])
                                                         paddingBack:NSUInteger(g.padding[1])
                                                        paddingStyle:MPSGraphPaddingStyleExplicit
-                                                         dataLayout:MPSGraphTensorNamedDataLayoutNCDHW
-                                                      weightsLayout:MPSGraphTensorNamedDataLayoutOIDHW];
+                                                         dataLayout:data_last ? MPSGraphTensorNamedDataLayoutNDHWC
+                                                                              : MPSGraphTensorNamedDataLayoutNCDHW
+                                                      weightsLayout:weights_spatial ? MPSGraphTensorNamedDataLayoutDHWIO
+                                                                                    : MPSGraphTensorNamedDataLayoutOIDHW];
 }
 
 // Before macOS 15.1 MPSGraph's convolutions fail on outputs with a channel or spatial dim above
@@ -114,9 +122,97 @@ void check_output_dims(LowerCtx& c, const Shape& y) {
   c.needs_macos("13.2", "3-d convolution (MPSGraph's convolution3D and MPSGraphConvolution3DOpDescriptor)");
 }
 
+// ---- the convolution_2d / convolution_3d front ends, natively in the user's layout ----
+// These composites have no typed attributes (core/ops/convolution.cpp: "backends never see
+// them" unless they claim them), so the geometry is read by name as their decomposition does.
+// The padding comes from the node's inferred output shape, which the core computed with the
+// style's rule: total = (out - 1) stride + (k - 1) dilation + 1 - in, split as the style says
+// ('same': the odd one at the end, 'same_lower': at the start), exactly the core's split.
+struct FrontGeom {
+  ConvGeom g;
+  bool data_last = true, weights_spatial = true;
+};
+
+bool front_claim(const Node& n, size_t k) {
+  const TensorType& y = n.outputs.at(0);
+  if (!is_floating(y.dtype) || y.dtype == DType::Float64 || y.shape.size() != k + 2) return false;
+  if (node_attr<std::vector<int64_t>>(n, "strides").size() != k ||
+      node_attr<std::vector<int64_t>>(n, "dilation_rates").size() != k || node_attr<int64_t>(n, "groups") < 1)
+    return false;
+  const std::string& style = node_attr<std::string>(n, "padding_style");
+  if (style == "explicit" && node_attr<std::vector<int64_t>>(n, "padding").size() != 2 * k) return false;
+  if (k == 3) {
+    if (@available(macOS 13.2, *)) return true;
+    return false;  // expanded: the primitive says it needs 13.2
+  }
+  return true;
+}
+
+FrontGeom front_geometry(LowerCtx& c, size_t k) {
+  FrontGeom f;
+  f.data_last = node_attr<std::string>(c.node, "data_layout") == (k == 3 ? "NDHWC" : "NHWC");
+  f.weights_spatial = node_attr<std::string>(c.node, "weights_layout") == (k == 3 ? "DHWIO" : "HWIO");
+  ConvGeom& g = f.g;
+  g.k = k;
+  g.strides = node_attr<std::vector<int64_t>>(c.node, "strides");
+  g.dilations = node_attr<std::vector<int64_t>>(c.node, "dilation_rates");
+  g.groups = node_attr<int64_t>(c.node, "groups");
+  const std::string& style = node_attr<std::string>(c.node, "padding_style");
+  const Shape &xs = c.in_types[0].shape, &ws = c.in_types[1].shape, &ys = c.out().shape;
+  for (size_t i = 0; i < k; ++i) {
+    const int64_t in = xs[(f.data_last ? 1 : 2) + i], out = ys[(f.data_last ? 1 : 2) + i];
+    const int64_t kk = ws[(f.weights_spatial ? 0 : 2) + i];
+    int64_t before = 0, after = 0;
+    if (style == "explicit") {
+      before = node_attr<std::vector<int64_t>>(c.node, "padding")[2 * i];
+      after = node_attr<std::vector<int64_t>>(c.node, "padding")[2 * i + 1];
+    } else if (style == "same" || style == "same_lower") {
+      const int64_t total = std::max<int64_t>((out - 1) * g.strides[i] + (kk - 1) * g.dilations[i] + 1 - in, 0);
+      const int64_t small = total / 2;
+      before = style == "same" ? small : total - small;
+      after = total - before;
+    } else if (style != "valid") {
+      c.fail(ErrorKind::Value, "padding_style must be 'explicit', 'valid', 'same' or 'same_lower', not '" + style + "'");
+    }
+    if (before < 0 || after < 0) c.fail(ErrorKind::Value, "bad convolution geometry");
+    g.padding.push_back(before);
+    g.padding.push_back(after);
+  }
+  return f;
+}
+
 }  // namespace
 
 void register_convolution_lowerings() {
+  // convolution_2d / convolution_3d (composites): one MPSGraph convolution in the user's layouts
+  // (NHWC / NCHW with HWIO / OIHW; NDHWC / NCDHW with DHWIO / OIDHW), no transposes around it.
+  // Their gradients come from the decomposition: the primitives' data / weights gradients below.
+  register_composite_lowering(
+      "convolution_2d", [](const Node& n) { return front_claim(n, 2); },
+      [](LowerCtx& c) {
+        if (!c.in[0] || !c.in[1]) return std::vector<T>{c.fill(0, c.out())};  // no input channels: zeros
+        FrontGeom f = front_geometry(c, 2);
+        const Shape& y = c.out().shape;
+        check_output_dims(c, f.data_last ? Shape{y[0], y[3], y[1], y[2]} : y);
+        auto* d = desc2d(f.g, f.data_last ? MPSGraphTensorNamedDataLayoutNHWC : MPSGraphTensorNamedDataLayoutNCHW,
+                         f.weights_spatial ? MPSGraphTensorNamedDataLayoutHWIO : MPSGraphTensorNamedDataLayoutOIHW);
+        return std::vector<T>{[c.g convolution2DWithSourceTensor:c.in[0] weightsTensor:c.in[1] descriptor:d name:nil]};
+      });
+  register_composite_lowering(
+      "convolution_3d", [](const Node& n) { return front_claim(n, 3); },
+      [](LowerCtx& c) {
+        if (!c.in[0] || !c.in[1]) return std::vector<T>{c.fill(0, c.out())};  // no input channels: zeros
+        FrontGeom f = front_geometry(c, 3);
+        const Shape& y = c.out().shape;
+        check_output_dims(c, f.data_last ? Shape{y[0], y[4], y[1], y[2], y[3]} : y);
+        if (@available(macOS 13.2, *))
+          return std::vector<T>{[c.g convolution3DWithSourceTensor:c.in[0]
+                                                     weightsTensor:c.in[1]
+                                                        descriptor:desc3d(f.g, f.data_last, f.weights_spatial)
+                                                              name:nil]};
+        needs_13_2(c);
+      });
+
   // convolution(source, weights)
   register_lowering("convolution", [](LowerCtx& c) {
     ConvGeom g = read_geometry(c, c.in_types[0].shape.size());
