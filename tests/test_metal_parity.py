@@ -62,7 +62,7 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     # composites lowered to MPSGraph's own op (issue 12; the others are expanded)
     "softmax", "softmax_cross_entropy", "normalization", "batch_normalization", "layer_normalization",
     "instance_normalization", "group_normalization", "leaky_relu", "stochastic_gradient_descent", "adam", "adamw",
-    "convolution_2d", "convolution_3d"}
+    "convolution_2d", "convolution_3d", "avg_pooling_2d"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -1116,3 +1116,23 @@ def test_convolution_front_ends_native_layouts(xs, ws, attrs):
         grads = g.gradients(g.reduction_sum(y * y, keep_dims=False), [a, b])
         return [y, grads[a], grads[b]]
     _check(build, [x, w], (1e-4, 1e-3))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_avg_pooling_2d_native_and_composed_forms(dtype):
+    """Without padding, ceil_mode or dilation avg_pooling_2d is MPSGraph's avgPooling2D (NaN
+    included); with any of them it is the composition. Gradients through avg_pooling_nd_gradient."""
+    x = _as(np.nan_to_num(_special((2, 7, 6, 3), "float32", 142), neginf=-5.0), dtype)
+    x.flat[5] = np.nan
+    xc = np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2)))
+
+    def build(g, a, b):
+        outs = [g.avg_pooling_2d(a, kernel_sizes=[2, 3], strides=[2, 1]),
+                g.avg_pooling_2d(a, kernel_sizes=[3, 3], strides=[2, 2], padding_style="valid"),
+                g.avg_pooling_2d(b, kernel_sizes=[2, 2], strides=[1, 2], data_layout="NCHW"),
+                g.avg_pooling_2d(a, kernel_sizes=[3, 2], strides=[2, 2], padding=[1, 1, 0, 1]),  # composed
+                g.avg_pooling_2d(a, kernel_sizes=[2, 2], strides=[2, 2], ceil_mode=True)]  # composed
+        clean = g.select(g.isnan(a), g.constant(_as(np.array(0.5, np.float32), dtype)), a)
+        y = g.avg_pooling_2d(clean, kernel_sizes=[2, 3], strides=[2, 1])
+        return outs + [g.gradients(g.reduction_sum(y * y, keep_dims=False), [a])[a]]
+    _check(build, [x, xc], _TOL16[dtype])

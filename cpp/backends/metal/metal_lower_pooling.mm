@@ -312,7 +312,53 @@ T to_f32(LowerCtx& c, T x) { return c.raw_cast(x, DType::Float32); }
 
 }  // namespace
 
+// avg_pooling_2d (a composite) as MPSGraph's avgPooling2D where nothing MPSGraph leaves
+// undocumented matters: no padding (so neither the padded taps nor includeZeroPadToAverage
+// count), no ceil_mode (every window lies inside the input), no dilation. Then every window
+// averages kernel_h * kernel_w values, and NaN propagates through any sum. The front end's
+// attributes are normalised by its inference (full-length lists), read by name here as the
+// decomposition reads them.
+bool plain_avg_pooling_2d(const Node& n) {
+  const TensorType& y = n.outputs.at(0);
+  if (!is_floating(y.dtype) || y.dtype == DType::Float64 || y.shape.size() != 4) return false;
+  if (node_attr<bool>(n, "ceil_mode") || node_attr<Ints>(n, "kernel_sizes").size() != 2 ||
+      node_attr<Ints>(n, "strides").size() != 2)
+    return false;
+  for (int64_t d : node_attr<Ints>(n, "dilation_rates"))
+    if (d != 1) return false;
+  const std::string& style = node_attr<std::string>(n, "padding_style");
+  if (style == "valid") return true;
+  if (style != "explicit") return false;
+  for (int64_t p : node_attr<Ints>(n, "padding"))
+    if (p != 0) return false;
+  return true;
+}
+
 void register_pooling_lowerings() {
+  register_composite_lowering("avg_pooling_2d", plain_avg_pooling_2d, [](LowerCtx& c) {
+    if (!c.in[0]) c.fail(ErrorKind::NotImplemented, "a zero-size source with a non-empty result is not implemented here");
+    const Ints& k = node_attr<Ints>(c.node, "kernel_sizes");
+    const Ints& st = node_attr<Ints>(c.node, "strides");
+    const bool nhwc = node_attr<std::string>(c.node, "data_layout") == "NHWC";
+    MPSGraphPooling2DOpDescriptor* d =
+        [MPSGraphPooling2DOpDescriptor descriptorWithKernelWidth:NSUInteger(k[1])
+                                                    kernelHeight:NSUInteger(k[0])
+                                                       strideInX:NSUInteger(st[1])
+                                                       strideInY:NSUInteger(st[0])
+                                                 dilationRateInX:1
+                                                 dilationRateInY:1
+                                                     paddingLeft:0
+                                                    paddingRight:0
+                                                      paddingTop:0
+                                                   paddingBottom:0
+                                                    paddingStyle:MPSGraphPaddingStyleExplicit
+                                                      dataLayout:nhwc ? MPSGraphTensorNamedDataLayoutNHWC
+                                                                      : MPSGraphTensorNamedDataLayoutNCHW];
+    const DType t = c.out().dtype;
+    T x = t == DType::Float32 ? c.in[0] : c.raw_cast(c.in[0], DType::Float32);  // the CPU sums in float32
+    return std::vector<T>{c.raw_cast([c.g avgPooling2DWithSourceTensor:x descriptor:d name:nil], t)};
+  });
+
   // max_pooling_nd / max_pooling_nd_return_indices (source)
   auto max_forward = [](bool with_indices) {
     return [with_indices](LowerCtx& c) {
