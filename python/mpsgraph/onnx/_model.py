@@ -394,6 +394,7 @@ class Importer:
             raise kind(f"[onnx] {node_label(node)}: {msg}") from None
         if not isinstance(outs, (list, tuple)):
             outs = [outs]
+        outs = [np.asarray(v) if isinstance(v, np.generic) else v for v in outs]  # numpy scalars -> 0-d
         for name, v in zip(node.output, outs):
             if name:
                 env[name] = v
