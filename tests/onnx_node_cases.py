@@ -25,6 +25,15 @@ KNOWN_FAILURES = {
     "test_training_dropout_default": "random: as test_training_dropout",
     "test_training_dropout_default_mask": "random: as test_training_dropout",
     "test_training_dropout_mask": "random: as test_training_dropout",
+    "test_attention_3d_causal_bf16": "bfloat16: its function body rounds to bfloat16 after every op, the reference "
+                                     "computes in float32",
+    "test_attention_3d_causal_bf16_expanded": "as test_attention_3d_causal_bf16",
+    "test_attention_4d_causal_bf16": "as test_attention_3d_causal_bf16",
+    "test_attention_4d_causal_bf16_expanded": "as test_attention_3d_causal_bf16",
+    "test_attention_4d_causal_padded_kv_bf16": "as test_attention_3d_causal_bf16",
+    "test_attention_4d_causal_padded_kv_bf16_expanded": "as test_attention_3d_causal_bf16",
+    "test_attention_4d_padded_kv_bf16": "as test_attention_3d_causal_bf16",
+    "test_attention_4d_padded_kv_bf16_expanded": "as test_attention_3d_causal_bf16",
     "test_resize_downsample_scales_linear_align_corners": "align_corners with an output dim of 1: the graph's resize "
                                                           "samples another source position than ONNX's 0",
 }

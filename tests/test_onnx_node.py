@@ -40,7 +40,7 @@ def test_known_failures_still_fail(results):
 
 def test_coverage_floor(results):
     passed = sum(1 for _, s, _ in results.values() if s == "pass")
-    assert passed >= 1100, f"only {passed} node cases pass"
+    assert passed >= 1400, f"only {passed} node cases pass"
 
 
 def test_backend_interface():

@@ -11,16 +11,26 @@ from ._errors import OnnxImportError, OnnxTypeError, UnsupportedOperatorError, U
 from ._model import OnnxModel, load, MIN_OPSET
 
 
-def supported_operators():
-    """Sorted op types of the default ONNX domain that the importer handles."""
+def supported_operators(expanded=True):
+    """Sorted op types of the default ONNX domain that the importer handles: those with a handler
+    of their own and (expanded=True; needs onnx) those imported through their ONNX function body."""
     from ._ops import HANDLERS
-    return sorted(HANDLERS)
+    ops = set(HANDLERS)
+    if expanded:
+        from ._functions import function_operators
+        from ._model import _onnx
+        ops |= set(function_operators(_onnx()))
+    return sorted(ops)
 
 
 def unsupported_operators():
     """{op type: reason} for the default-domain operators the importer refuses."""
     from ._ops import UNSUPPORTED
-    return dict(UNSUPPORTED)
+    from ._functions import has_function
+    from ._model import _onnx
+    onnx = _onnx()
+    newest = onnx.defs.onnx_opset_version()
+    return {k: v for k, v in UNSUPPORTED.items() if not has_function(onnx, k, newest)}
 
 
 __all__ = ["load", "OnnxModel", "OnnxImportError", "OnnxTypeError", "UnsupportedOperatorError", "UnsupportedTypeError",

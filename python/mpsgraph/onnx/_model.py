@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import _dtypes
 from .._graph import Graph, Tensor
+from ._functions import has_function
 from ._errors import OnnxImportError, OnnxTypeError, UnsupportedOperatorError, UnsupportedTypeError, node_label
 
 # ONNX TensorProto data types -> mpsgraph dtypes (the others have no equivalent here)
@@ -52,6 +53,14 @@ def mg_dtype(elem_type, what):
 
 def np_dtype(elem_type, what):
     return _dtypes.to_numpy_dtype(mg_dtype(elem_type, what))
+
+
+def _schema_exists(onnx, op_type, opset):
+    try:
+        onnx.defs.get_schema(op_type, opset, "")
+        return True
+    except Exception:
+        return False
 
 
 class Sym:
@@ -234,9 +243,12 @@ class Importer:
             for n in gp.node:
                 if n.domain not in ("", "ai.onnx"):
                     key = (n.op_type, n.domain, f"custom domain '{n.domain}' is not supported")
-                elif n.op_type not in self.handlers:
+                elif n.op_type not in self.handlers and not has_function(self.onnx, n.op_type, self.opset):
                     from ._ops import UNSUPPORTED
-                    key = (n.op_type, "", UNSUPPORTED.get(n.op_type, "not supported by the importer"))
+                    why = UNSUPPORTED.get(n.op_type, "not supported by the importer")
+                    if _schema_exists(self.onnx, n.op_type, self.opset) is False:
+                        why = f"not an operator of ONNX opset {self.opset}"
+                    key = (n.op_type, "", why)
                 else:
                     key = None
                 if key is not None:
@@ -371,6 +383,8 @@ class Importer:
 
     def import_node(self, node, env, cx):
         handler = self.handlers.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if handler is None and node.domain in ("", "ai.onnx") and has_function(self.onnx, node.op_type, cx.opset):
+            from ._functions import expand as handler
         if handler is None:  # check_supported ran first; a sub-graph's node may still get here
             raise UnsupportedOperatorError(f"[onnx] {node_label(node)}: operator not supported",
                                            [(node.op_type, node.domain, "not supported", [node.name])])

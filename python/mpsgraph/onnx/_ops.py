@@ -1360,10 +1360,13 @@ def _pad(cx, node, ins, a):
     if mode is None:
         cx.fail(f"unknown mode {a.get('mode')!r}")
     pads = cx.ints(ins[1], "pads")
-    cval = 0
+    cval, cval_t = 0, None
     if len(ins) > 2 and ins[2] is not None:
-        cv = np.asarray(cx.c(ins[2], "constant_value")).reshape(-1)
-        cval = cv[0].item() if cv.size else 0
+        if isinstance(ins[2], np.ndarray):
+            cv = ins[2].reshape(-1)
+            cval = cv[0].item() if cv.size else 0
+        else:
+            cval_t = cx.g.reshape(cx.t(ins[2]), [])  # a run-time fill value
     axes = cx.ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else list(range(r))
     axes = [cx.axis(ax, r) for ax in axes]
     if len(pads) != 2 * len(axes):
@@ -1383,6 +1386,9 @@ def _pad(cx, node, ins, a):
         left, right = [max(p, 0) for p in left], [max(p, 0) for p in right]
     if not any(left + right):
         return g.identity(xt)
+    if cval_t is not None and mode == "constant":
+        inside = g.pad(g.full_like(xt, 1, dtype="bool"), left, right, mode="constant", constant_value=0.0)
+        return g.select(inside, g.pad(xt, left, right, mode="constant", constant_value=0.0), cval_t)
     return g.pad(xt, left, right, mode=mode, constant_value=float(cval))
 
 
