@@ -11,7 +11,7 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from .. import _devices
 from ._errors import UnsupportedOperatorError
-from ._model import load, NEEDS_VALUE as _NEEDS_VALUE
+from ._model import load, MIN_OPSET, NEEDS_VALUE as _NEEDS_VALUE
 
 _DEVICES = {"CPU": "cpu", "METAL": "metal", "MPS": "metal", "CUDA": "cuda"}
 
@@ -19,6 +19,19 @@ _DEVICES = {"CPU": "cpu", "METAL": "metal", "MPS": "metal", "CUDA": "cuda"}
 def _device(device):
     kind, _, idx = str(device).upper().partition(":")
     return _devices.Device(_DEVICES.get(kind, kind.lower()), int(idx) if idx else None)
+
+
+def _convert_old(model):
+    """Models of opsets before 13 (which load() refuses) converted with onnx.version_converter, as
+    load()'s error message suggests; left as they are when the converter cannot."""
+    ver = next((int(i.version) for i in model.opset_import if i.domain in ("", "ai.onnx")), None)
+    if ver is None or ver >= MIN_OPSET:
+        return model
+    try:
+        from onnx import version_converter
+        return version_converter.convert_version(model, MIN_OPSET)
+    except Exception:
+        return model
 
 
 class MpsgraphBackendRep(BackendRep):
@@ -31,6 +44,7 @@ class MpsgraphBackendRep(BackendRep):
     _MAX_CACHED = 16
 
     def __init__(self, model_proto, device="CPU"):
+        model_proto = _convert_old(model_proto)
         self.proto = model_proto
         self.device = _device(device)
         self.names = [vi.name for vi in model_proto.graph.input
