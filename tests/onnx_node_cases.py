@@ -3,6 +3,7 @@ mpsgraph's ONNX backend and tallies pass / fail / unsupported per operator.
 
     python tests/onnx_node_cases.py            # prints the per-operator table (markdown)
     python tests/onnx_node_cases.py --failures # and every failing case with its error
+    python tests/onnx_node_cases.py --update-docs  # rewrites the table in docs/onnx.md
 
 tests/test_onnx_node.py runs the same cases under pytest and asserts that each operator the
 importer claims (mpsgraph.onnx.supported_operators()) passes all of its cases, except those
@@ -202,6 +203,42 @@ def table(results):
     return "\n".join(lines)
 
 
+def summary(results):
+    import mpsgraph as mg
+    claimed = set(mg.onnx.supported_operators())
+    n = {k: sum(1 for _, s, _ in results.values() if s == k) for k in ("pass", "fail", "unsupported")}
+    ops = {op for op, _, _ in results.values()}
+    return (f"{len(results)} node cases of onnx {__import__('onnx').__version__} covering {len(ops)} operators: "
+            f"{n['pass']} pass, {n['fail']} fail, {n['unsupported']} not supported; "
+            f"{len(claimed & ops)} of those operators are claimed supported")
+
+
+def update_docs(results):
+    """Rewrites the text between the node-table markers of docs/onnx.md and README.md."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    _update(results, os.path.join(root, "docs", "onnx.md"), details=True)
+    _update(results, os.path.join(root, "README.md"), details=False)
+
+
+def _update(results, path, details):
+    with open(path) as f:
+        text = f.read()
+    start, end = "<!-- node-table start -->", "<!-- node-table end -->"
+    i, j = text.index(start) + len(start), text.index(end)
+    known = "\n".join(f"| `{k}` | {v} |" for k, v in sorted(KNOWN_FAILURES.items()))
+    limits = "\n".join(f"| {v} |" for v in dict.fromkeys(KNOWN_LIMITS.values()))
+    if not details:
+        body = f"\n{summary(results)}.\n\n{table(results)}\n\n"
+        with open(path, "w") as f:
+            f.write(text[:i] + body + text[j:])
+        return
+    body = (f"\n{summary(results)}.\n\n{table(results)}\n\nKnown failures (cases of supported operators that "
+            f"fail, and why):\n\n| case | reason |\n|---|---|\n{known}\n\nLimits (cases of supported operators "
+            f"that are refused with UnsupportedOperatorError naming the node):\n\n| limit |\n|---|\n{limits}\n\n")
+    with open(path, "w") as f:
+        f.write(text[:i] + body + text[j:])
+
+
 if __name__ == "__main__":
     import mpsgraph as mg
     t0 = time.time()
@@ -210,6 +247,8 @@ if __name__ == "__main__":
     res = run_all(cs)
     t2 = time.time()
     print(table(res))
+    if "--update-docs" in sys.argv:
+        update_docs(res)
     print(f"\n{len(cs)} cases: collected in {t1 - t0:.1f} s, ran in {t2 - t1:.1f} s", file=sys.stderr)
     if "--failures" in sys.argv:
         for name, (op, status, why) in sorted(res.items()):
