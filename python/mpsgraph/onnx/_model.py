@@ -64,23 +64,26 @@ def _schema_exists(onnx, op_type, opset):
 
 
 class Sym:
-    """A 1-D int64 shape value with elements known at import (ints) or only at run time
-    (DimRef(tensor, axis), or None: some run-time value). `tensor` builds it in the graph."""
+    """An int64 shape value (1-D, or a 0-d scalar with scalar=True) whose elements are known at
+    import (ints) or only at run time (DimRef: a dim of a tensor, Prod: a product of such dims
+    and an int). `tensor` builds it in the graph when an op needs it as a tensor."""
 
-    __slots__ = ("elems", "_tensor")
+    __slots__ = ("elems", "scalar", "_tensor")
 
-    def __init__(self, elems, tensor=None):
+    def __init__(self, elems, scalar=False, tensor=None):
         self.elems = list(elems)
+        self.scalar = scalar
         self._tensor = tensor
 
     def known(self):
         return all(isinstance(e, int) for e in self.elems)
 
     def __repr__(self):
-        return f"Sym({self.elems})"
+        return f"Sym({self.elems}{', scalar' if self.scalar else ''})"
 
 
 class DimRef:
+    """Dim `axis` of `tensor`, known at run time."""
     __slots__ = ("tensor", "axis")
 
     def __init__(self, tensor, axis):
@@ -91,6 +94,46 @@ class DimRef:
 
     def __hash__(self):
         return hash((id(self.tensor), self.axis))
+
+    def __repr__(self):
+        return f"{self.tensor.name}.shape[{self.axis}]"
+
+
+class Prod:
+    """coef * the product of run-time dims (DimRefs)."""
+    __slots__ = ("coef", "dims")
+
+    def __init__(self, coef, dims):
+        self.coef, self.dims = int(coef), tuple(dims)
+
+    def __repr__(self):
+        return "*".join([str(self.coef)] + [repr(d) for d in self.dims])
+
+
+def as_prod(e):
+    if isinstance(e, Prod):
+        return e
+    if isinstance(e, DimRef):
+        return Prod(1, (e,))
+    if isinstance(e, int):
+        return Prod(e, ())
+    return None
+
+
+def simplify(p):
+    """A Prod as an int (no run-time dims left; static dims folded), a DimRef, or the Prod."""
+    coef, dims = p.coef, []
+    for d in p.dims:
+        v = d.tensor.shape[d.axis]
+        if v is None:
+            dims.append(d)
+        else:
+            coef *= v
+    if not dims:
+        return coef
+    if coef == 1 and len(dims) == 1:
+        return dims[0]
+    return Prod(coef, dims)
 
 
 class NodeError(Exception):
@@ -121,6 +164,12 @@ class Context:
         raise NodeError(msg, UnsupportedOperatorError)
 
     # -- values --
+    def shape_hint(self):
+        """Advice when run-time dims are the cause: fix them with load(..., input_shapes=...)."""
+        dyn = [n for n, t in (self.importer.placeholders or {}).items() if any(d is None for d in t.shape)]
+        return f" (the inputs {dyn} have unknown dims: load(..., input_shapes={{name: shape}}) fixes them)" \
+            if dyn else ""
+
     @staticmethod
     def is_const(v):
         return isinstance(v, np.ndarray)
@@ -131,7 +180,8 @@ class Context:
             return v
         if isinstance(v, Sym):
             if v._tensor is None or v._tensor.graph is not self.g:
-                v._tensor = self._build_sym(v)
+                t = self._build_sym(v)
+                v._tensor = self.g.reshape(t, []) if v.scalar else t
             return v._tensor
         if v is None:
             self.fail("a required input is missing")
@@ -144,6 +194,11 @@ class Context:
                 parts.append(self.g.slice(self.shape_tensor(e.tensor), 0, e.axis, 1))
             elif isinstance(e, int):
                 parts.append(self.g.constant(np.array([e], np.int64)))
+            elif isinstance(e, Prod):
+                t = self.g.constant(np.array([e.coef], np.int64))
+                for d in e.dims:
+                    t = t * self.g.slice(self.shape_tensor(d.tensor), 0, d.axis, 1)
+                parts.append(t)
             else:
                 self.fail("internal error: a shape element without a value")
         return self.g.concat(parts, axis=0) if len(parts) != 1 else parts[0]
@@ -162,11 +217,11 @@ class Context:
         if isinstance(v, np.ndarray):
             return v
         if isinstance(v, Sym) and v.known():
-            return np.array(v.elems, np.int64)
+            return np.array(v.elems[0] if v.scalar else v.elems, np.int64)
         if v is None:
             return None
         self.unsupported(f"{what} {NEEDS_VALUE} (a constant, an initializer or computed from static shapes); "
-                         f"here it is computed at run time")
+                         f"here it is computed at run time{self.shape_hint()}")
 
     def ints(self, v, what="input"):
         a = self.c(v, what)
@@ -177,7 +232,7 @@ class Context:
         if isinstance(v, np.ndarray):
             return tuple(v.shape)
         if isinstance(v, Sym):
-            return (len(v.elems),)
+            return () if v.scalar else (len(v.elems),)
         return v.shape
 
     @staticmethod
@@ -212,6 +267,7 @@ class Importer:
         self.fold = FOLD
         self.opset = self._opset(model)
         self.variables = {}
+        self.placeholders = {}
 
     def _opset(self, model):
         ver = None
@@ -565,7 +621,7 @@ class OnnxModel:
         return f"OnnxModel(opset {self.opset}; inputs {sig(self.inputs)}; outputs {sig(self.outputs)})"
 
 
-def load(source, graph=None, trainable=False, check=True, input_values=None):
+def load(source, graph=None, trainable=False, check=True, input_values=None, input_shapes=None):
     """Imports an ONNX model (a path, bytes or an onnx.ModelProto) into `graph` (a new Graph when
     None) and returns an OnnxModel. Initializers become constants, or variables with
     trainable=True (floating-point ones; integer initializers such as shapes stay constants).
@@ -610,8 +666,16 @@ def load(source, graph=None, trainable=False, check=True, input_values=None):
             env[vi.name] = _contig(np.asarray(input_values[vi.name], dtype=_dtypes.to_numpy_dtype(dtype)))
             continue
         shape, dtype = imp.value_type(vi, "input")
+        if input_shapes and vi.name in input_shapes:
+            want = tuple(None if d is None or d == -1 else int(d) for d in input_shapes[vi.name])
+            if len(want) != len(shape) or any(a is not None and b is not None and a != b
+                                              for a, b in zip(shape, want)):
+                raise OnnxImportError(f"[onnx] input_shapes gives {want} for input '{vi.name}' of shape "
+                                      f"{tuple('?' if d is None else d for d in shape)}")
+            shape = tuple(b if b is not None else a for a, b in zip(shape, want))
         p = g.placeholder(shape, dtype, name=vi.name)
         inputs[vi.name] = p
+        imp.placeholders[vi.name] = p
         env[vi.name] = p
     cx = Context(imp, g, imp.opset)
     imp.run_graph(gp, env, cx)

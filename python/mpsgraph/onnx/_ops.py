@@ -10,7 +10,7 @@ Swapping in a native op later is one line: replace the entry in HANDLERS."""
 import numpy as np
 
 from .. import _dtypes
-from ._model import Sym, DimRef, mg_dtype, np_dtype, _contig
+from ._model import Sym, DimRef, Prod, as_prod, simplify, mg_dtype, np_dtype, _contig
 
 HANDLERS = {}
 FOLD = set()  # op types computed at import time when every input is known then
@@ -208,13 +208,18 @@ for _k, _m in _BINARY.items():
 
 
 def _sym_arith(cx, name, x, y):
-    """Elementwise arithmetic on shape values, keeping the elements that stay known."""
-    fn = {"Add": lambda p, q: p + q, "Sub": lambda p, q: p - q, "Mul": lambda p, q: p * q,
-          "Div": lambda p, q: int(p / q) if q else None}.get(name)
-    if fn is None:
+    """Elementwise arithmetic on shape values: products of run-time dims and ints stay symbolic
+    (Prod); other results are computed in the graph."""
+    if name not in ("Add", "Sub", "Mul", "Div"):
         return None
-    xe = x.elems if isinstance(x, Sym) else [int(v) for v in np.asarray(x).reshape(-1)]
-    ye = y.elems if isinstance(y, Sym) else [int(v) for v in np.asarray(y).reshape(-1)]
+
+    def elems(v):
+        if isinstance(v, Sym):
+            return v.elems, v.scalar
+        a = np.asarray(v)
+        return [int(e) for e in a.reshape(-1)], a.ndim == 0
+    xe, xs = elems(x)
+    ye, ys = elems(y)
     if len(xe) != len(ye):
         if len(xe) == 1:
             xe = xe * len(ye)
@@ -224,23 +229,21 @@ def _sym_arith(cx, name, x, y):
             return None
     out = []
     for p, q in zip(xe, ye):
+        r = None
         if isinstance(p, int) and isinstance(q, int):
-            out.append(fn(p, q))
-        elif name in ("Mul", "Div") and q == 1 or name in ("Add", "Sub") and q == 0:
-            out.append(p)
-        elif name == "Mul" and p == 1:
-            out.append(q)
-        else:
-            out.append(None)
-    if any(e is None for e in out):
-        t = {"Add": cx.g.addition, "Sub": cx.g.subtraction, "Mul": cx.g.multiplication,
-             "Div": cx.g.division}[name](cx.t(x), cx.t(y))
-        return Sym([e if e is not None else _Unknown() for e in out], t) if len(out) == len(xe) else t
-    return Sym(out)
-
-
-class _Unknown:
-    """A shape element known only at run time, computed by the Sym's tensor."""
+            r = {"Add": p + q, "Sub": p - q, "Mul": p * q}.get(name, int(p / q) if q else None)
+        elif name == "Mul":
+            pp, qq = as_prod(p), as_prod(q)
+            r = simplify(Prod(pp.coef * qq.coef, pp.dims + qq.dims))
+        elif name == "Div" and isinstance(q, int) and q and as_prod(p).coef % q == 0:
+            pp = as_prod(p)
+            r = simplify(Prod(pp.coef // q, pp.dims))
+        elif name in ("Add", "Sub") and q == 0:
+            r = p
+        if r is None:
+            return None
+        out.append(r)
+    return Sym(out, scalar=xs and ys)
 
 
 @op("Pow")
@@ -305,7 +308,7 @@ def _where(cx, node, ins, a):
 def _cast(cx, node, ins, a):
     to = mg_dtype(a.get("to", 0), "Cast's 'to'")
     v = ins[0]
-    if isinstance(v, Sym) and to.name in ("int64", "int32"):
+    if isinstance(v, Sym) and to.name == "int64":
         return v
     if isinstance(v, np.ndarray):  # numpy: same truncation/saturation rules as the graph's cast
         pass
@@ -373,7 +376,7 @@ def _size(cx, node, ins, a):
 def _static_shape_arg(cx, v, what):
     """A shape input: a list of ints, None for a run-time element (only from a Sym)."""
     if isinstance(v, Sym):
-        return [e if isinstance(e, int) else (e if isinstance(e, DimRef) else None) for e in v.elems]
+        return list(v.elems)
     return cx.ints(v, what)
 
 
@@ -381,9 +384,9 @@ def _dim_value(e):
     """An element of a shape value as an int when it is known now."""
     if isinstance(e, int):
         return e
-    if isinstance(e, DimRef):
-        d = e.tensor.shape[e.axis]
-        return d
+    if isinstance(e, (DimRef, Prod)):
+        v = simplify(as_prod(e))
+        return v if isinstance(v, int) else None
     return None
 
 
@@ -408,13 +411,15 @@ def _reshape(cx, node, ins, a):
     if -1 in vals and any(v is None for v in vals):
         # x.view(B, -1): run-time dims copied from x itself consume x's unknown dims, so the -1
         # is the product of x's remaining (static) dims over the other static elements
-        used = {e.axis for e in out if isinstance(e, DimRef) and e.tensor is xt}
+        refs = [d for e, v in zip(out, vals) if v is None for d in (as_prod(e).dims if as_prod(e) else [None])]
+        used = {d.axis for d in refs if isinstance(d, DimRef) and d.tensor is xt}
         rest = [d for i, d in enumerate(xs) if i not in used]
-        if all(d is not None for d in rest) and all(xs[i] is None for i in used):
-            known = [v for v in vals if v not in (None, -1)]
+        if all(d is not None for d in rest) and all(xs[i] is None for i in used) and len(used) == len(refs):
+            known = [v for v in vals if v not in (None, -1)] + [as_prod(e).coef for e, v in zip(out, vals)
+                                                                if v is None]
             den = int(np.prod(known, dtype=np.int64))
             num = int(np.prod(rest, dtype=np.int64))
-            if den and num % den == 0 and len(used) == sum(1 for v in vals if v is None):
+            if den and num % den == 0:
                 vals = [num // den if v == -1 else v for v in vals]
                 out = [vals[i] if vals[i] is not None else out[i] for i in range(len(out))]
     unknown = [i for i, v in enumerate(vals) if v is None]
@@ -423,20 +428,44 @@ def _reshape(cx, node, ins, a):
     if len(unknown) == 1 and -1 not in vals:
         return cx.g.reshape(xt, [-1 if v is None else v for v in vals])
     if -1 in vals:
-        cx.unsupported(f"reshape to a shape with both -1 and several run-time dims ({spec})")
+        # assume the run-time elements multiply to x's unknown dims (B*heads from a (B*heads, S, S)
+        # tensor): then -1 is static; reshape_like checks the element count when the graph runs
+        known_x = [d for d in xs if d is not None]
+        den = int(np.prod([v for v in vals if v not in (None, -1)], dtype=np.int64)) * \
+            int(np.prod([as_prod(out[i]).coef for i in unknown], dtype=np.int64))
+        num = int(np.prod(known_x, dtype=np.int64))
+        if not den or num % den or any(as_prod(out[i]) is None for i in unknown):
+            cx.unsupported(f"reshape of {xt.shape} to a shape with both -1 and several run-time dims "
+                           f"({spec}){cx.shape_hint()}")
+        vals = [num // den if v == -1 else v for v in vals]
     return cx.g.reshape_like(xt, _like_tensor(cx, [v if v is not None else out[i] for i, v in enumerate(vals)]))
 
 
+def _dim_vector(cx, d):
+    """A 1-D bool zeros tensor whose length is the run-time dim d (a DimRef)."""
+    g = cx.g
+    t = d.tensor
+    sl = g.strided_slice(t, [0] * t.ndim, [1] * t.ndim, [1] * t.ndim, end_mask=1 << d.axis)
+    return g.full_like(g.reshape(sl, [-1]), 0, dtype="bool")
+
+
 def _dim_tensor(cx, e, rank, pos):
-    """A bool zeros tensor of size 1 everywhere but pos, where it has the run-time dim e."""
+    """A bool zeros tensor of size 1 everywhere but pos, where it has the run-time size e."""
     g = cx.g
     shape = [1] * rank
-    if isinstance(e, DimRef):
-        t = e.tensor
-        sl = g.strided_slice(t, [0] * t.ndim, [1] * t.ndim, [1] * t.ndim, end_mask=1 << e.axis)
-        shape[pos] = -1
-        return g.reshape(g.full_like(g.reshape(sl, [-1]), 0, dtype="bool"), shape)
-    cx.unsupported("a shape element computed at run time (not a dim of a tensor) is not supported here")
+    shape[pos] = -1
+    p = as_prod(e)
+    if p is None:
+        cx.unsupported("a shape element computed at run time (not a product of dims) is not supported here")
+    parts = [_dim_vector(cx, d) for d in p.dims]
+    if p.coef != 1 or not parts:
+        parts.append(g.zeros([p.coef], dtype="bool"))
+    n = len(parts)
+    acc = None
+    for k, v in enumerate(parts):  # an outer "or": shape (d1, d2, ..., coef), then flattened
+        v = g.reshape(v, [1] * k + [-1] + [1] * (n - k - 1))
+        acc = v if acc is None else g.logical_or(acc, v)
+    return g.reshape(acc, shape)
 
 
 def _like_tensor(cx, elems):
@@ -472,6 +501,9 @@ def _squeeze(cx, node, ins, a):
     x = ins[0]
     axes = _axes_arg(cx, ins, a)
     if isinstance(x, Sym):
+        if not x.scalar and len(x.elems) == 1 and axes in (None, [0], [-1]):  # a shape element as a scalar
+            e = x.elems[0]
+            return np.array(e, np.int64) if isinstance(e, int) else Sym([e], scalar=True)
         return cx.g.squeeze(cx.t(x), axes)
     shape = cx.shape(x)
     if axes is None:
@@ -495,6 +527,8 @@ def _unsqueeze(cx, node, ins, a):
     axes = sorted(cx.axis(ax, r) for ax in axes)
     if len(set(axes)) != len(axes):
         cx.fail(f"axes {axes} repeat")
+    if isinstance(x, Sym) and x.scalar and axes == [0]:
+        return Sym(x.elems)
     if isinstance(x, np.ndarray):
         return x.reshape(_unsq_shape(x.shape, axes))
     return cx.g.expand_dims(cx.t(x), axes)
@@ -613,9 +647,7 @@ def _gather(cx, node, ins, a):
         sel = [x.elems[int(i) + n if i < 0 else int(i)] for i in idx.reshape(-1)]
         if idx.ndim == 0:
             e = sel[0]
-            if isinstance(e, int):
-                return np.array(e, np.int64)
-            return _sym_scalar(cx, e)
+            return np.array(e, np.int64) if isinstance(e, int) else Sym([e], scalar=True)
         if idx.ndim == 1:
             return Sym(sel)
     if isinstance(x, np.ndarray) and isinstance(idx, np.ndarray):
@@ -629,40 +661,6 @@ def _gather(cx, node, ins, a):
 def _index_error():
     from ._errors import OnnxImportError
     return OnnxImportError
-
-
-class _ScalarDim:
-    pass
-
-
-def _sym_scalar(cx, e):
-    """A scalar run-time dim: a 0-d Tensor, remembered as a Sym of one element for Unsqueeze/Concat."""
-    t = cx.g.reshape(cx.g.slice(cx.shape_tensor(e.tensor), 0, e.axis, 1), [])
-    _SCALAR_DIMS[id(t)] = (t, e)
-    return t
-
-
-_SCALAR_DIMS = {}
-
-
-def _unsqueeze_scalar_dim(cx, x, axes):
-    hit = _SCALAR_DIMS.get(id(x))
-    if hit is not None and hit[0] is x and axes in ([0], [-1]):
-        return Sym([hit[1]])
-    return None
-
-
-_plain_unsqueeze = HANDLERS["Unsqueeze"]
-
-
-@op("Unsqueeze")
-def _unsqueeze2(cx, node, ins, a):
-    x = ins[0]
-    if hasattr(x, "graph") and x.ndim == 0:
-        s = _unsqueeze_scalar_dim(cx, x, _axes_arg(cx, ins, a))
-        if s is not None:
-            return s
-    return _plain_unsqueeze(cx, node, ins, a)
 
 
 @op("GatherElements")
