@@ -61,8 +61,9 @@ KNOWN_LIMITS = {
     "larger than the full transposed convolution": "ConvTranspose: output_shape beyond the full result",
     "scan outputs of a Loop": "Loop: scan outputs of a loop whose trip count is known only at run time",
     "NegativeLogLikelihoodLoss": "function-expanded cases using an unsupported operator",
-    "whose output size is not exact": "Resize: non-nearest modes with scales whose output size is not exactly in * scale "
-                                      "(ONNX samples with the scale itself, the graph's resize with out / in)",
+    "whose output size is not exact": "Resize: non-nearest modes with scales whose output size is not exactly "
+                                      "in * scale (ONNX samples with the scale itself, the graph's resize with "
+                                      "out / in)",
 }
 
 
@@ -125,7 +126,6 @@ def _op_of(name, model, by_key):
 def run_case(case):
     """'pass', ('fail', why) or ('unsupported', why) for one case."""
     import onnx
-    import mpsgraph as mg
     name, op, model_bytes, data_sets, rtol, atol = case
     from onnx import numpy_helper
 

@@ -55,7 +55,8 @@ def test_run_time_dims_through_shape_arithmetic():
 def test_expand_and_constant_of_shape_with_run_time_dims():
     nodes = [helper.make_node("Shape", ["x"], ["s"]),
              helper.make_node("Expand", ["row", "s"], ["e"]),
-             helper.make_node("ConstantOfShape", ["s"], ["z"], value=numpy_helper.from_array(np.array([2.5], np.float32))),
+             helper.make_node("ConstantOfShape", ["s"], ["z"],
+                              value=numpy_helper.from_array(np.array([2.5], np.float32))),
              helper.make_node("Add", ["e", "z"], ["y"])]
     m = _model(nodes, [helper.make_tensor_value_info("x", F, ["N", 3])],
                [helper.make_tensor_value_info("y", F, ["N", 3])], [_c("row", np.array([[1, 2, 3]], np.float32))])

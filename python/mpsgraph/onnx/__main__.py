@@ -150,7 +150,8 @@ def main(argv=None):
             t = time.perf_counter()
             sess.run(None, feeds)
             ort_times.append(time.perf_counter() - t)
-        print(f"ONNX Runtime: first run {t_ort * 1e3:.2f} ms; median {np.median(ort_times) * 1e3 if ort_times else 0:.3f} ms")
+        med = np.median(ort_times) * 1e3 if ort_times else 0.0
+        print(f"ONNX Runtime: first run {t_ort * 1e3:.2f} ms; median {med:.3f} ms")
         print("largest difference per output (absolute, relative):")
         for name, o, r in zip(model.output_names, outs, ref):
             r = np.asarray(r)

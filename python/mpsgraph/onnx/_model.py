@@ -46,7 +46,8 @@ def mg_dtype(elem_type, what):
     """mpsgraph dtype of an ONNX element type; OnnxTypeError naming `what` when there is none."""
     name = _ONNX_DTYPES.get(int(elem_type))
     if name is None:
-        raise UnsupportedTypeError(f"[onnx] {what} has element type {_ONNX_DTYPE_NAMES.get(int(elem_type), elem_type)}, "
+        kind = _ONNX_DTYPE_NAMES.get(int(elem_type), elem_type)
+        raise UnsupportedTypeError(f"[onnx] {what} has element type {kind}, "
                             f"which mpsgraph does not support")
     return _dtypes.as_dtype(name)
 
@@ -617,7 +618,8 @@ class OnnxModel:
 
     def __repr__(self):
         def sig(d):
-            return ", ".join(f"{n}: {t.dtype.name}{list('?' if x is None else x for x in t.shape)}" for n, t in d.items())
+            return ", ".join(f"{n}: {t.dtype.name}{list('?' if x is None else x for x in t.shape)}"
+                             for n, t in d.items())
         return f"OnnxModel(opset {self.opset}; inputs {sig(self.inputs)}; outputs {sig(self.outputs)})"
 
 
