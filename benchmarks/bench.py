@@ -4,6 +4,7 @@ PyTorch, JAX, MLX and ONNX Runtime when importable), measured in this one proces
     python benchmarks/bench.py                 # all workloads, CPU
     python benchmarks/bench.py --device cuda   # mpsgraph on another device (peers on theirs)
     python benchmarks/bench.py --only matmul --repeat 50 --json out.json
+    python benchmarks/bench.py --only onnx_resnet18_b1 onnx_mobilenetv2_b8 --repeat 5   # ONNX models vs ONNX Runtime
 
 Prints the median time of each (workload, framework) and its ratio to mpsgraph's
 median (>1 means the peer is slower). Nothing here is a test: speed is never asserted."""
@@ -183,6 +184,31 @@ def w_rnn_loop_grad(device):
         "gradient of sum(h_T^2) w.r.t. W through the 100-step for_loop"
 
 
+def _onnx_workload(net, batch):
+    """An ONNX model exported from a torchvision-style definition, run through mg.onnx.load and
+    through ONNX Runtime in the same process (needs torch and onnx; onnxruntime as the peer)."""
+    def w(device):
+        try:
+            import onnx  # noqa: F401
+            from onnx_models import export
+            data = export(net, batch)
+        except ImportError as e:
+            return {}, f"ONNX {net} batch {batch}: skipped ({e.name} not installed)"
+        x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+        model = mg.onnx.load(data)
+        exe = model.compile(device=device)
+        td = mg.TensorData(x)
+        fns = {"mpsgraph": lambda: exe.run([td])}
+        try:
+            import onnxruntime as ort
+            sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+            fns["onnxruntime"] = lambda: sess.run(None, {"x": x})
+        except ImportError:
+            pass
+        return fns, f"ONNX {net} (torchvision-style, exported by torch.onnx), batch {batch}, 224x224"
+    return w
+
+
 def add_torch_peer(name, fns, device):
     """Same computation in PyTorch (CPU) where installed, for the simple workloads."""
     try:
@@ -255,7 +281,10 @@ def add_jax_peer(name, fns):
 
 WORKLOADS = {"elementwise": w_elementwise, "matmul": w_matmul, "reduction": w_reduction, "softmax": w_softmax,
              "mlp_step": w_mlp_step, "run_overhead": w_run_overhead, "rnn_loop": w_rnn_loop,
-             "rnn_loop_grad": w_rnn_loop_grad}
+             "rnn_loop_grad": w_rnn_loop_grad,
+             "onnx_resnet18_b1": _onnx_workload("resnet18", 1), "onnx_resnet18_b8": _onnx_workload("resnet18", 8),
+             "onnx_mobilenetv2_b1": _onnx_workload("mobilenet_v2", 1),
+             "onnx_mobilenetv2_b8": _onnx_workload("mobilenet_v2", 8)}
 
 
 def main(argv=None):

@@ -49,3 +49,4 @@ def op_schemas():
     return list(_ops.SCHEMAS.values())
 from . import optimizers  # noqa: E402
 from . import profiler  # noqa: E402
+from . import onnx  # noqa: E402  the ONNX importer (the onnx package is imported only by load())
