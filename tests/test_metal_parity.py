@@ -62,7 +62,7 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     # composites lowered to MPSGraph's own op (issue 12; the others are expanded)
     "softmax", "softmax_cross_entropy", "normalization", "batch_normalization", "layer_normalization",
     "instance_normalization", "group_normalization", "leaky_relu", "stochastic_gradient_descent", "adam", "adamw",
-    "convolution_2d", "convolution_3d", "avg_pooling_2d"}
+    "convolution_2d", "convolution_3d", "avg_pooling_2d", "avg_pooling_4d"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -1136,3 +1136,11 @@ def test_avg_pooling_2d_native_and_composed_forms(dtype):
         y = g.avg_pooling_2d(clean, kernel_sizes=[2, 3], strides=[2, 1])
         return outs + [g.gradients(g.reduction_sum(y * y, keep_dims=False), [a])[a]]
     _check(build, [x, xc], _TOL16[dtype])
+
+
+def test_avg_pooling_4d_native_and_composed_forms():
+    x = _rand((3, 6, 5, 4), seed=143)
+    _check(lambda g, a: [g.avg_pooling_4d(a, kernel_sizes=[1, 2, 3, 2], strides=[1, 2, 1, 2]),
+                         g.avg_pooling_4d(a, kernel_sizes=[2, 2, 2, 2], padding_style="valid"),
+                         g.avg_pooling_4d(a, kernel_sizes=[1, 3, 3, 1], padding=[0, 0, 1, 1, 1, 1, 0, 0])],  # composed
+           [x], (1e-5, 1e-6))

@@ -318,11 +318,12 @@ T to_f32(LowerCtx& c, T x) { return c.raw_cast(x, DType::Float32); }
 // averages kernel_h * kernel_w values, and NaN propagates through any sum. The front end's
 // attributes are normalised by its inference (full-length lists), read by name here as the
 // decomposition reads them.
-bool plain_avg_pooling_2d(const Node& n) {
+// avg_pooling_4d likewise as avgPooling4D (its k = 4 dims are the source's own).
+bool plain_avg_pooling(const Node& n, size_t k) {
   const TensorType& y = n.outputs.at(0);
   if (!is_floating(y.dtype) || y.dtype == DType::Float64 || y.shape.size() != 4) return false;
-  if (node_attr<bool>(n, "ceil_mode") || node_attr<Ints>(n, "kernel_sizes").size() != 2 ||
-      node_attr<Ints>(n, "strides").size() != 2)
+  if (node_attr<bool>(n, "ceil_mode") || node_attr<Ints>(n, "kernel_sizes").size() != k ||
+      node_attr<Ints>(n, "strides").size() != k)
     return false;
   for (int64_t d : node_attr<Ints>(n, "dilation_rates"))
     if (d != 1) return false;
@@ -335,7 +336,21 @@ bool plain_avg_pooling_2d(const Node& n) {
 }
 
 void register_pooling_lowerings() {
-  register_composite_lowering("avg_pooling_2d", plain_avg_pooling_2d, [](LowerCtx& c) {
+  register_composite_lowering(
+      "avg_pooling_4d", [](const Node& n) { return plain_avg_pooling(n, 4); },
+      [](LowerCtx& c) {
+        if (!c.in[0]) c.fail(ErrorKind::NotImplemented, "a zero-size source with a non-empty result is not implemented here");
+        MPSGraphPooling4DOpDescriptor* d =
+            [MPSGraphPooling4DOpDescriptor descriptorWithKernelSizes:ns_ints(node_attr<Ints>(c.node, "kernel_sizes"))
+                                                             strides:ns_ints(node_attr<Ints>(c.node, "strides"))
+                                                       dilationRates:ns_ints(Ints(4, 1))
+                                                       paddingValues:ns_ints(Ints(8, 0))
+                                                        paddingStyle:MPSGraphPaddingStyleExplicit];
+        const DType t = c.out().dtype;
+        T x = t == DType::Float32 ? c.in[0] : c.raw_cast(c.in[0], DType::Float32);
+        return std::vector<T>{c.raw_cast([c.g avgPooling4DWithSourceTensor:x descriptor:d name:nil], t)};
+      });
+  register_composite_lowering("avg_pooling_2d", [](const Node& n) { return plain_avg_pooling(n, 2); }, [](LowerCtx& c) {
     if (!c.in[0]) c.fail(ErrorKind::NotImplemented, "a zero-size source with a non-empty result is not implemented here");
     const Ints& k = node_attr<Ints>(c.node, "kernel_sizes");
     const Ints& st = node_attr<Ints>(c.node, "strides");
