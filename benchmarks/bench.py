@@ -19,7 +19,8 @@ import numpy as np
 import mpsgraph as mg
 
 
-def median_time(fn, repeat, warmup=3):
+def time_runs(fn, repeat, warmup=3):
+    """(median, min, max) of `repeat` timed calls after `warmup` untimed ones."""
     for _ in range(warmup):
         fn()
     times = []
@@ -27,7 +28,39 @@ def median_time(fn, repeat, warmup=3):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(times), min(times), max(times)
+
+
+def median_time(fn, repeat, warmup=3):
+    return time_runs(fn, repeat, warmup)[0]
+
+
+def environment():
+    """What the numbers depend on: versions, BLAS, CPU, threads, vector ISA, huge pages."""
+    import platform
+    env = {"mpsgraph": mg.__version__, "numpy": np.__version__, "python": platform.python_version(),
+           "threads": mg.get_num_threads(), "cpu_isa": mg._core._cpu_isa(), "machine": platform.machine()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            env["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        env["cpu"] = platform.processor()
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            env["transparent_hugepages"] = f.read().strip()
+    except OSError:
+        pass
+    try:
+        import scipy_openblas32
+        env["blas"] = scipy_openblas32.get_openblas_config()
+    except (ImportError, AttributeError):
+        env["blas"] = "Accelerate" if sys.platform == "darwin" else "unknown"
+    for mod in ("torch", "jax", "onnxruntime", "mlx"):
+        try:
+            env[mod] = __import__(mod).__version__
+        except ImportError:
+            pass
+    return env
 
 
 # ---------------- workloads: each returns {framework: callable} ----------------
@@ -209,6 +242,63 @@ def _onnx_workload(net, batch):
     return w
 
 
+def w_chain16m(device, n=1 << 24):
+    """The issue's bandwidth-bound chain relu(x*a+b)*sigmoid(x) over 16M floats."""
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    g = mg.Graph()
+    p = g.placeholder((n,), mg.float32)
+    y = g.relu(p * 1.5 + 0.25) * g.sigmoid(p)
+    exe = g.compile({p: ((n,), mg.float32)}, [y], device=device)
+    td = mg.TensorData(x)
+    return {"mpsgraph": lambda: exe.run([td])}, f"relu(x*1.5+0.25)*sigmoid(x), {n} float32"
+
+
+def _unary_workload(op, n=1 << 22):
+    def w(device):
+        x = (np.random.default_rng(0).standard_normal(n) * 3).astype(np.float32)
+        if op == "logarithm":
+            x = np.abs(x) + 1e-3
+        g = mg.Graph()
+        p = g.placeholder((n,), mg.float32)
+        exe = g.compile({p: ((n,), mg.float32)}, [getattr(g, op)(p)], device=device)
+        td = mg.TensorData(x)
+        return {"mpsgraph": lambda: exe.run([td])}, f"{op} of {n} float32"
+    return w
+
+
+def w_relu6(device, n=1 << 22):
+    x = (np.random.default_rng(0).standard_normal(n) * 4).astype(np.float32)
+    g = mg.Graph()
+    p = g.placeholder((n,), mg.float32)
+    exe = g.compile({p: ((n,), mg.float32)}, [g.clamp(p, g.constant(np.float32(0)), g.constant(np.float32(6)))],
+                    device=device)
+    td = mg.TensorData(x)
+    return {"mpsgraph": lambda: exe.run([td])}, f"clamp(x, 0, 6) (ReLU6) of {n} float32"
+
+
+def w_maxpool(device, shape=(8, 64, 112, 112)):
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    g = mg.Graph()
+    p = g.placeholder(shape, mg.float32)
+    y = g.max_pooling_2d(p, kernel_sizes=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1), data_layout="NCHW")
+    exe = g.compile({p: (shape, mg.float32)}, [y], device=device)
+    td = mg.TensorData(x)
+    return {"mpsgraph": lambda: exe.run([td])}, f"ResNet stem max pool 3x3/2 of {shape} NCHW float32"
+
+
+def w_depthwise(device, shape=(8, 144, 56, 56)):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((shape[1], 1, 3, 3)).astype(np.float32)
+    g = mg.Graph()
+    p = g.placeholder(shape, mg.float32)
+    y = g.convolution_2d(p, g.constant(w), padding=(1, 1, 1, 1), groups=shape[1], data_layout="NCHW",
+                         weights_layout="OIHW")
+    exe = g.compile({p: (shape, mg.float32)}, [y], device=device)
+    td = mg.TensorData(x)
+    return {"mpsgraph": lambda: exe.run([td])}, f"MobileNet depthwise 3x3 conv of {shape} NCHW float32"
+
+
 def add_torch_peer(name, fns, device):
     """Same computation in PyTorch (CPU) where installed, for the simple workloads."""
     try:
@@ -232,6 +322,25 @@ def add_torch_peer(name, fns, device):
     elif name == "run_overhead":
         x = torch.from_numpy(rng.standard_normal((1, 16)).astype(np.float32))
         fns["torch"] = lambda: torch.relu(x * 2.0 + 1.0)
+    elif name == "chain16m":
+        x = torch.from_numpy(rng.standard_normal(1 << 24).astype(np.float32))
+        fns["torch"] = lambda: torch.relu(x * 1.5 + 0.25) * torch.sigmoid(x)
+    elif name in _UNARY:
+        x = torch.from_numpy((rng.standard_normal(1 << 22) * 3).astype(np.float32))
+        if name == "log":
+            x = x.abs() + 1e-3
+        f = _UNARY[name][1]
+        fns["torch"] = lambda: f(torch, x)
+    elif name == "relu6":
+        x = torch.from_numpy((rng.standard_normal(1 << 22) * 4).astype(np.float32))
+        fns["torch"] = lambda: torch.clamp(x, 0, 6)
+    elif name == "maxpool":
+        x = torch.from_numpy(rng.standard_normal((8, 64, 112, 112)).astype(np.float32))
+        fns["torch"] = lambda: torch.nn.functional.max_pool2d(x, 3, 2, 1)
+    elif name == "depthwise":
+        x = torch.from_numpy(rng.standard_normal((8, 144, 56, 56)).astype(np.float32))
+        w = torch.from_numpy(rng.standard_normal((144, 1, 3, 3)).astype(np.float32))
+        fns["torch"] = lambda: torch.nn.functional.conv2d(x, w, padding=1, groups=144)
     elif name in ("rnn_loop", "rnn_loop_grad"):
         xs_np, w_np = _rnn_data()
         xs = torch.from_numpy(xs_np)
@@ -279,12 +388,18 @@ def add_jax_peer(name, fns):
         fns["jax"] = lambda: f(w).block_until_ready()
 
 
+_UNARY = {"exp": ("exponent", lambda t, x: t.exp(x)), "log": ("logarithm", lambda t, x: t.log(x)),
+          "tanh": ("tanh", lambda t, x: t.tanh(x)), "sigmoid": ("sigmoid", lambda t, x: t.sigmoid(x)),
+          "erf": ("erf", lambda t, x: t.erf(x))}
+
 WORKLOADS = {"elementwise": w_elementwise, "matmul": w_matmul, "reduction": w_reduction, "softmax": w_softmax,
              "mlp_step": w_mlp_step, "run_overhead": w_run_overhead, "rnn_loop": w_rnn_loop,
              "rnn_loop_grad": w_rnn_loop_grad,
              "onnx_resnet18_b1": _onnx_workload("resnet18", 1), "onnx_resnet18_b8": _onnx_workload("resnet18", 8),
              "onnx_mobilenetv2_b1": _onnx_workload("mobilenet_v2", 1),
-             "onnx_mobilenetv2_b8": _onnx_workload("mobilenet_v2", 8)}
+             "onnx_mobilenetv2_b8": _onnx_workload("mobilenet_v2", 8),
+             "chain16m": w_chain16m, "relu6": w_relu6, "maxpool": w_maxpool, "depthwise": w_depthwise}
+WORKLOADS.update({name: _unary_workload(op) for name, (op, _) in _UNARY.items()})
 
 
 def main(argv=None):
@@ -303,15 +418,16 @@ def main(argv=None):
         add_jax_peer(name, fns)
         base = None
         for fw, fn in fns.items():
-            t = median_time(fn, args.repeat)
+            t, lo, hi = time_runs(fn, args.repeat)
             base = t if fw == "mpsgraph" else base
             ratio = t / base if base else float("nan")
-            results.append({"workload": name, "description": desc, "framework": fw, "median_s": t,
-                            "ratio_to_mpsgraph": ratio})
+            results.append({"workload": name, "description": desc, "framework": fw, "median_s": t, "min_s": lo,
+                            "max_s": hi, "ratio_to_mpsgraph": ratio})
             print(f"{name:<14}{fw:<20}{t * 1e3:>10.4f}ms{ratio:>12.2f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump({"environment": environment(), "device": args.device, "repeat": args.repeat,
+                       "results": results}, f, indent=1)
     return 0
 
 

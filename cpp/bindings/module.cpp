@@ -17,6 +17,8 @@
 #include <variant>
 #include <vector>
 
+#include "backends/cpu/cpu_threads.h"
+#include "backends/cpu/vec_math.h"
 #include "bindings/dlpack.h"
 #include "core/autodiff.h"
 #include "core/control_flow.h"
@@ -427,6 +429,11 @@ PYBIND11_MODULE(_core, m) {
       .value("float16", DType::Float16).value("bfloat16", DType::BFloat16).value("float32", DType::Float32)
       .value("float64", DType::Float64);
   m.def("dtype_size", &dtype_size);
+  m.def("set_num_threads", &cpu::set_num_threads, py::arg("n"),
+        "Caps the threads the CPU backend (its kernels and BLAS) uses; n <= 0 restores the default "
+        "(every hardware thread).");
+  m.def("get_num_threads", [] { return cpu::num_threads(); }, "Threads the CPU backend uses.");
+  m.def("_cpu_isa", [] { return std::string(cpu::vmath::isa()); }, "The ISA the CPU's vectorised math runs on.");
 
   py::class_<TensorData>(m, "TensorData", py::buffer_protocol())
       .def(py::init([](py::object obj) { return to_tensor_data(obj); }), py::arg("data"),

@@ -211,7 +211,14 @@ std::shared_ptr<Array> Executable::take_output(Stage& c, size_t k) {
   for (auto& a : c.pool[k])
     if (a.use_count() == 1 && a->buffer.use_count() == 1) return a;
   auto a = backend_->allocate(c.out_types[k].dtype, c.out_types[k].shape);
-  if (c.pool[k].size() < 4) c.pool[k].push_back(a);
+  // Bounded: one buffer per output always (a run-and-drop loop reuses it without page
+  // faults), more only while the stage's pool stays under 64 MiB; results beyond that are
+  // not pooled, so their memory goes back when the caller drops them.
+  constexpr size_t kPoolBytes = size_t(64) << 20;
+  size_t pooled = 0;
+  for (auto& out : c.pool)
+    for (auto& b : out) pooled += b->buffer ? b->buffer->nbytes : 0;
+  if (c.pool[k].empty() || (c.pool[k].size() < 4 && pooled + a->nbytes() <= kPoolBytes)) c.pool[k].push_back(a);
   return a;
 }
 

@@ -39,6 +39,8 @@ from . import _sugar  # noqa: F401  numpy-style aliases with numpy defaults
 
 GraphRuntimeError = _core.GraphRuntimeError
 GraphNotImplementedError = _core.GraphNotImplementedError
+set_num_threads = _core.set_num_threads  # the CPU backend's threads (kernels and BLAS together)
+get_num_threads = _core.get_num_threads
 
 __version__ = "0.1.0"
 bool = bool_  # mg.bool as in MLX/JAX naming

@@ -1,6 +1,8 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -12,8 +14,17 @@
 #include <unordered_map>
 #include <utility>
 
+#include "backends/cpu/cpu_threads.h"
+#include "backends/cpu/fused_elementwise.h"
+#include "backends/cpu/matmul_kernel.h"
+#include "core/ops/shape_attrs.h"
 #include "core/registry.h"
+#include "core/typed_attrs.h"
 #include "runtime/profile.h"
+
+#if defined(MG_BLAS_SCIPY_OPENBLAS)
+#include <cblas.h>
+#endif
 
 namespace mg::cpu {
 
@@ -98,6 +109,20 @@ ThreadPool& pool() {
 
 thread_local bool t_in_parallel = false;
 
+std::atomic<int> g_thread_cap{0};  // 0: the pool's size
+
+// BLAS runs single-threaded: large products are split over the project's pool instead
+// (blas_gemm.h), so OpenBLAS's threads, which spin while they wait, never run at all.
+void size_blas_threads() {
+#if defined(MG_BLAS_SCIPY_OPENBLAS)
+  static bool done = [] {
+    scipy_openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+#endif
+}
+
 std::unordered_map<std::string, KernelFactory>& kernels() {
   static std::unordered_map<std::string, KernelFactory> k;
   return k;
@@ -110,6 +135,7 @@ std::unordered_map<std::string, DynamicKernelFactory>& dynamic_kernels() {
 
 void ensure_kernels() {
   static bool done = [] {
+    size_blas_threads();
     register_elementwise_kernels();
     register_reduction_kernels();
     register_matmul_kernels();
@@ -132,7 +158,15 @@ void ensure_kernels() {
 
 }  // namespace
 
-int num_threads() { return pool().size(); }
+int num_threads() {
+  const int cap = g_thread_cap.load(std::memory_order_relaxed);
+  return cap > 0 ? std::min(cap, pool().size()) : pool().size();
+}
+
+void set_num_threads(int n) {
+  size_blas_threads();
+  g_thread_cap.store(n > 0 ? std::min(n, pool().size()) : 0);
+}
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
@@ -179,6 +213,48 @@ static std::vector<TensorType> types_of(const std::vector<std::shared_ptr<const 
 
 namespace {
 
+// A transpose that swaps the last two dims and nothing else.
+bool swaps_last_two(const Node& n) {
+  if (n.op->name != "transpose") return false;
+  const std::vector<int64_t>& perm = typed_attrs<ops::TransposeAttrs>(n).permutation;
+  const size_t r = perm.size();
+  if (r < 2 || perm[r - 2] != int64_t(r - 1) || perm[r - 1] != int64_t(r - 2)) return false;
+  for (size_t i = 0; i + 2 < r; ++i)
+    if (perm[i] != int64_t(i)) return false;
+  return true;
+}
+
+// Matrix products fed by such a transpose read its source with BLAS's transpose flag
+// (the gradient GEMMs x^T @ dy and dy @ w^T); a transpose read by nothing else is dropped.
+struct TransposeFolds {
+  std::map<int32_t, std::array<bool, 2>> matmul;  // node -> operand given transposed
+  std::vector<char> dropped;                      // per node
+};
+
+TransposeFolds fold_transposes(const Graph& g, const std::vector<ValueRef>& targets) {
+  TransposeFolds f;
+  std::vector<int64_t> uses(g.size(), 0), folded(g.size(), 0);
+  for (size_t id = 0; id < g.size(); ++id)
+    for (const ValueRef& v : g.node(int32_t(id)).inputs) ++uses[size_t(v.node)];
+  for (const ValueRef& v : targets) uses[size_t(v.node)] += 1;
+  for (size_t id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(int32_t(id));
+    if (n.op->name != "matrix_multiplication" || n.inputs.size() != 2 || !is_floating(n.outputs[0].dtype)) continue;
+    std::array<bool, 2> t{false, false};
+    for (size_t k = 0; k < 2; ++k) {
+      const Node& src = g.node(n.inputs[k].node);
+      if (g.type(n.inputs[k]).shape.size() >= 2 && swaps_last_two(src)) {
+        t[k] = true;
+        ++folded[size_t(src.id)];
+      }
+    }
+    if (t[0] || t[1]) f.matmul[int32_t(id)] = t;
+  }
+  f.dropped.assign(g.size(), 0);
+  for (size_t id = 0; id < g.size(); ++id) f.dropped[id] = folded[id] > 0 && folded[id] == uses[id];
+  return f;
+}
+
 enum class SlotKind { Feed, Const, Var, Arena, Output };
 
 struct Slot {
@@ -216,9 +292,14 @@ class CpuProgram final : public Program {
         if (sg.targets[t] == v && !target_taken[t]) return int(t);
       return -1;
     };
+    const TransposeFolds folds = fold_transposes(g, sg.targets);
+    const FusionPlan fusion = plan_fusion(g, sg.targets, folds.dropped);
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
+      if (folds.dropped[id]) continue;
+      const int32_t group = fusion.group_of[id];
+      if (group >= 0 && fusion.groups[size_t(group)].back() != int32_t(id)) continue;  // runs in its group's step
       if (n.op->view && untaken_target({int32_t(id), 0}) < 0) {  // same bytes, another shape: no copy
         slot_of[{int32_t(id), 0}] = slot_of.at(n.inputs[0]);
         views_.push_back({n.name, op, slot_of.at(n.inputs[0])});
@@ -245,14 +326,23 @@ class CpuProgram final : public Program {
       }
       const KernelFactory* f = find_kernel(op);
       if (!f) raise(ErrorKind::NotImplemented, op, n.name, "not implemented on the cpu backend");
+      std::vector<ValueRef> inputs = n.inputs;
+      KernelFn fused;  // the group's inputs replace the root's
+      if (group >= 0) fused = make_fused_kernel(g, fusion.groups[size_t(group)], inputs);
+      auto fold = folds.matmul.find(int32_t(id));
+      if (fold != folds.matmul.end())
+        for (size_t k = 0; k < 2; ++k)
+          if (fold->second[k]) inputs[k] = g.node(inputs[k].node).inputs[0];  // the transpose's source
       std::vector<TensorType> in;
-      for (auto& v : n.inputs) in.push_back(g.type(v));
+      for (auto& v : inputs) in.push_back(g.type(v));
       Step st;
       st.op = n.op->name.c_str();  // registry entries live as long as the process
       st.graph_op = (n.origin_op ? n.origin_op : n.op)->name.c_str();
       KernelCtx kctx{n, in, n.outputs};
-      st.fn = (*f)(kctx);
-      for (auto& v : n.inputs) st.in.push_back(slot_of.at(v));
+      if (group >= 0) st.fn = std::move(fused);
+      else if (fold != folds.matmul.end()) st.fn = make_matmul_kernel(kctx, fold->second[0], fold->second[1]);
+      else st.fn = (*f)(kctx);
+      for (auto& v : inputs) st.in.push_back(slot_of.at(v));
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         ValueRef v{int32_t(id), int32_t(k)};
         const int out_index = untaken_target(v);

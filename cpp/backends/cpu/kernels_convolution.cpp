@@ -19,16 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/convolution_attrs.h"
 
-#if defined(MG_BLAS_ACCELERATE)
-#include <Accelerate/Accelerate.h>
-#define MG_CBLAS(name) cblas_##name
-#else  // the scipy-openblas32 wheel prefixes its symbols
-#include <cblas.h>
-#define MG_CBLAS(name) scipy_cblas_##name
-#endif
 
 namespace mg::cpu {
 
@@ -36,16 +30,12 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-// Row-major C = alpha * op(A) @ op(B) + beta * C with op(A) (M, K), op(B) (K, N).
-inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                 int64_t ldb, float beta, float* C, int64_t ldc) {
-  MG_CBLAS(sgemm)(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
-                  1.0f, A, int(lda), B, int(ldb), beta, C, int(ldc));
-}
-inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
-                 int64_t ldb, double beta, double* C, int64_t ldc) {
-  MG_CBLAS(dgemm)(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
-                  1.0, A, int(lda), B, int(ldb), beta, C, int(ldc));
+// Row-major C = op(A) @ op(B) + beta * C with op(A) (M, K), op(B) (K, N): over the pool when
+// large (a call from inside a pool task stays on its thread).
+template <class T>
+inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+                 T beta, T* C, int64_t ldc) {
+  gemm_on_pool(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 enum class Kind { Forward, Data, Weights };
@@ -67,6 +57,7 @@ struct Plan {
   Ints rowtab;             // Kouter * R: source offset of the row read, -1 in the padding
   Ints lo, hi, start;      // per innermost tap: valid output range [lo, hi) and its first source position
   bool direct = false;     // 1x1, unit strides, no padding: the source plane is the column matrix
+  bool depthwise = false;  // forward with one source channel per group: depthwise()
   int64_t tile = 1;        // output positions per column tile
   int64_t ntiles = 0;
   bool ours = false;       // units split over the pool (BLAS single-threaded), else BLAS threads
@@ -115,6 +106,8 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
 
   p.direct = p.Ksz == 1;
   for (size_t i = 0; i < k; ++i) p.direct = p.direct && strides[i] == 1 && pads[2 * i] == 0 && pads[2 * i + 1] == 0;
+
+  p.depthwise = kind == Kind::Forward && p.Cg == 1 && p.G > 1 && !p.direct;
 
   // innermost dim: output j reads source j * s + off, off = tap * dilation - pad_before
   const int64_t dL = dil.back(), pbL = pads[2 * (k - 1)];
@@ -166,7 +159,7 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.ntiles = p.P > 0 ? (p.P + p.tile - 1) / p.tile : 0;
   }
   p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
-  p.col_elems = p.direct ? 0 : p.CK * p.tile;
+  p.col_elems = p.direct || p.depthwise ? 0 : p.CK * p.tile;
   return p;
 }
 
@@ -276,12 +269,46 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
   }
 }
 
+// Depthwise forward (one source channel per group): each output row is a sum of shifted
+// source rows times a scalar tap, accumulated in place, so no columns and no M=1 GEMMs.
+template <class T>
+void depthwise(const Plan& p, const T* x, const T* w, T* y) {
+  const int64_t per_image = p.G * p.Og;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.P * p.Ksz, 1));
+  parallel_for(p.N * per_image, grain, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t n = u / per_image, oc = u % per_image, g = oc / p.Og;
+      const T* xc = x + (n * p.C + g) * p.in_plane;
+      const T* wc = w + oc * p.Ksz;
+      T* yc = y + (n * p.O + oc) * p.P;
+      for (int64_t r = 0; r < p.R; ++r) {
+        T* yr = yc + r * p.OL;
+        std::fill(yr, yr + p.OL, T(0));
+        for (int64_t kt = 0; kt < p.Kouter; ++kt) {
+          const int64_t base = p.rowtab[size_t(kt * p.R + r)];
+          if (base < 0) continue;
+          for (int64_t t = 0; t < p.KL; ++t) {
+            const T wv = wc[kt * p.KL + t];
+            const int64_t lo = p.lo[size_t(t)], hi = p.hi[size_t(t)];
+            const T* s = xc + base + p.start[size_t(t)] - lo * p.sL;  // s[j * sL] feeds output j
+            if (p.sL == 1)
+              for (int64_t j = lo; j < hi; ++j) yr[j] += wv * s[j];
+            else
+              for (int64_t j = lo; j < hi; ++j) yr[j] += wv * s[j * p.sL];
+          }
+        }
+      }
+    }
+  });
+}
+
 template <class T>
 void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elems, Scratch<T>& s) {
   if (out_elems == 0) return;
   const bool empty_work = p.items() == 0 || p.P == 0 || p.CK == 0 || p.Og == 0;
   if (empty_work || p.kind == Kind::Weights) std::fill(out, out + out_elems, T(0));  // weights: accumulated
   if (empty_work) return;
+  if (p.depthwise) return depthwise(p, in0, in1, out);
   auto run_unit = [&](int64_t u, int slot) {
     T* col = s.col + slot * p.col_elems;
     T* o = p.kind == Kind::Weights && slot > 0 ? s.acc + (slot - 1) * out_elems : out;

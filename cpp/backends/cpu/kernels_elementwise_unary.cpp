@@ -1,9 +1,11 @@
 // CPU kernels for the elementwise family: unary math and numeric unary ops.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 #include "backends/cpu/elementwise_kernels.h"
+#include "backends/cpu/vec_math.h"
 
 namespace mg::cpu {
 
@@ -87,6 +89,42 @@ struct IsNan { template <class T> bool operator()(T x) const { if constexpr (std
 struct IsInf { template <class T> bool operator()(T x) const { if constexpr (std::is_integral_v<T>) return false; else return std::isinf(x); } };
 struct IsFinite { template <class T> bool operator()(T x) const { if constexpr (std::is_integral_v<T>) return true; else return std::isfinite(x); } };
 
+// float32 through the vectorised array function; float16/bfloat16 through it in float32
+// tiles; float64 by the scalar libm functor F.
+template <class S>
+KernelFn vec_unary_loop(int64_t n, vmath::ArrayFn fn) {
+  return [n, fn](const void* const* in, void* const* out) {
+    const S* x = static_cast<const S*>(in[0]);
+    S* o = static_cast<S*>(out[0]);
+    parallel_for(n, 16384, [&](int64_t b, int64_t e) {
+      if constexpr (std::is_same_v<S, float>) {
+        fn(x + b, o + b, e - b);
+      } else {
+        constexpr int64_t kTile = 1024;
+        float xf[kTile], yf[kTile];
+        for (int64_t t = b; t < e; t += kTile) {
+          const int64_t m = std::min(kTile, e - t);
+          for (int64_t i = 0; i < m; ++i) xf[i] = Num<S>::ld(x[t + i]);
+          fn(xf, yf, m);
+          for (int64_t i = 0; i < m; ++i) o[t + i] = Num<S>::st(yf[i]);
+        }
+      }
+    });
+  };
+}
+
+template <class F>
+void reg_vec_unary(const char* name, vmath::Fn fn) {
+  register_kernel(name, [name, fn](const KernelCtx& c) -> KernelFn {
+    const int64_t n = num_elements(c.out[0].shape);
+    return dispatch_float(c, name, c.in[0].dtype, [&](auto tag) -> KernelFn {
+      using S = decltype(tag);
+      if constexpr (std::is_same_v<S, double>) return unary_loop<S, S, F>(n);
+      else return vec_unary_loop<S>(n, vmath::array_fn(fn));
+    });
+  });
+}
+
 }  // namespace
 
 void register_elementwise_unary_kernels() {
@@ -100,10 +138,10 @@ void register_elementwise_unary_kernels() {
   reg_unary<Ceil, N>("ceil");
   reg_unary<Round, N>("round");
   reg_unary<Trunc, N>("truncate");
-  reg_unary<Exp, F>("exponent");
+  reg_vec_unary<Exp>("exponent", vmath::Fn::Exp);
   reg_unary<Exp2, F>("exponent_base2");
   reg_unary<Exp10, F>("exponent_base10");
-  reg_unary<Log, F>("logarithm");
+  reg_vec_unary<Log>("logarithm", vmath::Fn::Log);
   reg_unary<Log2, F>("logarithm_base2");
   reg_unary<Log1p, F>("log1p");
   reg_unary<Expm1, F>("expm1");
@@ -117,15 +155,15 @@ void register_elementwise_unary_kernels() {
   reg_unary<Tan, F>("tan");
   reg_unary<Sinh, F>("sinh");
   reg_unary<Cosh, F>("cosh");
-  reg_unary<Tanh, F>("tanh");
+  reg_vec_unary<Tanh>("tanh", vmath::Fn::Tanh);
   reg_unary<Asin, F>("asin");
   reg_unary<Acos, F>("acos");
   reg_unary<Atan, F>("atan");
   reg_unary<Asinh, F>("asinh");
   reg_unary<Acosh, F>("acosh");
   reg_unary<Atanh, F>("atanh");
-  reg_unary<Erf, F>("erf");
-  reg_unary<Sigmoid, F>("sigmoid");
+  reg_vec_unary<Erf>("erf", vmath::Fn::Erf);
+  reg_vec_unary<Sigmoid>("sigmoid", vmath::Fn::Sigmoid);
   reg_unary<Relu, N>("relu");
   reg_unary<LogicalNot, B>("logical_not");
   reg_unary<IsNan, N>("isnan");

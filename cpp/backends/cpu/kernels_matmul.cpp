@@ -9,43 +9,40 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/elementwise_util.h"
+#include "backends/cpu/matmul_kernel.h"
 
-#if defined(MG_BLAS_ACCELERATE)
-#include <Accelerate/Accelerate.h>
-#define MG_CBLAS(name) cblas_##name
-#else  // the scipy-openblas32 wheel prefixes its symbols
-#include <cblas.h>
-#define MG_CBLAS(name) scipy_cblas_##name
-#endif
 
 namespace mg::cpu {
 
 namespace {
 
-// Row-major C = A @ B with A (M, K), B (K, N), C (M, N), all contiguous rows.
-inline void gemm(int M, int N, int K, const float* A, const float* B, float* C) {
-  MG_CBLAS(sgemm)(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
-}
-inline void gemm(int M, int N, int K, const double* A, const double* B, double* C) {
-  MG_CBLAS(dgemm)(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0, A, K, B, N, 0.0, C, N);
+// Row-major C = op(A) @ op(B) with op(A) (M, K), op(B) (K, N), C (M, N), all contiguous
+// rows; A is stored (K, M) when ta, B (N, K) when tb (a transpose folded into the call).
+template <class T>
+inline void gemm(bool ta, bool tb, int M, int N, int K, const T* A, const T* B, T* C) {
+  gemm_on_pool(ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, T(0), C, N);
 }
 
 struct MatmulPlan {
+  bool ta = false, tb = false;  // x / y hold the transposes of the matrices multiplied
   int64_t M = 0, N = 0, K = 0;
   std::vector<int64_t> x_off, y_off;  // per output batch, in elements
   int64_t batches() const { return int64_t(x_off.size()); }
   int64_t x_elems = 0, y_elems = 0, out_elems = 0;
 };
 
-MatmulPlan make_plan(const Shape& xs0, const Shape& ys0, const Shape& out) {
+MatmulPlan make_plan(const Shape& xs0, const Shape& ys0, const Shape& out, bool ta, bool tb) {
   MatmulPlan p;
+  p.ta = ta;
+  p.tb = tb;
   Shape xs = xs0, ys = ys0;
   if (xs.size() == 1) xs.insert(xs.begin(), 1);
   if (ys.size() == 1) ys.push_back(1);
-  p.M = xs[xs.size() - 2];
-  p.K = xs.back();
-  p.N = ys.back();
+  p.M = ta ? xs.back() : xs[xs.size() - 2];
+  p.K = ta ? xs[xs.size() - 2] : xs.back();
+  p.N = tb ? ys[ys.size() - 2] : ys.back();
   p.x_elems = num_elements(xs0);
   p.y_elems = num_elements(ys0);
   p.out_elems = num_elements(out);
@@ -53,7 +50,7 @@ MatmulPlan make_plan(const Shape& xs0, const Shape& ys0, const Shape& out) {
   Shape bo = *broadcast_shapes(bx, by);
   const int64_t xm = p.M * p.K, ym = p.K * p.N;  // elements per matrix
   int64_t nb = num_elements(bo);
-  if (num_elements(by) == 1 && bx == bo) {  // y unbatched: stack x's batches into rows, one gemm
+  if (num_elements(by) == 1 && bx == bo && !ta) {  // y unbatched: stack x's batches into rows, one gemm
     p.M *= nb;
     p.x_off = {0};
     p.y_off = {0};
@@ -107,7 +104,7 @@ template <class T>  // float or double
 void blas_batches(const MatmulPlan& p, const T* x, const T* y, T* o) {
   const int64_t mn = p.M * p.N;
   for_batches(p, [&](int64_t b) {
-    gemm(int(p.M), int(p.N), int(p.K), x + p.x_off[size_t(b)], y + p.y_off[size_t(b)], o + b * mn);
+    gemm(p.ta, p.tb, int(p.M), int(p.N), int(p.K), x + p.x_off[size_t(b)], y + p.y_off[size_t(b)], o + b * mn);
   });
 }
 
@@ -153,8 +150,10 @@ struct UnsignedOf {
                                                      std::conditional_t<sizeof(S) == 4, uint32_t, uint64_t>>>;
 };
 
-KernelFn matmul_factory(const KernelCtx& c) {
-  MatmulPlan p = make_plan(c.in[0].shape, c.in[1].shape, c.out[0].shape);
+}  // namespace
+
+KernelFn make_matmul_kernel(const KernelCtx& c, bool transpose_x, bool transpose_y) {
+  MatmulPlan p = make_plan(c.in[0].shape, c.in[1].shape, c.out[0].shape, transpose_x, transpose_y);
   DType dt = c.in[0].dtype;
   size_t esize = dtype_size(dt);
   size_t out_bytes = size_t(p.out_elems) * esize;
@@ -178,6 +177,8 @@ KernelFn matmul_factory(const KernelCtx& c) {
         blas_batches<float>(p, xf, yf, of);
         from_float(of, static_cast<S*>(out[0]), p.out_elems);
       };
+    } else if (p.ta || p.tb) {
+      raise(ErrorKind::Runtime, c.node.op->name, c.node.name, "a transposed operand needs a floating-point dtype");
     } else if constexpr (std::is_same_v<S, bool>) {
       raise(ErrorKind::Type, c.node.op->name, c.node.name, "no cpu kernel for bool");
     } else {
@@ -189,8 +190,8 @@ KernelFn matmul_factory(const KernelCtx& c) {
   });
 }
 
-}  // namespace
-
-void register_matmul_kernels() { register_kernel("matrix_multiplication", matmul_factory); }
+void register_matmul_kernels() {
+  register_kernel("matrix_multiplication", [](const KernelCtx& c) { return make_matmul_kernel(c, false, false); });
+}
 
 }  // namespace mg::cpu

@@ -4,8 +4,10 @@
 // trailing. Per pooled dim and output coordinate the factory precomputes the range of window
 // taps that fall inside the input (first tap's offset, tap count) and the count of taps inside
 // the padded input (the include_zero_pad divisor), so a run only walks valid taps in row-major
-// window order. Forward ops run in parallel over output rows; the scatters (gradients) run in
-// parallel over batch planes, which never overlap.
+// window order. Max (without indices), sum and average pooling stream instead: per output row
+// they add whole strided source rows into a tile of accumulators, one innermost tap at a time
+// (stream_forward). Forward ops run in parallel over output rows; the scatters (gradients)
+// run in parallel over batch planes, which never overlap.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -30,6 +32,9 @@ struct PoolPlan {
   int64_t batch = 0, in_plane = 1, out_plane = 1, out_last = 1, window = 1;
   std::array<int64_t, kMaxK> out{}, step{};        // output sizes; dilation * spatial stride
   std::vector<std::vector<int64_t>> first, ntaps, npad;  // per dim, per output coordinate
+  // innermost dim, per tap t: outputs [tlo, thi) read source tsrc + j * sL (the row streams)
+  std::vector<int64_t> tlo, thi, tsrc;
+  int64_t sL = 1;
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -69,7 +74,30 @@ PoolPlan make_plan(const KernelCtx& c, const Shape& src) {
     }
   }
   p.out_last = p.out[size_t(p.k - 1)];
+  const size_t L = s.k() - 1;
+  const int64_t K = s.kernel[L], st = s.stride[L], dl = s.dilation[L], n = in[L], before = dims[L].before;
+  p.sL = st;
+  for (int64_t t = 0; t < K; ++t) {  // output j reads source j * st - before + t * dl when inside [0, n)
+    const int64_t off = t * dl - before;
+    const int64_t lo = std::min(p.out_last, off >= 0 ? 0 : ceil_div(-off, st));
+    const int64_t hi = std::max(lo, std::min(p.out_last, n - off <= 0 ? 0 : ceil_div(n - off, st)));
+    p.tlo.push_back(lo);
+    p.thi.push_back(hi);
+    p.tsrc.push_back(off);
+  }
   return p;
+}
+
+// Steps the odometer over the window taps of the outer dims [0, k-1) (n taps each, counters
+// cnt, source offset off); false once it wraps around.
+inline bool next_outer_tap(const PoolPlan& p, const int64_t* n, int64_t* cnt, int64_t& off) {
+  for (int d = p.k - 2; d >= 0; --d) {
+    off += p.step[size_t(d)];
+    if (++cnt[d] < n[d]) return true;
+    off -= p.step[size_t(d)] * n[d];
+    cnt[d] = 0;
+  }
+  return false;
 }
 
 // Calls f(offset) for each valid tap of the window at output coordinates oi, row-major.
@@ -87,14 +115,7 @@ inline void for_window(const PoolPlan& p, const int64_t* oi, F&& f) {
   for (;;) {
     int64_t o = off;
     for (int64_t j = 0; j < nl; ++j, o += sl) f(o);
-    int d = k - 2;
-    for (; d >= 0; --d) {
-      off += p.step[size_t(d)];
-      if (++cnt[d] < n[d]) break;
-      off -= p.step[size_t(d)] * n[d];
-      cnt[d] = 0;
-    }
-    if (d < 0) return;
+    if (!next_outer_tap(p, n, cnt, off)) return;
   }
 }
 
@@ -187,6 +208,79 @@ KernelFn max_forward(std::shared_ptr<const PoolPlan> pp, bool with_indices, DTyp
   };
 }
 
+// Max (MODE -1) or sum/average (MODE = linear_mode) pooling that streams whole source rows:
+// per output row, each outer window offset and each innermost tap adds one strided source row
+// into a tile of accumulators (vectorised), instead of walking every output's window.
+template <class S, int MODE>
+KernelFn stream_forward(std::shared_ptr<const PoolPlan> pp) {
+  return [pp](const void* const* in, void* const* out) {
+    using C = typename Num<S>::C;
+    const PoolPlan& p = *pp;
+    const S* x = static_cast<const S*>(in[0]);
+    S* y = static_cast<S*>(out[0]);
+    if (p.batch == 0 || p.out_plane == 0) return;
+    const int64_t OL = p.out_last, rows_per_batch = p.out_plane / OL, K = int64_t(p.tlo.size());
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, OL) / p.window);
+    parallel_for(p.batch * rows_per_batch, grain, [&](int64_t rb, int64_t re) {
+      constexpr int64_t kTile = 256;
+      C acc[kTile];
+      int64_t oi[kMaxK], n[kMaxK], cnt[kMaxK];
+      for (int64_t r = rb; r < re; ++r) {
+        const int64_t b = r / rows_per_batch;
+        int64_t rem = r % rows_per_batch, base = 0;
+        double outer = 1;  // the outer dims' share of the divisor
+        bool empty = false;
+        for (int d = p.k - 2; d >= 0; --d) {
+          oi[d] = rem % p.out[size_t(d)];
+          rem /= p.out[size_t(d)];
+          n[d] = p.ntaps[size_t(d)][size_t(oi[d])];
+          empty = empty || n[d] <= 0;
+          base += p.first[size_t(d)][size_t(oi[d])];
+          outer *= double((MODE == 2 ? p.npad : p.ntaps)[size_t(d)][size_t(oi[d])]);
+          cnt[d] = 0;
+        }
+        const S* xb = x + b * p.in_plane;
+        for (int64_t j0 = 0; j0 < OL; j0 += kTile) {
+          const int64_t j1 = std::min(OL, j0 + kTile);
+          for (int64_t j = j0; j < j1; ++j) acc[j - j0] = MODE < 0 ? -std::numeric_limits<C>::infinity() : C(0);
+          int64_t off = base;
+          for (int d = 0; d < p.k - 1; ++d) cnt[d] = 0;
+          while (!empty) {
+            for (int64_t t = 0; t < K; ++t) {
+              const int64_t lo = std::max(p.tlo[size_t(t)], j0), hi = std::min(p.thi[size_t(t)], j1);
+              const S* src = xb + off + p.tsrc[size_t(t)];
+              C* a = acc - j0;
+              if (p.sL == 1) {
+                for (int64_t j = lo; j < hi; ++j) {
+                  const C v = Num<S>::ld(src[j]);
+                  if constexpr (MODE < 0) a[j] = (v > a[j] || v != v) ? v : a[j];  // a NaN sticks
+                  else a[j] += v;
+                }
+              } else {
+                for (int64_t j = lo; j < hi; ++j) {
+                  const C v = Num<S>::ld(src[j * p.sL]);
+                  if constexpr (MODE < 0) a[j] = (v > a[j] || v != v) ? v : a[j];
+                  else a[j] += v;
+                }
+              }
+            }
+            if (!next_outer_tap(p, n, cnt, off)) break;
+          }
+          S* yr = y + r * OL;
+          for (int64_t j = j0; j < j1; ++j) {
+            C v = acc[j - j0];
+            if constexpr (MODE > 0) {
+              const double dv = empty ? 0.0 : outer * double((MODE == 2 ? p.npad : p.ntaps)[size_t(p.k - 1)][size_t(j)]);
+              v = dv > 0 ? v / C(dv) : C(0);
+            }
+            yr[j] = Num<S>::st(v);
+          }
+        }
+      }
+    });
+  };
+}
+
 template <class S>
 KernelFn max_gather(std::shared_ptr<const PoolPlan> pp) {
   return [pp](const void* const* in, void* const* out) {
@@ -226,26 +320,6 @@ KernelFn max_scatter(std::shared_ptr<const PoolPlan> pp) {
 
 // mode: 0 sum, 1 average over taps inside the input, 2 average including padding taps
 template <class S>
-KernelFn linear_forward(std::shared_ptr<const PoolPlan> pp, int mode) {
-  return [pp, mode](const void* const* in, void* const* out) {
-    using C = typename Num<S>::C;
-    const PoolPlan& p = *pp;
-    const S* x = static_cast<const S*>(in[0]);
-    S* y = static_cast<S*>(out[0]);
-    for_outputs(p, [&](int64_t b, const int64_t* oi, int64_t o) {
-      const S* xb = x + b * p.in_plane;
-      C acc = C(0);
-      for_window(p, oi, [&](int64_t off) { acc += Num<S>::ld(xb[off]); });
-      if (mode) {
-        double dv = divisor(p, oi, mode == 2);
-        acc = dv > 0 ? acc / C(dv) : C(0);
-      }
-      y[o] = Num<S>::st(acc);
-    });
-  };
-}
-
-template <class S>
 KernelFn linear_scatter(std::shared_ptr<const PoolPlan> pp, int mode) {
   return [pp, mode](const void* const* in, void* const* out) {
     using C = typename Num<S>::C;
@@ -284,8 +358,10 @@ void register_pooling_kernels() {
     return [with_indices](const KernelCtx& c) -> KernelFn {
       auto plan = std::make_shared<const PoolPlan>(make_plan(c, c.in[0].shape));
       DType idx = with_indices ? c.out[1].dtype : DType::Int32;
-      return dispatch_float(c, "pooling", c.in[0].dtype,
-                            [&](auto tag) { return max_forward<decltype(tag)>(plan, with_indices, idx); });
+      return dispatch_float(c, "pooling", c.in[0].dtype, [&](auto tag) {
+        using S = decltype(tag);
+        return with_indices ? max_forward<S>(plan, true, idx) : stream_forward<S, -1>(plan);
+      });
     };
   };
   register_kernel("max_pooling_nd", fwd_max(false));
@@ -301,7 +377,10 @@ void register_pooling_kernels() {
   auto fwd_linear = [](const KernelCtx& c) -> KernelFn {
     auto plan = std::make_shared<const PoolPlan>(make_plan(c, c.in[0].shape));
     int mode = linear_mode(c.node);
-    return dispatch_float(c, "pooling", c.in[0].dtype, [&](auto tag) { return linear_forward<decltype(tag)>(plan, mode); });
+    return dispatch_float(c, "pooling", c.in[0].dtype, [&](auto tag) -> KernelFn {
+      using S = decltype(tag);
+      return mode == 0 ? stream_forward<S, 0>(plan) : mode == 1 ? stream_forward<S, 1>(plan) : stream_forward<S, 2>(plan);
+    });
   };
   auto bwd_linear = [](const KernelCtx& c) -> KernelFn {
     auto plan = std::make_shared<const PoolPlan>(make_plan(c, c.in[1].shape));

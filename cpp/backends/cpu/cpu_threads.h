@@ -1,0 +1,13 @@
+// Thread count of the CPU backend: its kernels and its GEMMs (single-threaded BLAS calls split
+// over the project's pool) share it.
+#pragma once
+
+namespace mg::cpu {
+
+// Caps the threads CPU kernels and BLAS use (1 .. the pool's size, which is the number of
+// hardware threads); n <= 0 restores the default. Kernels compiled earlier keep the work split
+// they were compiled with but run on at most n threads.
+void set_num_threads(int n);
+int num_threads();  // the current cap
+
+}  // namespace mg::cpu

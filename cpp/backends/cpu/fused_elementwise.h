@@ -1,0 +1,23 @@
+// Fused elementwise groups on the CPU: chains of float32 elementwise ops over one shape (with
+// scalar operands) run as one pass over L1-sized tiles, so intermediates never reach memory.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+
+namespace mg::cpu {
+
+struct FusionPlan {
+  std::vector<int32_t> group_of;             // per node: its group, or -1
+  std::vector<std::vector<int32_t>> groups;  // node ids, ascending; the last is the root
+};
+
+// Groups of two or more nodes: a node joins its consumer's group when the consumer is its only
+// reader and it is not a target. Nodes marked in `skip` are left alone.
+FusionPlan plan_fusion(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip);
+
+// The kernel of one group; `inputs` receives the values it reads, in the kernel's input order.
+KernelFn make_fused_kernel(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs);
+
+}  // namespace mg::cpu

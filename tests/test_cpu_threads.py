@@ -1,0 +1,58 @@
+"""The CPU backend's thread count (mg.set_num_threads, which sizes BLAS's threads too) and
+threaded GEMMs from several Python threads: results must not depend on either."""
+import threading
+
+import numpy as np
+
+import mpsgraph as mg
+
+
+def _matmul(n):
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    g = mg.Graph()
+    pa, pb = g.placeholder(a.shape, mg.float32), g.placeholder(b.shape, mg.float32)
+    exe = g.compile({pa: (a.shape, mg.float32), pb: (b.shape, mg.float32)}, [pa @ pb, g.tanh(pa)], device="cpu")
+    ref = a.astype(np.float64) @ b
+    return exe, [a, b], ref
+
+
+def test_set_num_threads_caps_and_restores():
+    default = mg.get_num_threads()
+    assert default >= 1
+    try:
+        mg.set_num_threads(1)
+        assert mg.get_num_threads() == 1
+        exe, feeds, ref = _matmul(300)
+        y, _ = exe.run(feeds)
+        np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-4, atol=1e-3)
+        mg.set_num_threads(10_000)  # capped at the pool's size
+        assert mg.get_num_threads() == default
+    finally:
+        mg.set_num_threads(0)
+    assert mg.get_num_threads() == default
+
+
+def test_threaded_gemm_on_the_pool_from_several_python_threads():
+    """Large GEMMs (threaded by BLAS) beside the pool's kernels, from concurrent Python
+    threads, each with its own executable."""
+    cases = [_matmul(n) for n in (256, 384, 512)]
+    errors = []
+
+    def work(case):
+        exe, feeds, ref = case
+        try:
+            for _ in range(3):
+                y, _ = exe.run(feeds)
+                np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-4, atol=1e-3)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a run did not finish"
+    assert not errors, errors
