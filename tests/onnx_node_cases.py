@@ -60,6 +60,8 @@ KNOWN_LIMITS = {
     "repeated subscript": "Einsum: repeated subscripts (diagonals)",
     "larger than the full transposed convolution": "ConvTranspose: output_shape beyond the full result",
     "scan outputs of a Loop": "Loop: scan outputs of a loop whose trip count is known only at run time",
+    "starts must be known": "Slice: starts/ends computed at run time (here by a Loop body from its iteration "
+                            "number)",
     "NegativeLogLikelihoodLoss": "function-expanded cases using an unsupported operator",
     "whose output size is not exact": "Resize: non-nearest modes with scales whose output size is not exactly "
                                       "in * scale (ONNX samples with the scale itself, the graph's resize with "
