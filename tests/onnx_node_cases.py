@@ -71,9 +71,15 @@ KNOWN_LIMITS = {
 
 def collect():
     """The onnx package's node cases: (name, op type, ModelProto, data sets, rtol, atol). Generating
-    them takes ~20 s, so they are cached per onnx version in the temp dir."""
+    them takes ~20 s, so they are cached per onnx version in the user's cache dir (~/.cache/mpsgraph)."""
     import onnx
-    path = os.path.join(tempfile.gettempdir(), f"mpsgraph-onnx-node-cases-v2-{onnx.__version__}.pkl")
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                         "mpsgraph")
+    try:
+        os.makedirs(cache, exist_ok=True)
+    except OSError:
+        cache = tempfile.mkdtemp()
+    path = os.path.join(cache, f"onnx-node-cases-v2-{onnx.__version__}.pkl")
     try:
         with open(path, "rb") as f:
             return pickle.load(f)
