@@ -60,6 +60,8 @@ KNOWN_LIMITS = {
     "repeated subscript": "Einsum: repeated subscripts (diagonals)",
     "larger than the full transposed convolution": "ConvTranspose: output_shape beyond the full result",
     "scan outputs of a Loop": "Loop: scan outputs of a loop whose trip count is known only at run time",
+    "starts must be known": "Slice: starts/ends computed at run time (here by a Loop body from its iteration "
+                            "number)",
     "NegativeLogLikelihoodLoss": "function-expanded cases using an unsupported operator",
     "whose output size is not exact": "Resize: non-nearest modes with scales whose output size is not exactly "
                                       "in * scale (ONNX samples with the scale itself, the graph's resize with "
@@ -69,9 +71,15 @@ KNOWN_LIMITS = {
 
 def collect():
     """The onnx package's node cases: (name, op type, ModelProto, data sets, rtol, atol). Generating
-    them takes ~20 s, so they are cached per onnx version in the temp dir."""
+    them takes ~20 s, so they are cached per onnx version in the user's cache dir (~/.cache/mpsgraph)."""
     import onnx
-    path = os.path.join(tempfile.gettempdir(), f"mpsgraph-onnx-node-cases-v2-{onnx.__version__}.pkl")
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                         "mpsgraph")
+    try:
+        os.makedirs(cache, exist_ok=True)
+    except OSError:
+        cache = tempfile.mkdtemp()
+    path = os.path.join(cache, f"onnx-node-cases-v2-{onnx.__version__}.pkl")
     try:
         with open(path, "rb") as f:
             return pickle.load(f)

@@ -129,3 +129,18 @@ def test_gradient_through_imported_loop():
             else:
                 num[k] = (f(other, base + d) - f(other, base - d)) / (2 * eps)
         np.testing.assert_allclose(res[grads[t]].numpy(), num, rtol=2e-3, atol=2e-3)
+
+
+def test_loop_early_exit_with_scan_outputs():
+    # at most 10 iterations, stopping once sum(v) >= 20; v at each iteration is a scan output
+    body = helper.make_graph(
+        [_const("two", np.float32(2)), helper.make_node("Mul", ["v_in", "two"], ["v_out"]),
+         helper.make_node("ReduceSum", ["v_out"], ["s"], keepdims=0), _const("lim", np.float32(20)),
+         helper.make_node("Less", ["s", "lim"], ["cond_out"]), helper.make_node("Identity", ["v_out"], ["row"])],
+        "body", [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL), _vi("v_in", [2])],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("v_out", [2]), _vi("row", [2])])
+    nodes = [_const("M", np.int64(10)), _const("T", np.bool_(True)),
+             helper.make_node("Loop", ["M", "T", "v0"], ["v", "rows"], body=body)]
+    m = _model(nodes, [_vi("v0", [2])], [_vi("v", [2]), _vi("rows", [None, 2])])
+    for v0 in ([1.0, 0.5], [100.0, 1.0], [1e-3, 0.0]):  # 4 trips, 1 trip, all 10
+        _check(m, {"v0": np.array(v0, np.float32)})

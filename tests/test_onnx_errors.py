@@ -164,3 +164,17 @@ def test_fuzzed_bytes_never_crash():
             except ALLOWED:
                 outcomes["error"] += 1
     assert outcomes["error"] > 0 and outcomes["ok"] > 0, outcomes
+
+
+def test_external_data_beside_the_model(tmp_path):
+    m = small_model()
+    path = tmp_path / "ext.onnx"
+    onnx.save_model(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin",
+                    size_threshold=0)
+    assert (tmp_path / "w.bin").exists()
+    x = np.ones((2, 3), np.float32)
+    want = np.maximum(x @ np.arange(12, dtype=np.float32).reshape(3, 4), 0)
+    np.testing.assert_allclose(mg.onnx.load(str(path)).run({"x": x})["y"], want)
+    (tmp_path / "w.bin").unlink()
+    with pytest.raises(mg.onnx.OnnxImportError, match="w"):
+        mg.onnx.load(str(path))

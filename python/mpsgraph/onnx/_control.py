@@ -98,10 +98,21 @@ def register(op):
             if not init:
                 cx.unsupported("a Loop with no loop-carried values")
             return list(g.for_loop(0, n_iter, 1, init, body_fn))
-        if n_scan:
-            cx.unsupported("scan outputs of a Loop that ends on a condition computed at run time")
-        if not init:
+        count = int(np.asarray(m).reshape(-1)[0]) if isinstance(m, np.ndarray) else None
+        if n_scan and count is None:
+            if m is None:
+                cx.unsupported("scan outputs of a Loop that ends on a condition computed at run time and has "
+                               "no trip count")
+            count = int(np.asarray(cx.c(m, "the trip count of a Loop with scan outputs")).reshape(-1)[0])
+        if not init and not n_scan:
             cx.unsupported("a Loop with no loop-carried values")
+        bufs, scan_types = [], []
+        if n_scan:  # rows for every possible iteration; the ones written are kept after the loop
+            probe = _subgraph(cx, body, env, [np.array(0, np.int64), np.array(True), *init])
+            scan_types = [cx.t(v) for v in probe[1 + n_carried:]]
+            if any(d is None for s in scan_types for d in s.shape):
+                cx.unsupported("Loop scan outputs of a shape known only at run time")
+            bufs = [g.zeros([count] + list(s.shape), dtype=s.dtype) for s in scan_types]
         i0 = g.constant(np.int64(0))
         c0 = cx.t(cond0) if cond0 is not None else g.constant(True)
         if c0.ndim:
@@ -115,14 +126,23 @@ def register(op):
             return p, [i, c, *vals]
 
         def after(i, c, *vals):
-            outs = _subgraph(cx, body, env, [i, c, *vals])
+            carried, bs = vals[:n_carried], vals[n_carried:]
+            outs = _subgraph(cx, body, env, [i, c, *carried])
             cn = cx.t(outs[0])
             if cn.ndim:
                 cn = g.reshape(cn, [])
-            return [i + 1, cn] + [_like(cx, v, ref) for v, ref in zip(outs[1:1 + n_carried], vals)]
+            nxt = [_like(cx, v, ref) for v, ref in zip(outs[1:1 + n_carried], carried)]
+            rows = [g.scatter_with_data(b, g.expand_dims(cx.t(v), 0), g.reshape(i, [1]), axis=0, mode="set")
+                    for b, v in zip(bs, outs[1 + n_carried:])]
+            return [i + 1, cn] + nxt + rows
 
-        res = g.while_loop([i0, c0, *init], before, after)
-        return list(res[2:])
+        res = g.while_loop([i0, c0, *init, *bufs], before, after)
+        outs = list(res[2:2 + n_carried])
+        if n_scan:  # the first (trip count) rows: a data-dependent selection
+            keep = g.less_than(g.constant(np.arange(count, dtype=np.int64)), res[0])
+            idx = g.reshape(g.non_zero_indices(keep), [-1])
+            outs += [g.gather(b, idx, axis=0) for b in res[2 + n_carried:]]
+        return outs
 
     @op("Scan", fold=False)
     def _scan(cx, node, ins, a):

@@ -634,7 +634,9 @@ def load(source, graph=None, trainable=False, check=True, input_values=None, inp
     model, base_dir = _read_model(source)
     if check:
         try:
-            onnx.checker.check_model(model, full_check=False)
+            # a path lets the checker find external data beside the model file
+            is_path = isinstance(source, (str, os.PathLike)) and base_dir is not None
+            onnx.checker.check_model(os.fspath(source) if is_path else model, full_check=False)
         except onnx.checker.ValidationError as e:
             msg = str(e).strip().splitlines()
             raise OnnxImportError("[onnx] the model is not valid ONNX: " + " ".join(msg[:6])) from None

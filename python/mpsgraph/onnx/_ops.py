@@ -811,11 +811,17 @@ def _trilu(cx, node, ins, a):
     return cx.g.select(cx.g.constant(mask), x, cx.g.zeros([n, m], dtype=x.dtype))
 
 
-@op("CumSum")
-def _cumsum(cx, node, ins, a):
-    x = cx.t(ins[0])
-    axis = cx.axis(int(np.asarray(cx.c(ins[1], "axis")).reshape(())), x.ndim)
-    return cx.g.cumulative_sum(x, axis=axis, exclusive=bool(a.get("exclusive", 0)), reverse=bool(a.get("reverse", 0)))
+def _cumulative(method):
+    def h(cx, node, ins, a):
+        x = cx.t(ins[0])
+        axis = cx.axis(int(np.asarray(cx.c(ins[1], "axis")).reshape(())), x.ndim)
+        return getattr(cx.g, method)(x, axis=axis, exclusive=bool(a.get("exclusive", 0)),
+                                     reverse=bool(a.get("reverse", 0)))
+    return h
+
+
+op("CumSum")(_cumulative("cumulative_sum"))
+op("CumProd")(_cumulative("cumulative_product"))
 
 
 @op("TopK", fold=False)
@@ -1507,6 +1513,56 @@ def _dequantize(cx, node, ins, a):
     return g.cast(y, out) if out.name != "float32" else y
 
 
+def _dequant(cx, q, scale, zp, axis=1):
+    """(q - zp) * scale in float32, scale/zp per tensor or along axis."""
+    g = cx.g
+    qt = g.cast(cx.t(q), "float32")
+    r = cx.rank(q)
+    if zp is not None:
+        qt = qt - g.cast(_axis_param(cx, zp, r, axis), "float32")
+    return qt * g.cast(_axis_param(cx, scale, r, axis), "float32")
+
+
+def _requant(cx, y, scale, zp):
+    g = cx.g
+    q = g.round(y / g.cast(cx.t(scale), "float32")) + g.cast(cx.t(zp), "float32")
+    lo, hi = _QRANGE[cx.dtype(zp).name]
+    return g.cast(g.clamp(q, float(lo), float(hi)), cx.dtype(zp))
+
+
+@op("QLinearMatMul")
+def _qlinear_matmul(cx, node, ins, a):
+    a_f = _dequant(cx, ins[0], ins[1], ins[2], axis=-1)
+    b_f = _dequant(cx, ins[3], ins[4], ins[5], axis=-1)
+    return _requant(cx, _matmul(cx, node, [a_f, b_f], {}), ins[6], ins[7])
+
+
+@op("QLinearConv")
+def _qlinear_conv(cx, node, ins, a):
+    x_f = _dequant(cx, ins[0], ins[1], ins[2])
+    w_f = _dequant(cx, ins[3], ins[4], ins[5], axis=0)
+    y = _conv(cx, node, [x_f, w_f], a)
+    if len(ins) > 8 and ins[8] is not None:  # int32 bias in units of x_scale * w_scale
+        g = cx.g
+        bs = g.cast(cx.t(ins[1]), "float32") * g.reshape(g.cast(cx.t(ins[4]), "float32"), [-1])
+        y = y + g.reshape(g.cast(cx.t(ins[8]), "float32") * bs, [-1] + [1] * (cx.rank(ins[0]) - 2))
+    return _requant(cx, y, ins[6], ins[7])
+
+
+@op("ConvInteger")
+def _conv_integer(cx, node, ins, a):
+    g = cx.g
+    x = g.cast(cx.t(ins[0]), "int32")
+    w = g.cast(cx.t(ins[1]), "int32")
+    if len(ins) > 2 and ins[2] is not None:
+        x = x - g.cast(cx.t(ins[2]), "int32")
+    if len(ins) > 3 and ins[3] is not None:
+        w = w - g.cast(_axis_param(cx, ins[3], w.ndim, 0), "int32")
+    # exact in float64 (products of 8-bit values), then int32
+    y = _conv(cx, node, [g.cast(x, "float64"), g.cast(w, "float64")], a)
+    return g.cast(y, "int32")
+
+
 @op("DynamicQuantizeLinear")
 def _dyn_quant(cx, node, ins, a):
     x = cx.t(ins[0])
@@ -1556,7 +1612,6 @@ for _name, _why in {
     "Optional": "optional types are not supported", "OptionalGetElement": "optional types are not supported",
     "OptionalHasElement": "optional types are not supported",
     "ImageDecoder": "not supported", "CenterCropPad": "not supported",
-    "QLinearConv": "not supported yet", "QLinearMatMul": "not supported yet", "ConvInteger": "not supported yet",
     "NegativeLogLikelihoodLoss": "not supported yet", "SoftmaxCrossEntropyLoss": "not supported yet",
     "TensorScatter": "not supported yet", "Upsample": "deprecated; not supported",
     "Scatter": "deprecated; use ScatterElements", "Momentum": "training ops are not supported",
