@@ -1842,3 +1842,4 @@ import conformance_sparse  # noqa: E402,F401
 import conformance_dynamic  # noqa: E402,F401
 import conformance_gather  # noqa: E402,F401
 import conformance_sort  # noqa: E402,F401
+import conformance_fft  # noqa: E402,F401

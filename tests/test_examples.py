@@ -174,3 +174,29 @@ def test_char_rnn_checkpointed_time_loop_trains_identically():
     ckpt = rnn.run(checkpoint=True, **kw)["losses"]
     assert plain[-1] < plain[0]
     np.testing.assert_allclose(ckpt, plain, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- fft_convolution
+
+
+def test_fft_convolution_script_succeeds():
+    rc, out = run_script("fft_convolution")
+    assert rc == 0, out
+    assert "OK:" in out
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 20, 3, 3), (3, 9, 11, 4, 6), (1, 5, 7, 5, 7)])
+def test_fft_convolution_against_scipy_style_direct_sum(shape):
+    fc = load("fft_convolution")
+    n, h, w, kh, kw = shape
+    r = fc.run(n, h, w, (kh, kw), seed=7, quiet=True)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((n, h, w)).astype(np.float32).astype(np.float64)
+    k = rng.standard_normal((kh, kw)).astype(np.float32).astype(np.float64)
+    # an independent reference: numpy's own FFT with the full sizes, per image
+    want = np.fft.irfft2(np.fft.rfft2(x, s=(h + kh - 1, w + kw - 1)) * np.fft.rfft2(k, s=(h + kh - 1, w + kw - 1)),
+                         s=(h + kh - 1, w + kw - 1))
+    np.testing.assert_allclose(r["fft"], want, atol=1e-4)
+    np.testing.assert_allclose(r["direct"], want, atol=1e-4)
+    np.testing.assert_allclose(r["fft_grad"], r["direct_grad"], rtol=1e-3, atol=1e-3)
+    assert r["ok"]

@@ -59,6 +59,7 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "sort", "arg_sort", "top_k", "bottom_k",
     "cumulative_sum", "cumulative_product", "cumulative_minimum", "cumulative_maximum",
     "if_then_else", "while_loop", "for_loop",
+    "fast_fourier_transform", "real_to_hermitean_fft", "hermitean_to_real_fft",
     # composites lowered to MPSGraph's own op (issue 12; the others are expanded)
     "softmax", "softmax_cross_entropy", "normalization", "batch_normalization", "layer_normalization",
     "instance_normalization", "group_normalization", "leaky_relu", "stochastic_gradient_descent", "adam", "adamw",
@@ -228,6 +229,24 @@ def test_sort_family_and_scan_gradients(dtype):
         return outs
 
     _check(build, [x], (2e-2, 2e-2) if dtype == "float16" else None)
+
+
+def test_complex_fft_pipeline_and_its_gradients():
+    """rfft -> complex multiply -> irfft (odd and even lengths, size and unitary scaling) and the
+    gradients through them: the half-spectrum weights, conjugates and flipped transforms."""
+    x, k = _rand((3, 6, 9)), _rand((6, 9), seed=1)
+
+    def build(g, a, b):
+        fa = g.real_to_hermitean_fft(a, axes=(1, 2))
+        fb = g.real_to_hermitean_fft(b, axes=(0, 1), scaling_mode="unitary")
+        y = g.hermitean_to_real_fft(fa * g.conjugate(fb), axes=(1, 2), inverse=True, scaling_mode="size",
+                                    round_to_odd_hermitean=True)
+        z = g.fast_fourier_transform(g.complex(a, a * 0.5), axes=(0, 2), inverse=True)
+        loss = g.reduction_sum(y * y, keep_dims=False) + g.reduction_sum(g.absolute(z) + g.angle(z), keep_dims=False)
+        ga, gb = g.gradients(loss, [a, b]).values()
+        return [y, g.real_part(z), g.imaginary_part(z), ga, gb]
+
+    _check(build, [x, k], (1e-4, 1e-4))
 
 
 def test_swap_axes_split_like_tile_gradient_slice_gradient():

@@ -50,7 +50,7 @@ PY
 # _LIBCPP_ABI_OPTIMIZED_FUNCTION: libc++'s lighter std::function; nothing is linked here, so
 # its ABI does not matter, and it checks the kernel files 7x faster (one std::function per
 # kernel lambda otherwise instantiates hundreds of tuple/compressed_pair types).
-FLAGS=(-fsyntax-only -std=c++20 ${CXXSTDLIB} -pedantic-errors -Icpp "${PYINC[@]}"
+FLAGS=(-fsyntax-only -std=c++20 ${CXXSTDLIB} -pedantic-errors -Icpp -isystem third_party "${PYINC[@]}"
        -DMG_BLAS_SCIPY_OPENBLAS)
 if [ -n "$CXXSTDLIB" ]; then FLAGS+=(-D_LIBCPP_REMOVE_TRANSITIVE_INCLUDES -D_LIBCPP_ABI_OPTIMIZED_FUNCTION); fi
 if [ $# -gt 0 ]; then

@@ -8,7 +8,7 @@ typedef struct {
   int32_t device_type;
   int32_t device_id;
 } DLDevice;
-typedef enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLBool = 6 } DLDataTypeCode;
+typedef enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLComplex = 5, kDLBool = 6 } DLDataTypeCode;
 typedef struct {
   uint8_t code;
   uint8_t bits;

@@ -52,6 +52,8 @@ const char* buffer_format(DType t) {
     case DType::Float16: return "e";
     case DType::Float32: return "f";
     case DType::Float64: return "d";
+    case DType::Complex64: return "Zf";
+    case DType::Complex128: return "Zd";
     default: return nullptr;  // bfloat16 has no buffer-protocol code
   }
 }
@@ -60,6 +62,7 @@ DLDataType dl_dtype(DType t) {
   uint8_t bits = uint8_t(dtype_size(t) * 8);
   if (is_bool(t)) return {kDLBool, 8, 1};
   if (t == DType::BFloat16) return {kDLBfloat, 16, 1};
+  if (is_complex(t)) return {kDLComplex, bits, 1};
   if (is_floating(t)) return {kDLFloat, bits, 1};
   return {uint8_t(is_signed_integer(t) ? kDLInt : kDLUInt), bits, 1};
 }
@@ -427,7 +430,8 @@ PYBIND11_MODULE(_core, m) {
       .value("int32", DType::Int32).value("int64", DType::Int64).value("uint8", DType::UInt8)
       .value("uint16", DType::UInt16).value("uint32", DType::UInt32).value("uint64", DType::UInt64)
       .value("float16", DType::Float16).value("bfloat16", DType::BFloat16).value("float32", DType::Float32)
-      .value("float64", DType::Float64);
+      .value("float64", DType::Float64).value("complex64", DType::Complex64)
+      .value("complex128", DType::Complex128);
   m.def("dtype_size", &dtype_size);
   m.def("set_num_threads", &cpu::set_num_threads, py::arg("n"),
         "Caps the threads the CPU backend (its kernels and BLAS) uses; n <= 0 restores the default "

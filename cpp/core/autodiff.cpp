@@ -26,7 +26,7 @@ std::map<ValueRef, ValueRef> backward(Graph& g, const std::vector<ValueRef>& ys,
   for (size_t id = size_t(first); id < n; ++id) {
     if (from_x[id]) continue;
     for (auto& v : g.node(int32_t(id)).inputs)
-      if (from_x[size_t(v.node)] && is_floating(g.type(v).dtype)) from_x[id] = 1;
+      if (from_x[size_t(v.node)] && is_inexact(g.type(v).dtype)) from_x[id] = 1;
   }
   for (auto& y : ys) to_y[size_t(y.node)] = 1;
   for (size_t id = n; id-- > size_t(first);) {
@@ -41,7 +41,7 @@ std::map<ValueRef, ValueRef> backward(Graph& g, const std::vector<ValueRef>& ys,
     else it->second = g.add1("addition", {it->second, d});
   };
   for (size_t k = 0; k < ys.size(); ++k)
-    if (dys[k].valid() && is_floating(g.type(ys[k]).dtype)) accumulate(ys[k], dys[k]);
+    if (dys[k].valid() && is_inexact(g.type(ys[k]).dtype)) accumulate(ys[k], dys[k]);
 
   for (size_t id = n; id-- > size_t(first);) {
     if (!from_x[id] || !to_y[id]) continue;
@@ -50,7 +50,7 @@ std::map<ValueRef, ValueRef> backward(Graph& g, const std::vector<ValueRef>& ys,
     for (size_t k = 0; k < node.outputs.size(); ++k) any = any || grad.count({int32_t(id), int32_t(k)});
     if (!any || node.inputs.empty()) continue;
     bool float_input = false;
-    for (auto& v : node.inputs) float_input = float_input || (is_floating(g.type(v).dtype) && from_x[size_t(v.node)]);
+    for (auto& v : node.inputs) float_input = float_input || (is_inexact(g.type(v).dtype) && from_x[size_t(v.node)]);
     if (!float_input) continue;
     if (node.op->differentiable == Differentiable::No)
       raise(ErrorKind::Value, node.op->name, node.name,
@@ -65,7 +65,7 @@ std::map<ValueRef, ValueRef> backward(Graph& g, const std::vector<ValueRef>& ys,
     std::vector<ValueRef> dxs;
     if (node.op->grad) {
       GradCtx ctx{g, node, dys_node};
-      for (auto& in : node.inputs) ctx.wanted.push_back(is_floating(g.type(in).dtype) && from_x[size_t(in.node)]);
+      for (auto& in : node.inputs) ctx.wanted.push_back(is_inexact(g.type(in).dtype) && from_x[size_t(in.node)]);
       dxs = node.op->grad(ctx);
     } else {
       // a composite without a rule of its own: differentiate its decomposition
@@ -84,7 +84,7 @@ std::map<ValueRef, ValueRef> backward(Graph& g, const std::vector<ValueRef>& ys,
       raise(ErrorKind::Runtime, node.op->name, node.name, "gradient rule returned the wrong number of gradients");
     for (size_t i = 0; i < dxs.size(); ++i) {
       ValueRef in = node.inputs[i];
-      if (!dxs[i].valid() || !is_floating(g.type(in).dtype) || !from_x[size_t(in.node)]) continue;
+      if (!dxs[i].valid() || !is_inexact(g.type(in).dtype) || !from_x[size_t(in.node)]) continue;
       const TensorType& it = g.type(in);
       const TensorType& gt = g.type(dxs[i]);
       if (gt.dtype != it.dtype || gt.shape.size() != it.shape.size())
@@ -113,7 +113,7 @@ std::vector<ValueRef> gradients(Graph& g, ValueRef y, const std::vector<ValueRef
   g.check_ref(y, "gradients");
   for (auto& x : xs) g.check_ref(x, "gradients");
   const TensorType yt = g.type(y);
-  if (!is_floating(yt.dtype))
+  if (!is_inexact(yt.dtype))
     raise(ErrorKind::Type, "gradients", g.node(y.node).name, "cannot differentiate the non-float tensor " + type_str(yt));
   if (dy.valid()) {
     g.check_ref(dy, "gradients");

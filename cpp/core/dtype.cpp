@@ -11,12 +11,14 @@ size_t dtype_size(DType t) {
     case DType::Bool: case DType::Int8: case DType::UInt8: return 1;
     case DType::Int16: case DType::UInt16: case DType::Float16: case DType::BFloat16: return 2;
     case DType::Int32: case DType::UInt32: case DType::Float32: return 4;
+    case DType::Complex128: return 16;
     default: return 8;
   }
 }
 
 static const char* kNames[kNumDTypes] = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                                         "uint32", "uint64", "float16", "bfloat16", "float32", "float64"};
+                                         "uint32", "uint64", "float16", "bfloat16", "float32", "float64",
+                                         "complex64", "complex128"};
 
 const char* dtype_name(DType t) { return kNames[int(t)]; }
 
@@ -55,6 +57,8 @@ uint16_t float_to_half(float f) {
 }
 
 double load_as_double(const void* p, DType t, int64_t i) {
+  if (t == DType::Complex64) return static_cast<const float*>(p)[2 * i];
+  if (t == DType::Complex128) return static_cast<const double*>(p)[2 * i];
   return dispatch_dtype(t, [&](auto tag) -> double {
     using T = decltype(tag);
     const T* q = static_cast<const T*>(p);
@@ -65,6 +69,16 @@ double load_as_double(const void* p, DType t, int64_t i) {
 }
 
 void store_from_double(void* p, DType t, int64_t i, double v) {
+  if (t == DType::Complex64) {
+    float* q = static_cast<float*>(p) + 2 * i;
+    q[0] = float(v), q[1] = 0;
+    return;
+  }
+  if (t == DType::Complex128) {
+    double* q = static_cast<double*>(p) + 2 * i;
+    q[0] = v, q[1] = 0;
+    return;
+  }
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
     T* q = static_cast<T*>(p);

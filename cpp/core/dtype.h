@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace mg {
@@ -10,13 +11,20 @@ namespace mg {
 enum class DType : uint8_t {
   Bool, Int8, Int16, Int32, Int64, UInt8, UInt16, UInt32, UInt64,
   Float16, BFloat16, Float32, Float64,
+  Complex64, Complex128,  // (real, imaginary) pairs of float32 / float64, as numpy and std::complex
 };
-constexpr int kNumDTypes = 13;
+constexpr int kNumDTypes = 15;
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 std::optional<DType> dtype_from_name(const std::string& name);
-inline bool is_floating(DType t) { return t >= DType::Float16; }
+inline bool is_floating(DType t) { return t >= DType::Float16 && t <= DType::Float64; }  // real floats
+inline bool is_complex(DType t) { return t == DType::Complex64 || t == DType::Complex128; }
+inline bool is_inexact(DType t) { return is_floating(t) || is_complex(t); }  // what gradients flow through
+// float32 for complex64, float64 for complex128; other dtypes unchanged.
+inline DType complex_part_dtype(DType t) {
+  return t == DType::Complex64 ? DType::Float32 : t == DType::Complex128 ? DType::Float64 : t;
+}
 inline bool is_integer(DType t) { return t >= DType::Int8 && t <= DType::UInt64; }
 inline bool is_signed_integer(DType t) { return t >= DType::Int8 && t <= DType::Int64; }
 inline bool is_unsigned_integer(DType t) { return t >= DType::UInt8 && t <= DType::UInt64; }
@@ -39,10 +47,14 @@ inline uint16_t float_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
-// Calls f(T{}) with the host type for t; f16/bf16 map to half_t/bfloat16_t.
+// Calls f(T{}) with the host type for t; f16/bf16 map to half_t/bfloat16_t. Complex dtypes
+// are not dispatched here (ops refuse them unless OpDef::complex says otherwise, and those
+// ops' kernels handle them first).
 template <class F>
 decltype(auto) dispatch_dtype(DType t, F&& f) {
   switch (t) {
+    case DType::Complex64: case DType::Complex128:
+      throw std::logic_error(std::string("internal error: no kernel for ") + dtype_name(t));
     case DType::Bool: return f(bool{});
     case DType::Int8: return f(int8_t{});
     case DType::Int16: return f(int16_t{});
@@ -59,7 +71,8 @@ decltype(auto) dispatch_dtype(DType t, F&& f) {
   }
 }
 
-// Reads element i of a buffer of dtype t as double / writes a double into it.
+// Reads element i of a buffer of dtype t as double / writes a double into it (complex: the
+// real part; the imaginary part is written as 0).
 double load_as_double(const void* p, DType t, int64_t i);
 void store_from_double(void* p, DType t, int64_t i, double v);
 

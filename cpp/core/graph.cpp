@@ -92,10 +92,20 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
   std::vector<TensorType> in;
   in.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) in.push_back(absent[i] ? TensorType{} : type(inputs[i]));
+  if (!op.complex)
+    for (size_t i = 0; i < in.size(); ++i)
+      if (!absent[i] && is_complex(in[i].dtype))
+        raise(ErrorKind::Type, op.name, node_name,
+              "does not take complex tensors, got " + type_str(in[i]) +
+                  (op.inputs.empty() ? std::string() : " for '" + op.input_spec(i).name + "'") +
+                  " (real, imag, absolute or cast give real tensors)");
   InferCtx ctx(op, node_name, in, attrs);
   ctx.absent = absent;
   ctx.regions = &regions;
   std::vector<TensorType> outs = op.infer(ctx);
+  if (!op.complex)
+    for (auto& t : outs)
+      if (is_complex(t.dtype)) raise(ErrorKind::Type, op.name, node_name, "cannot make complex tensors (" + type_str(t) + ")");
   Node n;
   n.op = &op;
   n.name = node_name;

@@ -45,6 +45,12 @@ void register_op(OpDef def) {
   table()[n] = std::move(p);
 }
 
+void accept_complex(const std::string& name) {
+  auto it = table().find(name);
+  if (it == table().end()) throw std::logic_error("accept_complex: op '" + name + "' is not registered");
+  it->second->complex = true;
+}
+
 const char* input_role_name(InputRole r) {
   switch (r) {
     case InputRole::Data: return "data";

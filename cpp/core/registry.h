@@ -115,6 +115,9 @@ struct OpDef {
   // runs (non_zero_indices). Specialisation keeps them unknown; the runtime runs the graph in
   // stages around such nodes (Backend::run_data_dependent) and specialises the rest afterwards.
   std::function<bool(const Node&)> data_dependent;
+  // Takes or makes complex tensors. Nodes of other ops with a complex input or output are
+  // refused when they are made, so their kernels never see one.
+  bool complex = false;
   bool composite() const { return bool(expand) || bool(expand_node); }
   // The decomposition of node n (of this op) with `inputs` in schema order.
   std::vector<ValueRef> decompose(Graph& g, const Node& n, const std::vector<ValueRef>& inputs) const {
@@ -127,6 +130,9 @@ struct OpDef {
 // Registers a definition. Refuses float-capable ops with neither a gradient rule nor an
 // explicit not-differentiable mark.
 void register_op(OpDef def);
+// Marks an op registered earlier as taking complex tensors (OpDef::complex): for ops whose
+// kernels only move bytes (reshape, slice, concat...), listed with the complex family.
+void accept_complex(const std::string& name);
 const OpDef* find_op(const std::string& name);
 const OpDef& get_op(const std::string& name);  // throws for unknown ops
 std::vector<const OpDef*> all_ops();

@@ -28,7 +28,7 @@ if _sys.platform.startswith("linux"):
     del _spec, _libdir
 from . import _core
 from ._dtypes import (DType, as_dtype, bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16,
-                      bfloat16, float32, float64)
+                      bfloat16, float32, float64, complex64, complex128)
 from ._devices import Device, cpu, metal, cuda, devices, default_device
 from ._graph import (Graph, Tensor, Variable, Operation, Executable, ShapedType, TensorData, CacheInfo, GraphError,
                      GraphValueError, GraphTypeError, GraphIndexError)

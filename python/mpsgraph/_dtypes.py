@@ -10,6 +10,7 @@ bool_ = _core.DType.bool
 int8, int16, int32, int64 = DType.int8, DType.int16, DType.int32, DType.int64
 uint8, uint16, uint32, uint64 = DType.uint8, DType.uint16, DType.uint32, DType.uint64
 float16, bfloat16, float32, float64 = DType.float16, DType.bfloat16, DType.float32, DType.float64
+complex64, complex128 = DType.complex64, DType.complex128
 
 _BF16_NP = None  # numpy's bfloat16 (ml_dtypes), loaded by bfloat16_numpy() on first use
 
@@ -42,6 +43,8 @@ def as_dtype(x, op="dtype"):
         return x
     if isinstance(x, str) and x in _NAMES:
         return _NAMES[x]
+    if isinstance(x, str) and x == "complex32":  # numpy has no complex32 to exchange data with
+        raise _core.GraphTypeError(f"[{op}] complex32 is not supported; use complex64")
     if isinstance(x, str) and x in ("half", "float", "double"):
         return {"half": float16, "float": float32, "double": float64}[x]
     try:
@@ -65,6 +68,10 @@ def to_numpy_dtype(d):
 
 def is_floating(d):
     return as_dtype(d) in (float16, bfloat16, float32, float64)
+
+
+def is_complex(d):
+    return as_dtype(d) in (complex64, complex128)
 
 
 def is_integer(d):

@@ -337,6 +337,8 @@ class Graph(ControlFlowMixin):
         if dtype is None and not isinstance(value, (np.ndarray, np.generic)):
             if arr.dtype == np.float64:  # Python floats and ints: MPSGraph's 32-bit defaults
                 arr = arr.astype(np.float32)
+            elif arr.dtype == np.complex128:
+                arr = arr.astype(np.complex64)
             elif arr.dtype == np.int64:
                 arr = arr.astype(np.int32)
         data = as_tensor_data(np.asarray(arr, order="C"))
@@ -350,6 +352,8 @@ class Graph(ControlFlowMixin):
         if dtype is None and not isinstance(initial_value, (np.ndarray, np.generic)):
             if arr.dtype == np.float64:
                 arr = arr.astype(np.float32)
+            elif arr.dtype == np.complex128:
+                arr = arr.astype(np.complex64)
             elif arr.dtype == np.int64:
                 arr = arr.astype(np.int32)
         data = as_tensor_data(np.asarray(arr, order="C"))

@@ -127,10 +127,10 @@ class Executable:
 
 class Graph:
     def abs(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """|x|. abs of the most negative integer is itself, as in numpy."""
+        """|x|. abs of the most negative integer is itself, as in numpy; a complex x gives its real modulus."""
         ...
     def absolute(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """|x|. abs of the most negative integer is itself, as in numpy."""
+        """|x|. abs of the most negative integer is itself, as in numpy; a complex x gives its real modulus."""
         ...
     def acos(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Inverse cosine."""
@@ -152,6 +152,9 @@ class Graph:
         ...
     def all(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, axes: Any = ..., keep_dims: Any = ..., name: Any = ...) -> Any:
         """numpy-style all(x, axis=None, keepdims=False): Graph.reduction_and with the reduced axes dropped by default (axis=None reduces all axes)."""
+        ...
+    def angle(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The argument of a complex tensor, atan2(imag, real), in (-pi, pi], as numpy's angle."""
         ...
     def any(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, axes: Any = ..., keep_dims: Any = ..., name: Any = ...) -> Any:
         """numpy-style any(x, axis=None, keepdims=False): Graph.reduction_or with the reduced axes dropped by default (axis=None reduces all axes)."""
@@ -281,11 +284,20 @@ class Graph:
     def compile(self, feeds: Any, targets: Any, target_operations: Any = ..., device: Any = ...) -> Any:
         """Compiles for the feeds' types ({placeholder: ShapedType or (shape, dtype)}) and"""
         ...
+    def complex(self, real: TensorLike, imaginary: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """real + i * imaginary, broadcasting like numpy: float32 parts give complex64, float64 parts complex128 (CPU only). complex32 is not supported."""
+        ...
     def concat(self, tensors: Sequence[TensorLike], axis: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """Joins tensors along an existing axis; they share dtype and rank and all other dims."""
         ...
     def concatenate(self, tensors: Sequence[TensorLike], axis: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """Joins tensors along an existing axis; they share dtype and rank and all other dims."""
+        ...
+    def conj(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """Complex conjugate x - iy; a real tensor is returned unchanged."""
+        ...
+    def conjugate(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """Complex conjugate x - iy; a real tensor is returned unchanged."""
         ...
     def constant(self, value: Any, dtype: Any = ..., name: Any = ...) -> Any:
         """A constant. Python floats become float32, ints int32 and bools bool unless dtype"""
@@ -389,6 +401,9 @@ class Graph:
     def eye(self, n: int, m: Optional[int] = ..., k: int = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
         """A 2-D (n, m) tensor with ones on the k-th diagonal and zeros elsewhere, as numpy's eye."""
         ...
+    def fast_fourier_transform(self, x: TensorLike, axes: Optional[int | Sequence[int]] = ..., inverse: bool = ..., scaling_mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The discrete Fourier transform over `axes`: sum_n x[n] exp(-+ i 2pi k n / N), with '+' when inverse. A real input is taken as complex. numpy.fft.fftn(x, axes=axes) is the default; ifftn is inverse=True, scaling_mode='size'. complex64 (from float32) or complex128 (CPU)."""
+        ...
     def flatten(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Reshapes to 1-D."""
         ...
@@ -464,11 +479,20 @@ class Graph:
     def hard_swish(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """x * hard_sigmoid(x) = x * clamp(x / 6 + 0.5, 0, 1)."""
         ...
+    def hermitean_to_real_fft(self, x: TensorLike, axes: Optional[int | Sequence[int]] = ..., inverse: bool = ..., scaling_mode: str = ..., round_to_odd_hermitean: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The real signal whose half spectrum (m frequencies along the last of `axes`) is x: 2(m-1) points there, 2(m-1)+1 with round_to_odd_hermitean. numpy.fft.irfftn(x, s, axes) is inverse=True, scaling_mode='size'. The imaginary parts of the zero (and, for an even length, the Nyquist) frequency are ignored, as numpy does."""
+        ...
     def identity(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Returns its input."""
         ...
     def if_then_else(self, predicate: Any, then_fn: Any, else_fn: Any = ..., name: Any = ...) -> Any:
         """MPSGraph's ifWithPredicateTensor:thenBlock:elseBlock:. `predicate` is a bool scalar"""
+        ...
+    def imag(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The imaginary part of a complex tensor (float32 for complex64), as numpy's imag."""
+        ...
+    def imaginary_part(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The imaginary part of a complex tensor (float32 for complex64), as numpy's imag."""
         ...
     def instance_normalization(self, x: TensorLike, gamma: Optional[TensorLike] = ..., beta: Optional[TensorLike] = ..., epsilon: float = ..., data_layout: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """Normalises each (sample, channel) over the spatial dims; gamma and beta are per channel."""
@@ -710,6 +734,15 @@ class Graph:
         ...
     def read_variable(self, variable: Any, name: Any = ...) -> Any:
         """The variable's value at the start of the run (MPSGraph's readVariable)."""
+        ...
+    def real(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The real part of a complex tensor (float32 for complex64), as numpy's real."""
+        ...
+    def real_part(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The real part of a complex tensor (float32 for complex64), as numpy's real."""
+        ...
+    def real_to_hermitean_fft(self, x: TensorLike, axes: Optional[int | Sequence[int]] = ..., inverse: bool = ..., scaling_mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The Fourier transform of a real tensor over `axes`, keeping the n//2+1 unique frequencies of the last of them (the highest axis): numpy.fft.rfftn(x, axes=axes). inverse and scaling_mode as in fast_fourier_transform."""
         ...
     def reciprocal(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """1/x."""

@@ -73,6 +73,9 @@ def _scalar_constant(g, op, value, ref):
         info = np.iinfo(np.dtype(ref.name))
         if isinstance(v, numbers.Integral) and not (info.min <= v <= info.max):
             raise GraphValueError(f"[{op}] Python int {v} is out of range for {ref.name}")
+    if isinstance(v, complex) and ref.name not in ("complex64", "complex128"):
+        raise GraphTypeError(f"[{op}] complex value {v!r} cannot take the dtype {ref.name} of the other operand; "
+                             f"make that operand complex (g.complex or cast)")
     if ref == bool_ and not isinstance(v, (bool, np.bool_)) and v not in (0, 1):
         raise GraphTypeError(f"[{op}] value {v!r} cannot take the dtype bool of the other operand")
     return g.constant(v, dtype=ref)

@@ -151,6 +151,8 @@ void ensure_kernels() {
     register_dynamic_kernels();
     register_gather_kernels();
     register_sort_kernels();
+    register_complex_kernels();
+    register_fft_kernels();
     return true;
   }();
   (void)done;
@@ -186,6 +188,11 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
 }
 
 void register_kernel(const std::string& op, KernelFactory factory) { kernels()[op] = std::move(factory); }
+
+KernelFactory registered_kernel(const std::string& op) {
+  auto it = kernels().find(op);
+  return it == kernels().end() ? KernelFactory{} : it->second;
+}
 
 static const KernelFactory* find_kernel(const std::string& op) {
   ensure_kernels();

@@ -29,6 +29,8 @@ struct KernelCtx {
 using KernelFactory = std::function<KernelFn(const KernelCtx&)>;
 
 void register_kernel(const std::string& op, KernelFactory factory);
+// The factory registered so far for op (empty if none): lets a later family extend a kernel.
+KernelFactory registered_kernel(const std::string& op);
 
 // Data-dependent ops (OpDef::data_dependent) run between stages: the prepared function
 // allocates its outputs when it runs, since only then are their shapes known. The factory
@@ -58,6 +60,8 @@ void register_sparse_kernels();
 void register_dynamic_kernels();
 void register_gather_kernels();
 void register_sort_kernels();
+void register_complex_kernels();  // after the families whose kernels it extends to complex dtypes
+void register_fft_kernels();
 
 std::unique_ptr<Backend> make_cpu_backend();
 

@@ -193,5 +193,6 @@ void register_gather_lowerings();
 void register_sort_lowerings();
 void register_control_flow_lowerings();
 void register_nn_lowerings();
+void register_fft_lowerings();  // after elementwise: extends absolute and cast to complex
 
 }  // namespace mg::metal

@@ -35,6 +35,11 @@ MPSDataType mps_dtype(DType t, const std::string& op, const std::string& node) {
     case DType::BFloat16:
       if (@available(macOS 14.0, *)) return MPSDataTypeBFloat16;
       raise(ErrorKind::NotImplemented, op, node, "bfloat16 needs macOS 14 or newer on the metal backend");
+    case DType::Complex64:
+      if (@available(macOS 14.0, *)) return MPSDataTypeComplexFloat32;
+      raise(ErrorKind::NotImplemented, op, node, "complex64 needs macOS 14 or newer on the metal backend");
+    case DType::Complex128:
+      raise(ErrorKind::Type, op, node, "complex128 is not supported by MPSGraph; cast to complex64");
     case DType::Float64:
       break;
   }
@@ -99,6 +104,7 @@ void ensure_registered() {
     register_sort_lowerings();
     register_control_flow_lowerings();
     register_nn_lowerings();
+    register_fft_lowerings();
     return true;
   }();
   (void)done;

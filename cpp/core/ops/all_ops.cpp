@@ -11,6 +11,7 @@ bool in_class(DType t, unsigned cls) {
   if (is_bool(t)) return cls & kBool;
   if (is_signed_integer(t)) return cls & kSigned;
   if (is_unsigned_integer(t)) return cls & kUnsigned;
+  if (is_complex(t)) return cls & kComplex;
   return cls & kFloat;
 }
 
@@ -21,6 +22,8 @@ std::string class_name(unsigned cls) {
   if (cls == kBool) return "a bool";
   if (cls == kNumeric) return "a numeric (non-bool)";
   if (cls == (kFloat | kSigned)) return "a signed or floating-point";
+  if (cls == kComplex) return "a complex";
+  if (cls == (kFloat | kComplex)) return "a floating-point or complex";
   return "a supported";
 }
 
@@ -53,6 +56,8 @@ void register_all_ops() {
   ops::register_normalization_ops();
   ops::register_dynamic_ops();
   ops::register_sort_ops();
+  ops::register_complex_ops();  // after the families whose ops it marks as taking complex
+  ops::register_fft_ops();
 }
 
 }  // namespace mg

@@ -40,7 +40,7 @@ std::vector<TensorType> infer_sum_to_like(InferCtx& c) {
     ok = l == 1 || l == x || l < 0 || x < 0;
   }
   if (!ok) c.fail(ErrorKind::Value, "shape " + shape_str(ls) + " does not broadcast to " + shape_str(xs));
-  require_class(c, 0, kNumeric);
+  require_class(c, 0, kNumeric | kComplex);
   return std::vector<TensorType>{{c.in[0].dtype, ls}};
 }
 

@@ -33,6 +33,7 @@ inline bool has_attr(const Attrs& a, const std::string& name) { return a.count(n
 enum TypeClass : unsigned {
   kBool = 1, kSigned = 2, kUnsigned = 4, kFloat = 8,
   kInt = kSigned | kUnsigned, kNumeric = kInt | kFloat, kAny = kNumeric | kBool,
+  kComplex = 16,  // complex64 / complex128: never part of kAny, an op opts in
 };
 bool in_class(DType t, unsigned cls);
 std::string class_name(unsigned cls);
@@ -74,5 +75,7 @@ void register_sparse_ops();
 void register_dynamic_ops();
 void register_gather_ops();
 void register_sort_ops();
+void register_complex_ops();  // core/ops/complex.cpp
+void register_fft_ops();
 
 }  // namespace mg::ops

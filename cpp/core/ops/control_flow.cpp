@@ -159,7 +159,7 @@ std::vector<ValueRef> by_first_input(const Node& node, const std::map<ValueRef, 
 }
 
 void add_grad(Graph& g, std::map<ValueRef, ValueRef>& grads, ValueRef v, ValueRef d) {
-  if (!d.valid() || !is_floating(g.type(v).dtype)) return;
+  if (!d.valid() || !is_inexact(g.type(v).dtype)) return;
   auto it = grads.find(v);
   if (it == grads.end()) grads[v] = d;
   else it->second = g.add1("addition", {it->second, d});
@@ -255,7 +255,7 @@ std::vector<char> wanted_captures(const GradCtx& c, const std::vector<ValueRef>&
   for (auto& v : caps) {
     bool want = false;
     for (size_t i = 0; i < c.node.inputs.size(); ++i) want = want || (c.node.inputs[i] == v && c.wants(i));
-    w.push_back(want && is_floating(c.g.type(v).dtype));
+    w.push_back(want && is_inexact(c.g.type(v).dtype));
   }
   return w;
 }

@@ -22,6 +22,9 @@ struct RuleBuilder {
   ValueRef k(double v, ValueRef like) { return scalar_like(g, v, like); }
   ValueRef select(ValueRef p, ValueRef a, ValueRef b) { return op("select", {p, a, b}); }
   ValueRef zero_where_not(ValueRef p, ValueRef a) { return select(p, a, k(0, a)); }
+  // conj(a) for complex a, else a itself: gradients follow PyTorch's convention (the gradient
+  // of a real loss L at z = x + iy is dL/dx + i dL/dy), so a holomorphic f passes dy * conj(f'(z)).
+  ValueRef cj(ValueRef a) { return is_complex(g.type(a).dtype) ? op("conjugate", {a}) : a; }
 };
 
 using Rule1 = std::function<ValueRef(RuleBuilder&, ValueRef x, ValueRef y, ValueRef dy)>;
@@ -34,6 +37,7 @@ struct UnarySpec {
   std::vector<std::string> aliases;
   const char* doc;
   Rule1 grad = nullptr;  // null: not differentiable
+  bool real_of_complex = false;  // a complex input gives its real part dtype (absolute)
 };
 
 struct BinarySpec {
@@ -45,9 +49,10 @@ struct BinarySpec {
   Rule2 grad = nullptr;  // gradients before summing back broadcast dims
 };
 
-std::vector<TensorType> infer_unary(InferCtx& c, unsigned cls, bool to_bool) {
+std::vector<TensorType> infer_unary(InferCtx& c, unsigned cls, bool to_bool, bool real_of_complex) {
   require_class(c, 0, cls);
-  return std::vector<TensorType>{{to_bool ? DType::Bool : c.in[0].dtype, c.in[0].shape}};
+  DType out = to_bool ? DType::Bool : real_of_complex ? complex_part_dtype(c.in[0].dtype) : c.in[0].dtype;
+  return std::vector<TensorType>{{out, c.in[0].shape}};
 }
 
 std::vector<TensorType> infer_binary(InferCtx& c, unsigned cls, bool to_bool) {
@@ -58,7 +63,7 @@ std::vector<TensorType> infer_binary(InferCtx& c, unsigned cls, bool to_bool) {
 
 void unary(const UnarySpec& s) {
   unsigned cls = s.accepts;
-  bool to_bool = s.to_bool;
+  bool to_bool = s.to_bool, real_of_complex = s.real_of_complex;
   GradFn grad;
   if (s.grad)
     grad = [rule = s.grad](GradCtx& c) {
@@ -68,11 +73,12 @@ void unary(const UnarySpec& s) {
   register_op({.name = s.name,
                .doc = s.doc,
                .inputs = {{"x"}},
-               .infer = [cls, to_bool](InferCtx& c) { return infer_unary(c, cls, to_bool); },
+               .infer = [cls, to_bool, real_of_complex](InferCtx& c) { return infer_unary(c, cls, to_bool, real_of_complex); },
                .grad = grad,
                .differentiable = s.grad ? Differentiable::Yes : Differentiable::No,
                .aliases = s.aliases,
-               .family = "elementwise"});
+               .family = "elementwise",
+               .complex = (cls & kComplex) != 0});
 }
 
 void binary(const BinarySpec& s) {
@@ -93,7 +99,8 @@ void binary(const BinarySpec& s) {
                .grad = grad,
                .differentiable = s.grad ? Differentiable::Yes : Differentiable::No,
                .aliases = s.aliases,
-               .family = "elementwise"});
+               .family = "elementwise",
+               .complex = (cls & kComplex) != 0});
 }
 
 
@@ -138,21 +145,29 @@ std::vector<TensorType> infer_cast(InferCtx& c) {
 
 std::vector<ValueRef> grad_cast(GradCtx& c) {
   DType from = c.g.type(c.x(0)).dtype;
-  if (!is_floating(from) || !is_floating(c.g.type(c.dy[0]).dtype)) return std::vector<ValueRef>{ValueRef{}};
+  // complex -> real keeps the real part, real -> complex sets it: casting dy back is the gradient
+  if (!is_inexact(from) || !is_inexact(c.g.type(c.dy[0]).dtype)) return std::vector<ValueRef>{ValueRef{}};
   return std::vector<ValueRef>{call(c.g, "cast", {c.dy[0]}, {{"dtype", from}})};
 }
 
 }  // namespace
 
 void register_elementwise_ops() {
-  const unsigned F = kFloat, N = kNumeric, A = kAny, I = kInt, IB = kInt | kBool, B = kBool;
+  const unsigned F = kFloat, N = kNumeric, A = kAny, I = kInt, IB = kInt | kBool, B = kBool, C = kComplex;
   const std::vector<UnarySpec> unaries = {
-      {"identity", A, false, {}, "Returns its input.",
+      {"identity", A | C, false, {}, "Returns its input.",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return dy; }},
-      {"negative", N, false, {"neg"}, "-x. Integers wrap around (two's complement).",
+      {"negative", N | C, false, {"neg"}, "-x. Integers wrap around (two's complement).",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.neg(dy); }},
-      {"absolute", N, false, {"abs"}, "|x|. abs of the most negative integer is itself, as in numpy.",
-       [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.mul(dy, b.op("sign", {x})); }},
+      {"absolute", N | C, false, {"abs"},
+       "|x|. abs of the most negative integer is itself, as in numpy; a complex x gives its real modulus.",
+       [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef {
+         if (!is_complex(b.g.type(x).dtype)) return b.mul(dy, b.op("sign", {x}));
+         // dy * x / |x|, and 0 at x == 0
+         ValueRef safe = b.select(b.op("equal", {y, b.k(0, y)}), b.k(1, y), y);
+         return b.mul(b.op("complex", {b.div(dy, safe), zeros_like(b.g, dy)}), x);
+       },
+       true},
       {"sign", N, false, {}, "-1, 0 or 1 (NaN stays NaN; -0.0 gives -0.0).",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return zeros_like(b.g, x); }},
       {"floor", N, false, {}, "Largest integer not greater than x (identity on integers).",
@@ -163,8 +178,8 @@ void register_elementwise_ops() {
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return zeros_like(b.g, x); }},
       {"truncate", N, false, {"trunc"}, "Rounds toward zero (identity on integers).",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return zeros_like(b.g, x); }},
-      {"exponent", F, false, {"exp"}, "e**x.",
-       [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.mul(dy, y); }},
+      {"exponent", F | C, false, {"exp"}, "e**x.",
+       [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.mul(dy, b.cj(y)); }},
       {"exponent_base2", F, false, {"exp2"}, "2**x.",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.mul(b.mul(dy, y), b.k(0.69314718055994530942, x)); }},
       {"exponent_base10", F, false, {"exp10"}, "10**x.",
@@ -179,14 +194,14 @@ void register_elementwise_ops() {
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.div(dy, b.mul(x, b.k(0.69314718055994530942, x))); }},
       {"logarithm_base10", F, false, {"log10"}, "Base-10 logarithm.",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.div(dy, b.mul(x, b.k(2.30258509299404568402, x))); }},
-      {"square", N, false, {}, "x*x.",
-       [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.mul(dy, b.mul(x, b.k(2, x))); }},
+      {"square", N | C, false, {}, "x*x.",
+       [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.mul(dy, b.cj(b.mul(x, b.k(2, x)))); }},
       {"square_root", F, false, {"sqrt"}, "Square root; sqrt(x<0) = nan.",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.div(b.mul(dy, b.k(0.5, x)), y); }},
       {"reverse_square_root", F, false, {"rsqrt"}, "1/sqrt(x).",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.mul(b.mul(dy, b.k(-0.5, x)), b.mul(y, b.mul(y, y))); }},
-      {"reciprocal", F, false, {}, "1/x.",
-       [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.neg(b.mul(dy, b.mul(y, y))); }},
+      {"reciprocal", F | C, false, {}, "1/x.",
+       [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.neg(b.mul(dy, b.cj(b.mul(y, y)))); }},
       {"sin", F, false, {}, "Sine.",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.mul(dy, b.op("cos", {x})); }},
       {"cos", F, false, {}, "Cosine.",
@@ -226,22 +241,22 @@ void register_elementwise_ops() {
   for (auto& u : unaries) unary(u);
 
   const std::vector<BinarySpec> binaries = {
-      {"addition", N, false, {"add"}, "x + y. Integers wrap around.",
+      {"addition", N | C, false, {"add"}, "x + y. Integers wrap around.",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef z, ValueRef dz) -> std::pair<ValueRef, ValueRef> {
         return {dz, dz};
       }},
-      {"subtraction", N, false, {"subtract"}, "x - y. Integers wrap around.",
+      {"subtraction", N | C, false, {"subtract"}, "x - y. Integers wrap around.",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef z, ValueRef dz) -> std::pair<ValueRef, ValueRef> {
         return {dz, b.neg(dz)};
       }},
-      {"multiplication", N, false, {"multiply"}, "x * y. Integers wrap around.",
+      {"multiplication", N | C, false, {"multiply"}, "x * y. Integers wrap around.",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef z, ValueRef dz) -> std::pair<ValueRef, ValueRef> {
-        return {b.mul(dz, y), b.mul(dz, x)};
+        return {b.mul(dz, b.cj(y)), b.mul(dz, b.cj(x))};
       }},
-      {"division", N, false, {"divide"},
+      {"division", N | C, false, {"divide"},
        "x / y. Integer division truncates toward zero as in C and MPSGraph; integer division by zero gives 0.",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef z, ValueRef dz) -> std::pair<ValueRef, ValueRef> {
-        return {b.div(dz, y), b.neg(b.div(b.mul(dz, z), y))};
+        return {b.div(dz, b.cj(y)), b.neg(b.div(b.mul(dz, b.cj(z)), b.cj(y)))};
       }},
       {"floor_division", N, false, {"floor_divide"},
        "floor(x / y) as numpy's floor_divide; integer division by zero gives 0.",
@@ -277,8 +292,8 @@ void register_elementwise_ops() {
         auto r2 = b.add(b.mul(x, x), b.mul(y, y));
         return {b.div(b.mul(dz, y), r2), b.neg(b.div(b.mul(dz, x), r2))};
       }},
-      {"equal", A, true, {}, "x == y."},
-      {"not_equal", A, true, {}, "x != y."},
+      {"equal", A | C, true, {}, "x == y."},
+      {"not_equal", A | C, true, {}, "x != y."},
       {"less_than", A, true, {"less"}, "x < y."},
       {"less_than_or_equal_to", A, true, {"less_equal"}, "x <= y."},
       {"greater_than", A, true, {"greater"}, "x > y."},
