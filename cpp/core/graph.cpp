@@ -96,6 +96,7 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
   ctx.absent = absent;
   ctx.regions = &regions;
   std::vector<TensorType> outs = op.infer(ctx);
+  for (auto& t : outs) check_shape(t.shape, dtype_size(t.dtype), true, op.name, node_name);
   Node n;
   n.op = &op;
   n.name = node_name;
