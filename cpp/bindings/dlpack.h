@@ -1,4 +1,5 @@
-// The DLPack ABI (v0.8 "unversioned" capsule layout), declared here from the public spec.
+// The DLPack ABI, declared here from the public spec: the v0.8 "unversioned" capsule layout
+// ("dltensor") and the 1.x versioned one ("dltensor_versioned", with flags).
 #pragma once
 #include <cstdint>
 
@@ -28,4 +29,17 @@ typedef struct DLManagedTensor {
   void* manager_ctx;
   void (*deleter)(struct DLManagedTensor* self);
 } DLManagedTensor;
+typedef struct {
+  uint32_t major;
+  uint32_t minor;
+} DLPackVersion;
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
+typedef struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(struct DLManagedTensorVersioned* self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+} DLManagedTensorVersioned;
 }

@@ -3,15 +3,20 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <shared_mutex>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -82,12 +87,44 @@ DType dtype_arg(const py::handle& h) {
     if (!d) throw GraphError(ErrorKind::Type, "[dtype] unknown dtype '" + h.cast<std::string>() + "'");
     return *d;
   }
-  return h.cast<DType>();
+  try {
+    return h.cast<DType>();
+  } catch (const py::cast_error&) {
+    throw GraphError(ErrorKind::Type, "[dtype] expected a dtype (mg.float32, 'float32', ...), got " +
+                                          py::repr(h).cast<std::string>());
+  }
 }
 
 // ---------- wrapping host memory ----------
 
-TensorData from_buffer(py::buffer obj) {
+// Gathers a strided source (strides in bytes) into contiguous dst, element by element.
+void strided_copy(const char* base, const Shape& shape, const std::vector<int64_t>& strides, size_t itemsize, char* dst) {
+  int64_t n = num_elements(shape);
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t off = 0;
+    for (size_t d = 0; d < shape.size(); ++d) off += idx[d] * strides[d];
+    std::memcpy(dst + size_t(e) * itemsize, base + off, itemsize);
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+bool is_contiguous(const Shape& shape, const std::vector<int64_t>& strides, int64_t itemsize) {
+  int64_t expect = itemsize;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 0) return true;
+    if (shape[i] != 1 && strides[i] != expect) return false;
+    expect *= shape[i];
+  }
+  return true;
+}
+
+// What a buffer-protocol object holds. `for_output`: out= wants it written in place, so a
+// buffer that would need a copy (non-contiguous, misaligned) or is read-only is refused.
+TensorData from_buffer(py::buffer obj, bool for_output = false) {
   py::buffer_info info = obj.request();
   std::string fmt = info.format;
   if (!fmt.empty() && (fmt[0] == '<' || fmt[0] == '=' || fmt[0] == '@')) fmt = fmt.substr(1);
@@ -100,17 +137,25 @@ TensorData from_buffer(py::buffer obj) {
   if (fmt == "L") dt = info.itemsize == 8 ? DType::UInt64 : DType::UInt32;
   if (fmt == "c") dt = DType::Int8;
   if (!dt) throw GraphError(ErrorKind::Type, "[TensorData] unsupported buffer format '" + info.format + "'");
+  if (size_t(info.itemsize) != dtype_size(*dt))
+    throw GraphError(ErrorKind::Type, "[TensorData] buffer format '" + info.format + "' with item size " +
+                                          std::to_string(info.itemsize) + " is not " + dtype_name(*dt));
   Shape shape(info.shape.begin(), info.shape.end());
+  check_shape(shape, size_t(info.itemsize), false, "TensorData");
   int64_t n = num_elements(shape);
-  bool contiguous = true;
-  int64_t expect = info.itemsize;
-  for (size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] != 1 && info.strides[i] != expect) contiguous = false;
-    expect *= shape[i];
-  }
+  std::vector<int64_t> strides(info.strides.begin(), info.strides.end());
+  bool contiguous = is_contiguous(shape, strides, info.itemsize);
   bool aligned = reinterpret_cast<uintptr_t>(info.ptr) % size_t(info.itemsize) == 0;
+  if (for_output) {
+    const std::string what = "[run] out= buffer of type " + type_str({*dt, shape});
+    if (info.readonly) throw GraphError(ErrorKind::Value, what + " is read-only");
+    if (!contiguous) throw GraphError(ErrorKind::Value, what + " is not C-contiguous; results are written in place, "
+                                                               "so pass a C-contiguous buffer");
+    if (!aligned) throw GraphError(ErrorKind::Value, what + " is not aligned to its item size");
+  }
   TensorData td;
   td.device = Device{};
+  td.readonly = info.readonly;
   auto arr = std::make_shared<Array>();
   arr->dtype = *dt;
   arr->shape = shape;
@@ -124,104 +169,239 @@ TensorData from_buffer(py::buffer obj) {
     arr->buffer = Buffer::borrow(info.ptr, size_t(n) * size_t(info.itemsize), owner);
   } else {
     arr->buffer = Buffer::allocate(size_t(n) * size_t(info.itemsize));
-    // gather element by element through the strides (visible: td.copied)
-    const char* base = static_cast<const char*>(info.ptr);
-    char* dst = static_cast<char*>(arr->buffer->data);
-    std::vector<int64_t> idx(shape.size(), 0);
-    for (int64_t e = 0; e < n; ++e) {
-      int64_t off = 0;
-      for (size_t d = 0; d < shape.size(); ++d) off += idx[d] * info.strides[d];
-      std::memcpy(dst + e * info.itemsize, base + off, size_t(info.itemsize));
-      for (size_t d = shape.size(); d-- > 0;) {
-        if (++idx[d] < shape[d]) break;
-        idx[d] = 0;
-      }
-    }
+    // gathered through the strides, visibly (td.copied); the copy is ours, so writable
+    strided_copy(static_cast<const char*>(info.ptr), shape, strides, size_t(info.itemsize),
+                 static_cast<char*>(arr->buffer->data));
     td.copied = true;
+    td.readonly = false;
   }
   td.array = arr;
   return td;
 }
 
-TensorData from_dlpack_capsule(py::capsule cap, py::object producer) {
-  if (std::strcmp(cap.name(), "dltensor") != 0) throw GraphError(ErrorKind::Value, "[TensorData] expected a 'dltensor' capsule");
-  auto* m = static_cast<DLManagedTensor*>(cap.get_pointer());
-  DLTensor& t = m->dl_tensor;
-  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
-    throw GraphError(ErrorKind::Value, "[TensorData] DLPack tensor on device type " + std::to_string(t.device.device_type) +
-                          " cannot be used by the cpu backend");
-  auto dt = from_dl_dtype(t.dtype);
-  if (!dt) throw GraphError(ErrorKind::Type, "[TensorData] unsupported DLPack dtype code " + std::to_string(t.dtype.code) + " bits " +
-                                std::to_string(t.dtype.bits));
-  Shape shape(t.shape, t.shape + t.ndim);
-  if (t.strides) {
-    int64_t expect = 1;
-    for (int i = t.ndim; i-- > 0;) {
-      if (shape[size_t(i)] != 1 && t.strides[i] != expect)
-        throw GraphError(ErrorKind::Value, "[TensorData] non-contiguous DLPack tensors are not supported; make it contiguous first");
-      expect *= shape[size_t(i)];
-    }
-  }
-  PyCapsule_SetName(cap.ptr(), "used_dltensor");
-  auto owner = std::shared_ptr<void>(m, [](void* p) {
-    auto* mt = static_cast<DLManagedTensor*>(p);
+// Frees a consumed DLPack tensor when the last Array using its memory goes.
+template <class M>
+std::shared_ptr<void> dlpack_owner(M* m) {
+  return std::shared_ptr<void>(m, [](void* p) {
+    auto* mt = static_cast<M*>(p);
     if (mt->deleter) {
       py::gil_scoped_acquire g;
       mt->deleter(mt);
     }
   });
-  (void)producer;
+}
+
+[[noreturn]] void dlpack_fail(ErrorKind k, const std::string& msg) {
+  throw GraphError(k, "[TensorData] __dlpack__ " + msg);
+}
+
+// A DLPack capsule: "dltensor" (unversioned) or "dltensor_versioned" (1.x; read-only flag
+// respected). Contiguous tensors are used in place; strided ones are copied once (visible
+// as TensorData.copied), as non-contiguous buffers are. Everything is checked before the
+// capsule is marked used, so a refused capsule is still freed by its own destructor.
+TensorData from_dlpack_capsule(py::handle capobj) {
+  if (!PyCapsule_CheckExact(capobj.ptr()))
+    dlpack_fail(ErrorKind::Type, "returned a '" + std::string(Py_TYPE(capobj.ptr())->tp_name) + "', not a DLPack capsule");
+  const char* name = PyCapsule_GetName(capobj.ptr());
+  if (!name) {
+    PyErr_Clear();
+    dlpack_fail(ErrorKind::Value, "returned a capsule without a name; expected 'dltensor' or 'dltensor_versioned'");
+  }
+  const bool versioned = std::strcmp(name, "dltensor_versioned") == 0;
+  if (!versioned && std::strcmp(name, "dltensor") != 0)
+    dlpack_fail(ErrorKind::Value, "returned a capsule named '" + std::string(name) +
+                                      "'; expected 'dltensor' or 'dltensor_versioned' (a used capsule cannot be reused)");
+  void* ptr = PyCapsule_GetPointer(capobj.ptr(), name);
+  if (!ptr) {
+    PyErr_Clear();
+    dlpack_fail(ErrorKind::Value, "returned a capsule holding a NULL pointer");
+  }
+  DLTensor* t;
+  bool readonly = false;
+  if (versioned) {
+    auto* m = static_cast<DLManagedTensorVersioned*>(ptr);
+    if (m->version.major != 1)
+      dlpack_fail(ErrorKind::Value, "returned a DLPack " + std::to_string(m->version.major) + "." +
+                                        std::to_string(m->version.minor) + " tensor; version 1.x is supported");
+    t = &m->dl_tensor;
+    readonly = (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
+  } else {
+    t = &static_cast<DLManagedTensor*>(ptr)->dl_tensor;
+  }
+  if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost)
+    dlpack_fail(ErrorKind::Value, "gave a tensor on device type " + std::to_string(t->device.device_type) +
+                                      ", which the cpu backend cannot read");
+  auto dt = from_dl_dtype(t->dtype);
+  if (!dt)
+    dlpack_fail(ErrorKind::Type, "gave an unsupported dtype (code " + std::to_string(t->dtype.code) + ", bits " +
+                                     std::to_string(t->dtype.bits) + ", lanes " + std::to_string(t->dtype.lanes) + ")");
+  if (t->ndim < 0 || t->ndim > 64 || (t->ndim > 0 && !t->shape))
+    dlpack_fail(ErrorKind::Value, "gave an invalid rank " + std::to_string(t->ndim) + (t->shape ? "" : " or no shape"));
+  Shape shape(t->shape, t->shape + t->ndim);
+  const size_t item = dtype_size(*dt);
+  std::string why = shape_problem(shape, item, false);
+  if (!why.empty()) dlpack_fail(ErrorKind::Value, "gave shape " + shape_str(shape) + ": " + why);
+  const int64_t n = num_elements(shape);
+  if (n > 0 && !t->data) dlpack_fail(ErrorKind::Value, "gave a NULL data pointer for " + shape_str(shape));
+  std::vector<int64_t> strides(size_t(t->ndim));  // in bytes
+  bool contiguous = true;
+  if (t->strides) {
+    for (size_t i = 0; i < strides.size(); ++i) {
+      auto b = checked_mul(t->strides[i] < 0 ? -t->strides[i] : t->strides[i], int64_t(item));
+      if (!b || t->strides[i] == std::numeric_limits<int64_t>::min())
+        dlpack_fail(ErrorKind::Value, "gave stride " + std::to_string(t->strides[i]) + " out of range");
+      strides[i] = t->strides[i] < 0 ? -*b : *b;
+    }
+    contiguous = is_contiguous(shape, strides, int64_t(item));
+  }
+  char* data = static_cast<char*>(t->data) + t->byte_offset;
+  const bool aligned = reinterpret_cast<uintptr_t>(data) % item == 0;
+  PyCapsule_SetName(capobj.ptr(), versioned ? "used_dltensor_versioned" : "used_dltensor");
+  std::shared_ptr<void> owner = versioned ? dlpack_owner(static_cast<DLManagedTensorVersioned*>(ptr))
+                                          : dlpack_owner(static_cast<DLManagedTensor*>(ptr));
   auto arr = std::make_shared<Array>();
   arr->dtype = *dt;
   arr->shape = shape;
-  char* data = static_cast<char*>(t.data) + t.byte_offset;
-  arr->buffer = Buffer::borrow(data, arr->nbytes(), owner);
-  return TensorData{arr, Device{}, false};
+  TensorData td{arr, Device{}, false, readonly};
+  if (contiguous && aligned) {
+    arr->buffer = Buffer::borrow(data, arr->nbytes(), owner);
+  } else {
+    arr->buffer = Buffer::allocate(arr->nbytes());
+    if (n > 0) strided_copy(data, shape, strides, item, static_cast<char*>(arr->buffer->data));
+    td.copied = true;
+    td.readonly = false;
+  }
+  return td;
 }
 
+// Exports a TensorData: a versioned capsule when the consumer asks for DLPack >= 1
+// (max_version), else the unversioned one. copy=True gives a fresh copy (flagged IS_COPIED);
+// copy=False never copies (none is ever needed on the host). Read-only data cannot be told
+// read-only through an unversioned capsule, so it is refused there (as numpy does).
+template <class M>
 struct DLExport {
-  DLManagedTensor managed;
+  M managed{};
   std::shared_ptr<Array> keep;
   std::vector<int64_t> shape;
 };
 
-py::capsule to_dlpack(const TensorData& td) {
-  auto* ex = new DLExport();
-  ex->keep = td.array;
-  ex->shape = td.array->shape;
+template <class M>
+py::capsule make_dl_capsule(const TensorData& td, const std::shared_ptr<Array>& arr, const char* name) {
+  auto* ex = new DLExport<M>();
+  ex->keep = arr;
+  ex->shape = arr->shape;
   DLTensor& t = ex->managed.dl_tensor;
-  t.data = td.array->data();
+  t.data = arr->data();
   t.device = {td.device.kind == DeviceKind::Metal ? kDLMetal : kDLCPU, td.device.index};
   t.ndim = int32_t(ex->shape.size());
-  t.dtype = dl_dtype(td.array->dtype);
+  t.dtype = dl_dtype(arr->dtype);
   t.shape = ex->shape.data();
   t.strides = nullptr;
   t.byte_offset = 0;
   ex->managed.manager_ctx = ex;
-  ex->managed.deleter = [](DLManagedTensor* self) { delete static_cast<DLExport*>(self->manager_ctx); };
-  // A capsule never consumed is freed by its destructor.
-  return py::capsule(&ex->managed, "dltensor", [](PyObject* cap) {
-    if (PyCapsule_IsValid(cap, "dltensor")) {
-      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
-      if (m && m->deleter) m->deleter(m);
-    }
-  });
-}
-
-TensorData to_tensor_data(py::handle h) {
-  if (py::isinstance<TensorData>(h)) return h.cast<TensorData>();
-  if (py::hasattr(h, "__dlpack__") && !PyObject_CheckBuffer(h.ptr())) {
-    py::object cap = h.attr("__dlpack__")();
-    return from_dlpack_capsule(cap.cast<py::capsule>(), py::reinterpret_borrow<py::object>(h));
+  ex->managed.deleter = [](M* self) { delete static_cast<DLExport<M>*>(self->manager_ctx); };
+  auto* mp = &ex->managed;
+  // A capsule never consumed is freed by its destructor (its name is unchanged then).
+  PyCapsule_Destructor destroy = [](PyObject* cap) {
+    const char* nm = PyCapsule_GetName(cap);
+    if (!nm) { PyErr_Clear(); return; }
+    if (std::strcmp(nm, "dltensor") != 0 && std::strcmp(nm, "dltensor_versioned") != 0) return;
+    auto* m = static_cast<M*>(PyCapsule_GetPointer(cap, nm));
+    if (m && m->deleter) m->deleter(m);
+    else PyErr_Clear();
+  };
+  PyObject* cap = PyCapsule_New(mp, name, destroy);
+  if (!cap) {
+    delete ex;
+    throw py::error_already_set();
   }
-  if (PyObject_CheckBuffer(h.ptr())) return from_buffer(py::reinterpret_borrow<py::buffer>(h));
-  throw GraphError(ErrorKind::Type, "[TensorData] cannot use an object of type '" + std::string(Py_TYPE(h.ptr())->tp_name) +
-                       "' as tensor data: pass a numpy array, a buffer, a DLPack tensor or TensorData");
+  return py::reinterpret_steal<py::capsule>(cap);
 }
 
-std::vector<std::shared_ptr<Array>> arrays_of(const std::vector<py::handle>& hs) {
+py::capsule to_dlpack(const TensorData& td, py::object stream, py::object max_version, py::object dl_device,
+                      py::object copy) {
+  const int dev_type = td.device.kind == DeviceKind::Metal ? kDLMetal : kDLCPU;
+  if (!stream.is_none() && !(py::isinstance<py::int_>(stream) && stream.cast<int64_t>() == -1))
+    throw py::buffer_error("[TensorData] __dlpack__: stream must be None for host memory, got " +
+                           py::repr(stream).cast<std::string>());
+  int major = 0;
+  if (!max_version.is_none()) {
+    py::sequence mv = py::reinterpret_borrow<py::sequence>(max_version);
+    if (py::len(mv) != 2) throw GraphError(ErrorKind::Value, "[TensorData] __dlpack__: max_version must be (major, minor)");
+    major = mv[0].cast<int>();
+  }
+  bool want_copy = false;
+  if (!copy.is_none()) want_copy = copy.cast<bool>();
+  if (!dl_device.is_none()) {
+    py::sequence d = py::reinterpret_borrow<py::sequence>(dl_device);
+    if (py::len(d) != 2 || d[0].cast<int>() != dev_type || d[1].cast<int>() != td.device.index)
+      throw py::buffer_error("[TensorData] __dlpack__: cannot export to device " + py::repr(dl_device).cast<std::string>() +
+                             "; the data lives on (" + std::to_string(dev_type) + ", " + std::to_string(td.device.index) + ")");
+  }
+  std::shared_ptr<Array> arr = td.array;
+  if (want_copy) {
+    arr = Array::empty(td.array->dtype, td.array->shape);
+    if (arr->nbytes()) std::memcpy(arr->data(), td.array->data(), arr->nbytes());
+  }
+  if (major >= 1) {
+    py::capsule cap = make_dl_capsule<DLManagedTensorVersioned>(td, arr, "dltensor_versioned");
+    auto* m = static_cast<DLManagedTensorVersioned*>(cap.get_pointer<void>());
+    m->version = {1, 0};
+    m->flags = (td.readonly && !want_copy ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) | (want_copy ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
+    return cap;
+  }
+  if (td.readonly && !want_copy)
+    throw py::buffer_error("[TensorData] __dlpack__: cannot export read-only data through an unversioned DLPack "
+                           "capsule (it has no read-only flag); ask for max_version=(1, 0) or copy=True");
+  return make_dl_capsule<DLManagedTensor>(td, arr, "dltensor");
+}
+
+// Calls obj.__dlpack__, asking for a versioned capsule; producers that predate DLPack 1.0
+// (no max_version keyword) are asked again without it.
+py::object call_dlpack(py::handle h) {
+  py::object fn = h.attr("__dlpack__");
+  try {
+    return fn(py::arg("max_version") = py::make_tuple(1, 0));
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+  }
+  return fn();
+}
+
+TensorData to_tensor_data(py::handle h, bool for_output = false) {
+  if (py::isinstance<TensorData>(h)) {
+    TensorData td = h.cast<TensorData>();
+    if (for_output && td.readonly)
+      throw GraphError(ErrorKind::Value, "[run] out= TensorData of type " + type_str({td.array->dtype, td.array->shape}) +
+                                             " wraps read-only memory");
+    return td;
+  }
+  if (PyObject_CheckBuffer(h.ptr())) return from_buffer(py::reinterpret_borrow<py::buffer>(h), for_output);
+  if (py::hasattr(h, "__dlpack__")) {
+    py::object cap;
+    try {
+      cap = call_dlpack(h);
+    } catch (py::error_already_set& e) {
+      throw GraphError(ErrorKind::Value, "[TensorData] " + std::string(Py_TYPE(h.ptr())->tp_name) +
+                                             ".__dlpack__() raised " + e.what());
+    }
+    TensorData td = from_dlpack_capsule(cap);
+    if (for_output && td.copied)
+      throw GraphError(ErrorKind::Value, "[run] out= DLPack tensor of type " + type_str({td.array->dtype, td.array->shape}) +
+                                             " is not C-contiguous and aligned; results are written in place");
+    if (for_output && td.readonly)
+      throw GraphError(ErrorKind::Value, "[run] out= DLPack tensor of type " + type_str({td.array->dtype, td.array->shape}) +
+                                             " is read-only");
+    return td;
+  }
+  throw GraphError(ErrorKind::Type, std::string(for_output ? "[run] out= items" : "[TensorData] cannot use an object") +
+                                        " of type '" + std::string(Py_TYPE(h.ptr())->tp_name) +
+                                        "' as tensor data: pass a numpy array, a buffer, a DLPack tensor or TensorData");
+}
+
+std::vector<std::shared_ptr<Array>> arrays_of(const std::vector<py::handle>& hs, bool for_output = false) {
   std::vector<std::shared_ptr<Array>> r;
-  for (auto& h : hs) r.push_back(to_tensor_data(h).array);
+  for (auto& h : hs) r.push_back(to_tensor_data(h, for_output).array);
   return r;
 }
 
@@ -231,25 +411,47 @@ py::tuple shape_tuple(const Shape& s) {
   return t;
 }
 
-Shape shape_arg(const py::handle& h) {
+// A shape from Python: a sequence of ints (None for an unknown dim). Non-integers and ints
+// beyond int64 are refused by name, not as pybind11 cast errors.
+Shape shape_arg(const py::handle& h, const char* op = "shape") {
+  if (!py::isinstance<py::sequence>(h) || py::isinstance<py::str>(h))
+    throw GraphError(ErrorKind::Type, std::string("[") + op + "] a shape must be a sequence of ints or None, got " +
+                                          py::repr(h).cast<std::string>());
   Shape s;
-  for (auto d : h) s.push_back(d.is_none() ? kUnknownDim : d.cast<int64_t>());
+  for (auto d : h) {
+    if (d.is_none()) {
+      s.push_back(kUnknownDim);
+      continue;
+    }
+    if (py::isinstance<py::bool_>(d) || !PyIndex_Check(d.ptr()))
+      throw GraphError(ErrorKind::Type, std::string("[") + op + "] dims must be ints or None, got " +
+                                            py::repr(d).cast<std::string>() + " in " + py::repr(h).cast<std::string>());
+    int overflow = 0;
+    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(d.ptr()));
+    if (!i) throw py::error_already_set();
+    long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+    if (overflow)
+      throw GraphError(ErrorKind::Value, std::string("[") + op + "] dim " + py::repr(d).cast<std::string>() +
+                                             " is out of range in " + py::repr(h).cast<std::string>());
+    s.push_back(int64_t(v));
+  }
   return s;
 }
 
 TensorType type_arg(const py::handle& h) {
   py::sequence seq = py::reinterpret_borrow<py::sequence>(h);
-  return {dtype_arg(seq[1]), shape_arg(seq[0])};
+  if (py::len(seq) != 2) throw GraphError(ErrorKind::Type, "[compile] a feed type is (shape, dtype), got " + py::repr(h).cast<std::string>());
+  return {dtype_arg(seq[1]), shape_arg(seq[0], "compile")};
 }
 
-AttrValue attr_from_py(const py::handle& v, AttrKind kind) {
+AttrValue attr_from_py(const py::handle& v, AttrKind kind, const std::string& op) {
   switch (kind) {
     case AttrKind::Int: return v.cast<int64_t>();
     case AttrKind::Float: return v.cast<double>();
     case AttrKind::Bool: return v.cast<bool>();
     case AttrKind::String: return v.cast<std::string>();
     case AttrKind::Ints: case AttrKind::Axes: return v.cast<std::vector<int64_t>>();
-    case AttrKind::Shape: return shape_arg(v);
+    case AttrKind::Shape: return shape_arg(v, op.c_str());
     case AttrKind::Floats: return v.cast<std::vector<double>>();
     case AttrKind::DType: return dtype_arg(v);
     case AttrKind::Tensor: return std::shared_ptr<const Array>(to_tensor_data(v).array);
@@ -274,6 +476,59 @@ struct PyGraph {
   std::shared_ptr<Graph> graph = std::make_shared<Graph>();
   ExecutableCache cache;
 };
+
+// ---------- releasing the GIL, safely at interpreter exit ----------
+
+// Set by an atexit hook: from then on the interpreter may finalize under a thread that is
+// inside a run without the GIL.
+std::atomic<bool> g_exiting{false};
+unsigned long g_main_thread = 0;  // the interpreter's main thread: it does the finalizing, never waits
+
+bool interpreter_exiting() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return g_exiting.load() || Py_IsFinalizing();
+#else
+  return g_exiting.load() || _Py_IsFinalizing();
+#endif
+}
+
+// Takes the GIL back after work done without it. A thread that comes back while the
+// interpreter finalizes would be ended inside PyEval_RestoreThread (pthread_exit, whose
+// unwinding through pybind11's noexcept destructors aborts the process): it waits here
+// instead, and the process exits around it.
+void take_gil_back(PyThreadState* st) {
+  while (PyThread_get_thread_ident() != g_main_thread && interpreter_exiting())
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  PyEval_RestoreThread(st);
+}
+
+// Runs f without the GIL (a plain function, not a RAII guard, so that the GIL is never
+// taken back from a destructor).
+template <class F>
+auto without_gil(F&& f) -> decltype(f()) {
+  PyThreadState* st = PyEval_SaveThread();
+  try {
+    if constexpr (std::is_void_v<decltype(f())>) {
+      f();
+      take_gil_back(st);
+    } else {
+      auto r = f();
+      take_gil_back(st);
+      return r;
+    }
+  } catch (...) {
+    take_gil_back(st);
+    throw;
+  }
+}
+
+// Exclusive use of the graph for a mutation while other threads may compile or run it
+// (they hold build_mutex shared, without the GIL): wait for them without the GIL.
+std::unique_lock<std::shared_mutex> building(PyGraph& g) {
+  std::unique_lock<std::shared_mutex> l(g.graph->build_mutex(), std::try_to_lock);
+  if (!l.owns_lock()) without_gil([&] { l.lock(); });
+  return l;
+}
 
 py::list wrap_outputs(const std::vector<std::shared_ptr<Array>>& outs, const Device& d) {
   py::list r;
@@ -396,6 +651,9 @@ py::dict expansion_py(const Expansion& e) {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "mpsgraph native core: graph IR, op registry, backends";
+  // atexit hooks run after non-daemon threads are joined and before finalization starts
+  py::module_::import("atexit").attr("register")(py::cpp_function([] { g_exiting.store(true); }));
+  g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
 
   py::object base = py::module_::import("builtins").attr("Exception");
   PyObject* graph_error = PyErr_NewException("mpsgraph.GraphError", nullptr, nullptr);
@@ -443,12 +701,15 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init([](py::object obj) { return to_tensor_data(obj); }), py::arg("data"),
            "Wraps a contiguous host array (numpy, buffer protocol, DLPack) without copying.")
       .def_static("empty", [](py::object shape, py::object dtype) {
-            return TensorData{Array::empty(dtype_arg(dtype), shape_arg(shape)), Device{}, false};
+            return TensorData{Array::empty(dtype_arg(dtype), shape_arg(shape, "TensorData")), Device{}, false};
           }, py::arg("shape"), py::arg("dtype"))
       .def_property_readonly("shape", [](const TensorData& t) { return shape_tuple(t.array->shape); })
       .def_property_readonly("dtype", [](const TensorData& t) { return t.array->dtype; })
       .def_property_readonly("device", [](const TensorData& t) { return t.device.str(); })
       .def_property_readonly("nbytes", [](const TensorData& t) { return t.array->nbytes(); })
+      .def_property_readonly("readonly", [](const TensorData& t) { return t.readonly; },
+                             "True when it wraps memory its producer marked read-only (immutable bytes, a "
+                             "read-only array or DLPack tensor): it is never written and cannot be an out= buffer.")
       .def_property_readonly("copied", [](const TensorData& t) { return t.copied; },
                              "True when making this TensorData needed a copy (a non-contiguous source).")
       .def_property_readonly("data_ptr", [](const TensorData& t) { return reinterpret_cast<uintptr_t>(t.array->data()); })
@@ -456,14 +717,14 @@ PYBIND11_MODULE(_core, m) {
             if (dtype_size(d) != dtype_size(t.array->dtype)) throw GraphError(ErrorKind::Value, "[TensorData] reinterpret needs equal sizes");
             auto a = std::make_shared<Array>(*t.array);
             a->dtype = d;
-            return TensorData{a, t.device, t.copied};
+            return TensorData{a, t.device, t.copied, t.readonly};
           })
       .def("_raw", [](const TensorData& t) {
             // a uint8 view of the bytes, for dtypes without a buffer code (bfloat16)
-            return py::memoryview::from_memory(t.array->data(), py::ssize_t(t.array->nbytes()), false);
+            return py::memoryview::from_memory(t.array->data(), py::ssize_t(t.array->nbytes()), t.readonly);
           }, py::keep_alive<0, 1>())
       .def("__dlpack__", [](const TensorData& t, py::object stream, py::object max_version, py::object dl_device,
-                            py::object copy) { return to_dlpack(t); },
+                            py::object copy) { return to_dlpack(t, stream, max_version, dl_device, copy); },
            py::arg("stream") = py::none(), py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
            py::arg("copy") = py::none())
       .def("__dlpack_device__", [](const TensorData& t) {
@@ -476,18 +737,15 @@ PYBIND11_MODULE(_core, m) {
         std::vector<py::ssize_t> strides;
         for (auto s : contiguous_strides(t.array->shape)) strides.push_back(py::ssize_t(s * int64_t(dtype_size(t.array->dtype))));
         return py::buffer_info(t.array->data(), py::ssize_t(dtype_size(t.array->dtype)), fmt, py::ssize_t(shape.size()),
-                               shape, strides, false);
+                               shape, strides, t.readonly);
       });
 
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
       .def("run", [](Executable& e, std::vector<py::handle> inputs, std::optional<std::vector<py::handle>> out) {
             auto in = arrays_of(inputs);
             std::vector<std::shared_ptr<Array>> outs, given;
-            if (out) given = arrays_of(*out);
-            {
-              py::gil_scoped_release nogil;
-              outs = e.run(in, out ? &given : nullptr);
-            }
+            if (out) given = arrays_of(*out, true);
+            outs = without_gil([&] { return e.run(in, out ? &given : nullptr); });
             return wrap_outputs(outs, e.device());
           }, py::arg("inputs"), py::arg("out") = py::none())
       .def_property_readonly("feed_nodes", &Executable::feeds)
@@ -534,6 +792,7 @@ PYBIND11_MODULE(_core, m) {
       .def("__len__", [](const PyGraph& g) { return g.graph->size(); })
       .def("add_op", [](PyGraph& g, const std::string& op, const std::vector<std::pair<int32_t, int32_t>>& inputs,
                         py::dict attrs, const std::string& name) {
+            auto lock = building(g);
             const OpDef& def = get_op(op);
             Attrs a;
             for (auto kv : attrs) {
@@ -543,7 +802,7 @@ PYBIND11_MODULE(_core, m) {
               if (!spec) raise(ErrorKind::Value, op, name, "unknown attribute '" + key + "'");
               if (kv.second.is_none()) continue;
               try {
-                a[key] = attr_from_py(kv.second, spec->kind);
+                a[key] = attr_from_py(kv.second, spec->kind, op);
               } catch (const py::cast_error&) {
                 raise(ErrorKind::Type, op, name, "attribute '" + key + "' must be " + attr_kind_name(spec->kind) +
                                                      ", got " + py::repr(kv.second).cast<std::string>());
@@ -580,6 +839,7 @@ PYBIND11_MODULE(_core, m) {
             return py::make_tuple(shape_tuple(t.shape), t.dtype);
           })
       .def("add_variable", [](PyGraph& g, py::object data, const std::string& name) {
+            auto lock = building(g);
             TensorData td = to_tensor_data(data);
             auto owned = Array::empty(td.array->dtype, td.array->shape);  // the graph owns its state
             if (owned->nbytes()) std::memcpy(owned->data(), td.array->data(), owned->nbytes());
@@ -613,11 +873,7 @@ PYBIND11_MODULE(_core, m) {
             for (auto& a : in) types.push_back({a->dtype, a->shape});
             Device d = parse_device(device);
             std::vector<std::shared_ptr<Array>> outs;
-            {
-              py::gil_scoped_release nogil;
-              auto exe = g.cache.get(g.graph, feeds, types, refs_arg(targets), target_ops, d);
-              outs = exe->run(in);
-            }
+            outs = without_gil([&] { return g.cache.get(g.graph, feeds, types, refs_arg(targets), target_ops, d)->run(in); });
             return wrap_outputs(outs, d);
           })
       .def("compile", [](PyGraph& g, const std::vector<int32_t>& feeds, std::vector<py::handle> types,
@@ -626,34 +882,42 @@ PYBIND11_MODULE(_core, m) {
             std::vector<TensorType> tt;
             for (auto& t : types) tt.push_back(type_arg(t));
             Device d = parse_device(device);
-            py::gil_scoped_release nogil;
-            return std::make_shared<Executable>(g.graph, feeds, tt, refs_arg(targets), target_ops, d);
+            return without_gil([&] { return std::make_shared<Executable>(g.graph, feeds, tt, refs_arg(targets), target_ops, d); });
           })
       .def("begin_region", [](PyGraph& g, std::vector<py::handle> types, const std::string& what) {
+            auto lock = building(g);
             std::vector<TensorType> tt;
             for (auto& t : types) tt.push_back(type_arg(t));
             return refs_py(g.graph->begin_region(tt, what));
           })
       .def("end_region", [](PyGraph& g, const std::vector<std::pair<int32_t, int32_t>>& results) {
+            auto lock = building(g);
             return g.graph->end_region(refs_arg(results));
           })
-      .def("abandon_region", [](PyGraph& g) { g.graph->abandon_region(); })
+      .def("abandon_region", [](PyGraph& g) {
+            auto lock = building(g);
+            g.graph->abandon_region();
+          })
       .def("build_if", [](PyGraph& g, std::pair<int32_t, int32_t> pred, RegionHandle then_r, RegionHandle else_r,
                           const std::string& name) {
+            auto lock = building(g);
             return refs_py(build_if(*g.graph, {pred.first, pred.second}, then_r, else_r, name));
           })
       .def("build_while", [](PyGraph& g, const std::vector<std::pair<int32_t, int32_t>>& initial, RegionHandle before,
                              RegionHandle after, const std::string& name, bool checkpoint) {
+            auto lock = building(g);
             return refs_py(build_while(*g.graph, refs_arg(initial), before, after, name, checkpoint));
           })
       .def("build_for", [](PyGraph& g, std::pair<int32_t, int32_t> lower, std::pair<int32_t, int32_t> upper,
                            std::pair<int32_t, int32_t> step, const std::vector<std::pair<int32_t, int32_t>>& initial,
                            RegionHandle body, const std::string& name, bool checkpoint) {
+            auto lock = building(g);
             return refs_py(build_for(*g.graph, {lower.first, lower.second}, {upper.first, upper.second},
                                      {step.first, step.second}, refs_arg(initial), body, name, checkpoint));
           })
       .def("gradients", [](PyGraph& g, std::pair<int32_t, int32_t> y,
                            const std::vector<std::pair<int32_t, int32_t>>& xs, std::optional<std::pair<int32_t, int32_t>> dy) {
+            auto lock = building(g);
             std::vector<std::pair<int32_t, int32_t>> r;
             ValueRef d = dy ? ValueRef{dy->first, dy->second} : ValueRef{};
             for (auto& v : gradients(*g.graph, {y.first, y.second}, refs_arg(xs), d)) r.emplace_back(v.node, v.index);

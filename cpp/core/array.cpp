@@ -53,6 +53,7 @@ std::shared_ptr<Buffer> Buffer::allocate(size_t nbytes) {
   }
 #endif
   size_t align = nbytes >= 16384 ? 16384 : 64;  // 16 KiB: Apple silicon's page size
+  if (nbytes > size_t(kMaxTensorBytes)) throw std::bad_alloc();  // the rounding below cannot wrap
   size_t rounded = (std::max<size_t>(nbytes, 1) + align - 1) / align * align;
   void* p = std::aligned_alloc(align, rounded);
   if (!p) throw std::bad_alloc();
@@ -75,6 +76,7 @@ std::shared_ptr<Array> Array::empty(DType dtype, const Shape& shape) {
   auto a = std::make_shared<Array>();
   a->dtype = dtype;
   a->shape = shape;
+  check_shape(shape, dtype_size(dtype), false, "TensorData");
   a->buffer = Buffer::allocate(a->nbytes());
   return a;
 }

@@ -106,6 +106,7 @@ std::vector<ValueRef> Graph::add(const std::string& opname, const std::vector<Va
   if (!op.complex)
     for (auto& t : outs)
       if (is_complex(t.dtype)) raise(ErrorKind::Type, op.name, node_name, "cannot make complex tensors (" + type_str(t) + ")");
+  for (auto& t : outs) check_shape(t.shape, dtype_size(t.dtype), true, op.name, node_name);
   Node n;
   n.op = &op;
   n.name = node_name;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -91,6 +92,9 @@ struct VariableSlot {
 };
 struct VariableStore {
   std::mutex mu;
+  // Held for a whole run by executables that assign variables, so that concurrent runs
+  // that read and assign the same variable are serialised and no update is lost.
+  std::mutex run_mu;
   std::vector<VariableSlot> slots;
   std::shared_ptr<Array> get(int64_t id) {
     std::lock_guard<std::mutex> l(mu);
@@ -134,6 +138,11 @@ class Graph {
   void abandon_region();  // the callable raised: drop the region (its nodes stay unreachable)
   bool in_region() const { return !open_.empty(); }
 
+  // Building (add, regions, gradients) takes this exclusively and compiling takes it shared,
+  // so a graph can be built on one thread while another compiles or runs it: the bindings
+  // lock it around every mutation, the runtime around every specialisation.
+  std::shared_mutex& build_mutex() const { return build_mu_; }
+
   // Appends an already-checked node (used by passes building specialised graphs).
   int32_t append(Node n);
 
@@ -166,6 +175,7 @@ class Graph {
   std::deque<Node> nodes_;  // deque: references stay valid while rules append nodes
   std::unordered_map<std::string, int> name_counts_;
   std::shared_ptr<VariableStore> vars_;
+  mutable std::shared_mutex build_mu_;
 };
 
 }  // namespace mg

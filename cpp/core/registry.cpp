@@ -17,8 +17,8 @@ namespace mg {
 
 namespace {
 std::map<std::string, std::unique_ptr<OpDef>>& table() {
-  static std::map<std::string, std::unique_ptr<OpDef>> t;
-  return t;
+  static auto* t = new std::map<std::string, std::unique_ptr<OpDef>>();  // never destroyed: runs may outlive exit
+  return *t;
 }
 }  // namespace
 

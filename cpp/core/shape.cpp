@@ -2,6 +2,10 @@
 
 #include "core/shape.h"
 
+#include <limits>
+
+#include "core/error.h"
+
 namespace mg {
 
 std::string shape_str(const Shape& s) {
@@ -20,13 +24,45 @@ bool shape_known(const Shape& s) {
   return true;
 }
 
+std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
+  if (a < 0 || b < 0) return std::nullopt;
+  if (a != 0 && b > std::numeric_limits<int64_t>::max() / a) return std::nullopt;
+  return a * b;
+}
+
 int64_t num_elements(const Shape& s) {
   int64_t n = 1;
-  for (auto d : s) {
+  for (auto d : s)
     if (d < 0) return -1;
-    n *= d;
+  for (auto d : s) {
+    auto m = checked_mul(n, d);
+    if (!m) throw GraphError(ErrorKind::Value, "[shape] the element count of " + shape_str(s) + " overflows");
+    n = *m;
   }
   return n;
+}
+
+std::string shape_problem(const Shape& s, size_t itemsize, bool allow_unknown) {
+  int64_t bytes = int64_t(itemsize ? itemsize : 1);
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == kUnknownDim) {
+      if (!allow_unknown) return "dim " + std::to_string(i) + " is unknown (None) where a concrete shape is needed";
+      continue;
+    }
+    if (s[i] < 0)
+      return "dim " + std::to_string(i) + " is " + std::to_string(s[i]) +
+             ": dims are non-negative (None marks a dim known only at run time)";
+    auto m = checked_mul(bytes, s[i] == 0 ? 1 : s[i]);
+    if (!m || *m > kMaxTensorBytes)
+      return "is too large: its " + std::to_string(itemsize) + "-byte elements would need more than 2**62 bytes";
+    bytes = *m;
+  }
+  return "";
+}
+
+void check_shape(const Shape& s, size_t itemsize, bool allow_unknown, const std::string& op, const std::string& node) {
+  std::string why = shape_problem(s, itemsize, allow_unknown);
+  if (!why.empty()) raise(ErrorKind::Value, op, node, "shape " + shape_str(s) + " " + (why.rfind("is ", 0) == 0 ? why : "is invalid: " + why));
 }
 
 std::vector<int64_t> contiguous_strides(const Shape& s) {
@@ -34,7 +70,9 @@ std::vector<int64_t> contiguous_strides(const Shape& s) {
   int64_t acc = 1;
   for (size_t i = s.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= s[i] < 0 ? 1 : s[i];
+    auto m = checked_mul(acc, s[i] < 0 ? 1 : s[i]);
+    if (!m) throw GraphError(ErrorKind::Value, "[shape] the strides of " + shape_str(s) + " overflow");
+    acc = *m;
   }
   return st;
 }

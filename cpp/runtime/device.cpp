@@ -57,8 +57,8 @@ struct Backends {
   std::unique_ptr<Backend> made[kKinds];
 };
 Backends& backends() {
-  static Backends b;
-  return b;
+  static auto* b = new Backends();  // never destroyed: a run abandoned at exit may still use a backend
+  return *b;
 }
 // The backend of a kind, made on first use; nullptr where none registered.
 Backend* find_backend(DeviceKind kind) {

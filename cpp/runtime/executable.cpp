@@ -2,7 +2,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <set>
+#include <shared_mutex>
+#include <string>
 #include <utility>
 
 #include "runtime/executable.h"
@@ -34,6 +37,7 @@ Executable::Executable(std::shared_ptr<Graph> graph, std::vector<int32_t> feeds,
     : graph_(std::move(graph)), feeds_(std::move(feeds)), feed_types_(std::move(feed_types)),
       targets_(std::move(targets)), target_ops_(std::move(target_ops)), device_(device),
       backend_(&backend_for(device)) {
+  std::shared_lock<std::shared_mutex> guard(graph_->build_mutex());  // no node is added meanwhile
   if (feeds_.size() != feed_types_.size()) raise(ErrorKind::Value, "compile", "", "one type is needed per feed");
   for (size_t i = 0; i < feeds_.size(); ++i) {
     if (feeds_[i] < 0 || size_t(feeds_[i]) >= graph_->size())
@@ -41,6 +45,7 @@ Executable::Executable(std::shared_ptr<Graph> graph, std::vector<int32_t> feeds,
     const Node& ph = graph_->node(feeds_[i]);
     if (ph.op->name != "placeholder")
       raise(ErrorKind::Value, "compile", ph.name, "only placeholders can be fed, not a '" + ph.op->name + "' tensor");
+    check_shape(feed_types_[i].shape, dtype_size(feed_types_[i].dtype), true, "placeholder", ph.name);
     // unknown dims in the declared type are allowed; known ones must agree
     const TensorType& want = ph.outputs[0];
     bool ok = want.dtype == feed_types_[i].dtype && want.shape.size() == feed_types_[i].shape.size();
@@ -51,6 +56,7 @@ Executable::Executable(std::shared_ptr<Graph> graph, std::vector<int32_t> feeds,
             "feed of type " + type_str(feed_types_[i]) + " does not match the placeholder's " + type_str(want));
   }
   for (auto& t : targets_) graph_->check_ref(t, "compile");
+  guard.unlock();
   bool all_known = true;
   for (auto& t : feed_types_) all_known = all_known && shape_known(t.shape);
   if (all_known) compiled_for(feed_types_);  // compile now so errors show at compile()
@@ -176,8 +182,13 @@ Executable::Compiled& Executable::compiled_for(const std::vector<TensorType>& ty
   auto c = std::make_unique<Compiled>();
   c->feed_types = types;
   Backend* be = backend_;
-  c->root = make_stage(specialise(*graph_, feeds_, types, targets_, target_ops_, &host_constant_evaluator(),
-                                  [be](const Node& n) { return be->implements_composite(n); }));
+  {
+    std::shared_lock<std::shared_mutex> guard(graph_->build_mutex());
+    c->root = make_stage(specialise(*graph_, feeds_, types, targets_, target_ops_, &host_constant_evaluator(),
+                                    [be](const Node& n) { return be->implements_composite(n); }));
+  }
+  const Graph& sg = *c->root->sg.graph;
+  for (size_t id = 0; id < sg.size() && !c->assigns; ++id) c->assigns = sg.node(int32_t(id)).op->name == "assign_variable";
   c->last_path = {c->root};
   compiled_.emplace_front(std::move(c));
   if (compiled_.size() > kMaxSpecialisations) compiled_.pop_back();
@@ -315,12 +326,51 @@ std::vector<std::shared_ptr<Array>> Executable::run(const std::vector<std::share
                 type_str(declared));
     types.push_back(t);
   }
+  if (out) check_out_buffers(inputs, *out);
   std::lock_guard<std::mutex> l(mu_);
   Compiled& c = compiled_for(types);
   std::vector<std::shared_ptr<Array>> outputs;
+  std::unique_lock<std::mutex> state;
+  if (c.assigns && c.root->sg.vars) state = std::unique_lock<std::mutex>(c.root->sg.vars->run_mu);
   c.last_path.clear();
   run_stage(c, c.root, inputs, out, outputs);
   return outputs;
+}
+
+static bool overlaps(const Array& a, const Array& b) {
+  if (!a.nbytes() || !b.nbytes()) return false;
+  auto pa = reinterpret_cast<uintptr_t>(a.data()), pb = reinterpret_cast<uintptr_t>(b.data());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+// out= buffers are written in place while the run reads its inputs and variables: one that
+// shares memory with an input, a variable or another out buffer would be read half-written
+// (or written twice), so it is refused rather than silently copied.
+void Executable::check_out_buffers(const std::vector<std::shared_ptr<Array>>& inputs,
+                                   const std::vector<std::shared_ptr<Array>>& out) const {
+  auto vars = graph_->variables();
+  std::vector<std::shared_ptr<Array>> var_values;
+  {
+    std::lock_guard<std::mutex> l(vars->mu);
+    for (auto& slot : vars->slots) var_values.push_back(slot.value);
+  }
+  for (size_t k = 0; k < out.size(); ++k) {
+    const Array& a = *out[k];
+    const std::string what = "out buffer " + std::to_string(k) + " " + type_str({a.dtype, a.shape});
+    for (size_t j = 0; j < k; ++j)
+      if (overlaps(a, *out[j]))
+        raise(ErrorKind::Value, "run", "", what + " shares memory with out buffer " + std::to_string(j) +
+                                               " (each result needs a buffer of its own)");
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (overlaps(a, *inputs[i]))
+        raise(ErrorKind::Value, "run", "", what + " shares memory with input " + std::to_string(i) + " ('" +
+                                               graph_->node(feeds_[i]).name + "'); results are written in place, "
+                                               "so pass a separate buffer");
+    for (size_t v = 0; v < var_values.size(); ++v)
+      if (var_values[v] && overlaps(a, *var_values[v]))
+        raise(ErrorKind::Value, "run", "", what + " shares memory with variable " + std::to_string(v) +
+                                               "; use assign to change a variable");
+  }
 }
 
 // ---- cache ----

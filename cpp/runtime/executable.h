@@ -79,6 +79,7 @@ class Executable {
     std::vector<TensorType> feed_types;  // the concrete signature it was specialised for
     std::shared_ptr<Stage> root;
     std::vector<std::shared_ptr<Stage>> last_path;  // the stages of the most recent run (memory_plan)
+    bool assigns = false;  // assigns a variable: runs hold the variable store's run_mu
   };
   Compiled& compiled_for(const std::vector<TensorType>& types);
   std::shared_ptr<Stage> make_stage(Specialised sg);
@@ -87,6 +88,8 @@ class Executable {
   void run_stage(Compiled& c, const std::shared_ptr<Stage>& st, const std::vector<std::shared_ptr<Array>>& values,
                  const std::vector<std::shared_ptr<Array>>* out, std::vector<std::shared_ptr<Array>>& outputs);
   std::shared_ptr<Array> take_output(Stage& c, size_t k);
+  void check_out_buffers(const std::vector<std::shared_ptr<Array>>& inputs,
+                         const std::vector<std::shared_ptr<Array>>& out) const;
 
   std::shared_ptr<Graph> graph_;
   std::vector<int32_t> feeds_;

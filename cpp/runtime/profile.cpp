@@ -10,8 +10,8 @@ namespace {
 std::atomic<bool> g_on{false};
 std::mutex g_mu;
 ProfileTotals& table() {
-  static ProfileTotals t;
-  return t;
+  static auto* t = new ProfileTotals();  // never destroyed: runs may outlive exit
+  return *t;
 }
 }  // namespace
 

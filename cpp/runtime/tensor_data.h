@@ -12,6 +12,7 @@ struct TensorData {
   std::shared_ptr<Array> array;
   Device device;
   bool copied = false;  // true when making it needed a copy (non-contiguous source)
+  bool readonly = false;  // wraps memory its producer marked read-only: never written, never out=
 };
 
 }  // namespace mg

@@ -1,7 +1,10 @@
 """Graph, Tensor, Operation, Executable: the Python face of the C++ IR."""
 import numbers
+import os
 import threading
+import weakref
 from collections import namedtuple
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -29,8 +32,20 @@ def as_int(value, op, what):
 
 
 def host_array(value, dtype, op):
-    """numpy array for a constant, variable or list feed; errors name the op and the value."""
+    """numpy array for a constant, variable or list feed; errors name the op and the value.
+    A non-integral float for an integer or bool dtype is an error (the operand rule), never
+    truncated."""
     nd = to_numpy_dtype(dtype) if dtype is not None else None
+    if nd is not None and nd.kind in "biu" and not isinstance(value, np.ndarray):
+        probe = np.asarray(value) if isinstance(value, (list, tuple, numbers.Number, np.generic)) else None
+        if probe is not None and probe.dtype.kind in "fc":
+            if probe.dtype.kind == "c" or not np.all(np.isfinite(probe)) or not np.all(probe == np.round(probe)):
+                raise GraphTypeError(f"[{op}] float value {value!r} cannot take the integer dtype {nd.name}; "
+                                     f"use integral values or a float tensor and cast")
+            if nd.kind in "iu" and probe.size:
+                info = np.iinfo(nd)
+                if probe.min() < info.min or probe.max() > info.max:
+                    raise GraphValueError(f"[{op}] value {value!r} is out of range for {nd.name}")
     try:
         arr = np.array(value, dtype=nd, copy=True)
     except OverflowError:
@@ -38,7 +53,32 @@ def host_array(value, dtype, op):
     except (TypeError, ValueError) as e:
         what = as_dtype(dtype).name if dtype is not None else "any dtype"
         raise GraphTypeError(f"[{op}] cannot make a tensor of {what} from {value!r}: {e}") from None
+    if arr.dtype == object and _has_big_int(value):
+        raise GraphValueError(f"[{op}] integer value {value!r} is out of range for int64 and uint64")
     as_dtype(arr.dtype, op)  # unsupported dtypes (strings, complex, objects) raise naming the op
+    return arr
+
+
+def _has_big_int(value):
+    if isinstance(value, (list, tuple)):
+        return any(_has_big_int(v) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def python_default_dtype(arr, value, op):
+    """Python floats become float32, complex numbers complex64 and ints int32 (MPSGraph's defaults); an int that
+    int32 cannot hold is refused rather than wrapped."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return arr
+    if arr.dtype == np.float64:
+        return arr.astype(np.float32)
+    if arr.dtype == np.complex128:
+        return arr.astype(np.complex64)
+    if arr.dtype in (np.int64, np.uint64):
+        if arr.size and (arr.min() < -2**31 or arr.max() > 2**31 - 1):
+            raise GraphValueError(f"[{op}] Python int {value!r} is out of range for int32 (the default for "
+                                  f"Python ints); pass dtype=mg.int64")
+        return arr.astype(np.int32)
     return arr
 
 
@@ -274,6 +314,50 @@ _async_pool = None
 _async_lock = threading.Lock()
 
 
+def _forget_async_pool():
+    # after fork() the child has none of the parent's worker threads: make a new pool there
+    global _async_pool, _async_lock
+    _async_pool = None
+    _async_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_async_pool)
+
+
+def _is_array_like(x):
+    return isinstance(x, (np.ndarray, TensorData, memoryview, bytes, bytearray)) or hasattr(x, "__dlpack__")
+
+
+def _out_values(out):
+    """out= buffers for the C++ run, which refuses any that would need a copy (non-contiguous,
+    misaligned), is read-only, or shares memory with an input, a variable or another out."""
+    if out is None:
+        return None
+    if _is_array_like(out):
+        raise GraphTypeError(f"[run] out= must be a list of buffers, one per target, got a {type(out).__name__}; "
+                             f"wrap it in a list: out=[buf]")
+    r = []
+    for o in out:
+        if isinstance(o, np.ndarray) and is_bfloat16_numpy(o.dtype):
+            if not (o.flags.c_contiguous and o.flags.writeable):
+                raise GraphValueError("[run] out= bfloat16 array must be C-contiguous and writeable")
+            o = TensorData(o.view(np.uint16))._reinterpret(bfloat16_)  # the same memory
+        r.append(o)
+    return r
+
+
+def _check_shape_dtype_order(shape, dtype, op):
+    """(dtype, shape) given where (shape, dtype) is expected: say so instead of failing on
+    iterating a dtype."""
+    def is_dtype(x):
+        return isinstance(x, (_core.DType, np.dtype, str)) or (isinstance(x, type) and issubclass(x, np.generic))
+    if is_dtype(shape) and isinstance(dtype, (tuple, list)):
+        raise GraphTypeError(f"[{op}] expects (shape, dtype) but got ({shape!r}, {dtype!r}): the dtype comes second")
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise GraphTypeError(f"[{op}] shape must be a tuple of ints (None for an unknown dim), got {shape!r}")
+
+
 def _pool():
     global _async_pool
     with _async_lock:
@@ -292,16 +376,24 @@ class Graph(ControlFlowMixin):
 
     def __init__(self):
         self._g = _core.Graph()
-        self._tensors = {}
-        self._variables = {}
-        self._control_deps = {}  # control_dependency: result node -> operations it runs
+        # Tensors refer to their graph; the graph refers to them only weakly, so a dropped
+        # graph (its constants, variables and compiled executables) is freed as soon as its
+        # last Tensor, Operation or Executable goes, without waiting for the cyclic collector.
+        # One Tensor object per value while any is alive (identity is value identity).
+        self._tensors = weakref.WeakValueDictionary()
+        self._control_deps = {}  # control_dependency: result node -> operations it runs (node ids)
 
     # -- tensor bookkeeping --
     def _tensor(self, node, index=0):
         key = (node, index)
         t = self._tensors.get(key)
         if t is None:
-            t = self._variables.get(node) or Tensor(self, node, index)
+            if self._g.node_op(node) == "read_variable":
+                t = Variable.__new__(Variable)
+                Tensor.__init__(t, self, node, index)
+                t.variable_id = self._g.node_attrs(node)["variable"]
+            else:
+                t = Tensor(self, node, index)
             self._tensors[key] = t
         return t
 
@@ -323,6 +415,7 @@ class Graph(ControlFlowMixin):
         if shape is None:
             raise GraphValueError("[placeholder] unranked placeholders are not supported; "
                                   "give a shape (None for unknown dims)")
+        _check_shape_dtype_order(shape, dtype, "placeholder")
         shape = tuple(None if d is None or d == -1 else as_int(d, "placeholder", "a dim") for d in shape)
         return self._add("placeholder", [], {"shape": shape, "dtype": as_dtype(dtype, "placeholder")}, name)[0]
 
@@ -334,13 +427,8 @@ class Graph(ControlFlowMixin):
         if isinstance(value, TensorData):
             value = value.numpy()
         arr = host_array(value, dtype, "constant")
-        if dtype is None and not isinstance(value, (np.ndarray, np.generic)):
-            if arr.dtype == np.float64:  # Python floats and ints: MPSGraph's 32-bit defaults
-                arr = arr.astype(np.float32)
-            elif arr.dtype == np.complex128:
-                arr = arr.astype(np.complex64)
-            elif arr.dtype == np.int64:
-                arr = arr.astype(np.int32)
+        if dtype is None:  # Python floats and ints: MPSGraph's 32-bit defaults
+            arr = python_default_dtype(arr, value, "constant")
         data = as_tensor_data(np.asarray(arr, order="C"))
         return self._add("constant", [], {"value": data}, name)[0]
 
@@ -349,24 +437,14 @@ class Graph(ControlFlowMixin):
         if isinstance(initial_value, TensorData):
             initial_value = initial_value.numpy()
         arr = host_array(initial_value, dtype, "variable")
-        if dtype is None and not isinstance(initial_value, (np.ndarray, np.generic)):
-            if arr.dtype == np.float64:
-                arr = arr.astype(np.float32)
-            elif arr.dtype == np.complex128:
-                arr = arr.astype(np.complex64)
-            elif arr.dtype == np.int64:
-                arr = arr.astype(np.int32)
+        if dtype is None:
+            arr = python_default_dtype(arr, initial_value, "variable")
         data = as_tensor_data(np.asarray(arr, order="C"))
         vid = self._g.add_variable(data, name or "")
         dt = data.dtype
         n, i = self._g.add_op("read_variable", [], {"variable": vid, "dtype": dt, "shape": tuple(data.shape)},
                               name or "")[0]
-        v = Variable.__new__(Variable)
-        Tensor.__init__(v, self, n, i)
-        v.variable_id = vid
-        self._variables[n] = v
-        self._tensors[(n, i)] = v
-        return v
+        return self._tensor(n, i)
 
     def read(self, variable, name=None):
         """The variable's value at the start of the run (MPSGraph's readVariable)."""
@@ -406,6 +484,8 @@ class Graph(ControlFlowMixin):
 
     # -- running --
     def _feeds(self, feeds, op):
+        if feeds is not None and not isinstance(feeds, Mapping):
+            raise GraphTypeError(f"[{op}] feeds must be a dict {{placeholder: value}}, got {type(feeds).__name__}")
         nodes, datas = [], []
         for t, value in (feeds or {}).items():
             self._check_tensor(t, op, "feed key")
@@ -443,9 +523,14 @@ class Graph(ControlFlowMixin):
             self._check_tensor(t, "compile", "feed key")
             if isinstance(ty, (TensorData, np.ndarray)):
                 ty = ShapedType(ty.shape, ty.dtype)
+            if not isinstance(ty, (tuple, list)) or len(ty) != 2:
+                raise GraphTypeError(f"[compile] the type of feed '{t.name}' must be ShapedType(shape, dtype) or "
+                                     f"(shape, dtype), got {ty!r}")
             shape, dtype = ty
+            _check_shape_dtype_order(shape, dtype, "compile")
             nodes.append(t.node)
-            types.append((tuple(None if d is None or d == -1 else int(d) for d in shape), as_dtype(dtype)))
+            types.append((tuple(None if d is None or d == -1 else as_int(d, "compile", "a dim") for d in shape),
+                          as_dtype(dtype, "compile")))
         ts, ops = self._targets(targets, target_operations, "compile")
         exe = self._g.compile(nodes, types, [(tt.node, tt.index) for tt in ts], ops, resolve(device))
         return Executable(self, exe, [self._tensor(n) for n in nodes], ts)
@@ -457,7 +542,11 @@ class Graph(ControlFlowMixin):
         self._g.clear_cache()
 
     def set_cache_capacity(self, capacity):
-        self._g.set_cache_capacity(int(capacity))
+        """Bounds Graph.run's executable cache (least recently used go first); at least 1."""
+        capacity = as_int(capacity, "set_cache_capacity", "capacity")
+        if capacity < 1:
+            raise GraphValueError(f"[set_cache_capacity] capacity must be at least 1, got {capacity}")
+        self._g.set_cache_capacity(capacity)
 
     @property
     def num_nodes(self):
@@ -538,6 +627,9 @@ class Executable:
         return self._exe.memory_plan()
 
     def _inputs(self, inputs):
+        if _is_array_like(inputs):
+            raise GraphTypeError(f"[run] inputs must be a list in feed_tensors order (or a dict), got a "
+                                 f"{type(inputs).__name__}; wrap a single input in a list: run([x])")
         if isinstance(inputs, dict):
             missing = [t.name for t in self.feed_tensors if t not in inputs]
             if missing:
@@ -553,14 +645,12 @@ class Executable:
         """Runs with inputs (a list in feed_tensors order, or a dict); returns a list of
         TensorData in target order. out= gives buffers to write the results into."""
         ins = self._inputs(inputs)
-        outs = None if out is None else [as_tensor_data(o) for o in out]
-        return self._exe.run(ins, outs)
+        return self._exe.run(ins, _out_values(out))
 
     def run_async(self, inputs=(), out=None):
         """Starts a run and returns a concurrent.futures.Future of its result list."""
         ins = self._inputs(inputs)
-        outs = None if out is None else [as_tensor_data(o) for o in out]
-        return _pool().submit(self._exe.run, ins, outs)
+        return _pool().submit(self._exe.run, ins, _out_values(out))
 
     __call__ = run
 

@@ -25,6 +25,9 @@
 #if defined(MG_BLAS_SCIPY_OPENBLAS)
 #include <cblas.h>
 #endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#endif
 
 namespace mg::cpu {
 
@@ -102,9 +105,26 @@ class ThreadPool {
   bool stop_ = false;
 };
 
+// The pool is made on first use and never destroyed: a static one would be joined at exit
+// while a thread the interpreter abandoned may still be inside a run (std::terminate, or a
+// hang). After fork() only the forking thread exists in the child, and the parent's pool
+// (its workers gone, its mutexes perhaps held) is abandoned there; the child makes a new one
+// on its first parallel kernel.
+std::atomic<ThreadPool*> g_pool{nullptr};
+
+void forget_pool_in_child() { g_pool.store(nullptr); }
+
 ThreadPool& pool() {
-  static ThreadPool p(std::max(1, int(std::thread::hardware_concurrency()) - 1));
-  return p;
+  ThreadPool* p = g_pool.load(std::memory_order_acquire);
+  if (p) return *p;
+#if defined(__unix__) || defined(__APPLE__)
+  static const bool at_fork = [] { return pthread_atfork(nullptr, nullptr, forget_pool_in_child) == 0; }();
+  (void)at_fork;
+#endif
+  auto* made = new ThreadPool(std::max(1, int(std::thread::hardware_concurrency()) - 1));
+  if (g_pool.compare_exchange_strong(p, made, std::memory_order_acq_rel)) return *made;
+  delete made;  // another thread made one first
+  return *p;
 }
 
 thread_local bool t_in_parallel = false;
@@ -123,14 +143,15 @@ void size_blas_threads() {
 #endif
 }
 
+// Never destroyed (as the pool): runs abandoned at exit may still look kernels up.
 std::unordered_map<std::string, KernelFactory>& kernels() {
-  static std::unordered_map<std::string, KernelFactory> k;
-  return k;
+  static auto* k = new std::unordered_map<std::string, KernelFactory>();
+  return *k;
 }
 
 std::unordered_map<std::string, DynamicKernelFactory>& dynamic_kernels() {
-  static std::unordered_map<std::string, DynamicKernelFactory> k;
-  return k;
+  static auto* k = new std::unordered_map<std::string, DynamicKernelFactory>();
+  return *k;
 }
 
 void ensure_kernels() {

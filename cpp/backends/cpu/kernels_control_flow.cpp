@@ -25,7 +25,7 @@ namespace {
 using Arrays = std::vector<std::shared_ptr<Array>>;
 
 Backend& region_backend() {
-  static std::unique_ptr<Backend> b = make_cpu_backend();
+  static Backend* b = make_cpu_backend().release();  // never destroyed, as the other backends
   return *b;
 }
 
