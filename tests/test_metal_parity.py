@@ -58,7 +58,8 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "scatter_along_axis", "scatter_along_axis_with_data",
     "sort", "arg_sort", "top_k", "bottom_k",
     "cumulative_sum", "cumulative_product", "cumulative_minimum", "cumulative_maximum",
-    "if_then_else", "while_loop", "for_loop"}
+    "if_then_else", "while_loop", "for_loop",
+    "scaled_dot_product_attention", "single_gate_rnn", "lstm", "gru"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}

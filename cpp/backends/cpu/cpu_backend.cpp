@@ -125,6 +125,7 @@ void ensure_kernels() {
     register_dynamic_kernels();
     register_gather_kernels();
     register_sort_kernels();
+    register_attention_kernels();
     return true;
   }();
   (void)done;
@@ -442,8 +443,11 @@ class CpuBackend final : public Backend {
   bool available() const override { return true; }
   std::unique_ptr<Program> compile(const Specialised& sg) override { return std::make_unique<CpuProgram>(sg); }
   ConstantEvaluator* constant_evaluator() override { return &evaluator_; }
-  // a loop's gradient runs as one kernel with a tape; its decomposition recomputes states
-  bool implements_composite(const Node& node) const override { return node.op->name == "while_loop_vjp"; }
+  // a composite with a kernel of its own runs natively: a loop's gradient (one kernel with a
+  // tape; its decomposition recomputes states), attention (blocked, never the L x S scores)
+  bool implements_composite(const Node& node) const override {
+    return find_kernel(node.op->name) != nullptr;
+  }
   std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
                                                          const std::vector<std::shared_ptr<const Array>>& inputs) override {
     const DynamicKernelFactory* d = find_dynamic_kernel(node.op->name);

@@ -58,6 +58,7 @@ void register_sparse_kernels();
 void register_dynamic_kernels();
 void register_gather_kernels();
 void register_sort_kernels();
+void register_attention_kernels();
 
 std::unique_ptr<Backend> make_cpu_backend();
 

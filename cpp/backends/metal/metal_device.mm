@@ -110,6 +110,8 @@ class MetalBackend final : public Backend {
     if (!device_) return Array::empty(dtype, shape);
     return device_->allocate(dtype, shape);
   }
+  // a composite with a lowering of its own (attention, the recurrent layers) goes to MPSGraph's op
+  bool implements_composite(const Node& node) const override { return find_lowering(node.op->name) != nullptr; }
   std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
                                                          const std::vector<std::shared_ptr<const Array>>& inputs) override {
     if (!device_) raise(ErrorKind::Runtime, "device", "", "metal: " + unavailable_reason());

@@ -182,5 +182,7 @@ void register_sparse_lowerings();
 void register_gather_lowerings();
 void register_sort_lowerings();
 void register_control_flow_lowerings();
+void register_attention_lowerings();
+void register_rnn_lowerings();
 
 }  // namespace mg::metal

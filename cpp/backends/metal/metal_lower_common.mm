@@ -94,6 +94,8 @@ void ensure_registered() {
     register_gather_lowerings();
     register_sort_lowerings();
     register_control_flow_lowerings();
+    register_attention_lowerings();
+    register_rnn_lowerings();
     return true;
   }();
   (void)done;

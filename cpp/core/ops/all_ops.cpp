@@ -53,6 +53,8 @@ void register_all_ops() {
   ops::register_normalization_ops();
   ops::register_dynamic_ops();
   ops::register_sort_ops();
+  ops::register_attention_ops();
+  ops::register_rnn_ops();
 }
 
 }  // namespace mg

@@ -74,5 +74,7 @@ void register_sparse_ops();
 void register_dynamic_ops();
 void register_gather_ops();
 void register_sort_ops();
+void register_attention_ops();
+void register_rnn_ops();
 
 }  // namespace mg::ops
