@@ -1843,3 +1843,5 @@ import conformance_dynamic  # noqa: E402,F401
 import conformance_gather  # noqa: E402,F401
 import conformance_sort  # noqa: E402,F401
 import conformance_fft  # noqa: E402,F401
+import conformance_attention  # noqa: E402,F401
+import conformance_rnn  # noqa: E402,F401

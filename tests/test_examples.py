@@ -200,3 +200,60 @@ def test_fft_convolution_against_scipy_style_direct_sum(shape):
     np.testing.assert_allclose(r["direct"], want, atol=1e-4)
     np.testing.assert_allclose(r["fft_grad"], r["direct_grad"], rtol=1e-3, atol=1e-3)
     assert r["ok"]
+
+
+# ---------------------------------------------------------------- transformer
+
+
+def test_transformer_reaches_the_stated_accuracy():
+    tr = load("transformer")
+    rep = tr.run(quiet=True)  # the default settings: the claim is made for them
+    assert len(rep["losses"]) == 300
+    # an untrained model is at chance: loss near ln(vocabulary)
+    assert abs(rep["losses"][0] - math.log(10)) < 0.7
+    assert rep["accuracy"] >= tr.ACCURACY
+
+
+def test_transformer_script_fails_when_undertrained():
+    rc, out = run_script("transformer", "--steps", "2")
+    assert rc == 1, out
+    assert "FAILED" in out and "accuracy" in out
+
+
+def test_transformer_attention_block_matches_numpy():
+    """The example's attention (reshapes, heads, scaled_dot_product_attention) against numpy."""
+    import mpsgraph as mg
+    tr = load("transformer")
+    g = mg.Graph()
+    model = tr.Encoder(g, vocab=5, length=6, dim=8, heads=2, layers=1, seed=3)
+    x = g.placeholder((3, 6, 8), mg.float32)
+    p = model.blocks[0]
+    y = model.attention(x, p, 3)
+    xv = np.random.default_rng(0).standard_normal((3, 6, 8)).astype(np.float32)
+    got = g.run({x: xv}, [y])[y].numpy()
+    w_qkv, w_o = (g.variable_data(p[k]).numpy().astype(np.float64) for k in ("w_qkv", "w_o"))
+    qkv = (xv.astype(np.float64) @ w_qkv).reshape(3, 6, 3, 2, 4).transpose(2, 0, 3, 1, 4)
+    s = qkv[0] @ np.swapaxes(qkv[1], -1, -2) / 2.0
+    e = np.exp(s - s.max(-1, keepdims=True))
+    a = (e / e.sum(-1, keepdims=True)) @ qkv[2]
+    want = a.transpose(0, 2, 1, 3).reshape(3, 6, 8) @ w_o
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- lstm_classifier
+
+
+def test_lstm_classifier_matches_pytorch_and_classifies():
+    pytest.importorskip("torch")
+    lc = load("lstm_classifier")
+    rep = lc.run(quiet=True)  # the default settings: the claims are made for them
+    assert rep["accuracy"] >= lc.ACCURACY
+    assert rep["loss_rel_diff"] <= lc.LOSS_RTOL
+    assert rep["weight_diff"] <= lc.WEIGHT_ATOL
+    assert rep["losses"][-1] < rep["losses"][0] / 3
+
+
+def test_lstm_classifier_script_succeeds():
+    rc, out = run_script("lstm_classifier")
+    assert rc == 0, out
+    assert "OK:" in out

@@ -63,7 +63,8 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     # composites lowered to MPSGraph's own op (issue 12; the others are expanded)
     "softmax", "softmax_cross_entropy", "normalization", "batch_normalization", "layer_normalization",
     "instance_normalization", "group_normalization", "leaky_relu", "stochastic_gradient_descent", "adam", "adamw",
-    "convolution_2d", "convolution_3d", "avg_pooling_2d", "avg_pooling_4d"}
+    "convolution_2d", "convolution_3d", "avg_pooling_2d", "avg_pooling_4d",
+    "scaled_dot_product_attention", "single_gate_rnn", "lstm", "gru"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}

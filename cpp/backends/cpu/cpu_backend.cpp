@@ -174,6 +174,7 @@ void ensure_kernels() {
     register_sort_kernels();
     register_complex_kernels();
     register_fft_kernels();
+    register_attention_kernels();
     return true;
   }();
   (void)done;
@@ -560,8 +561,11 @@ class CpuBackend final : public Backend {
   bool available() const override { return true; }
   std::unique_ptr<Program> compile(const Specialised& sg) override { return std::make_unique<CpuProgram>(sg); }
   ConstantEvaluator* constant_evaluator() override { return &evaluator_; }
-  // a loop's gradient runs as one kernel with a tape; its decomposition recomputes states
-  bool implements_composite(const Node& node) const override { return node.op->name == "while_loop_vjp"; }
+  // a composite with a kernel of its own runs natively: a loop's gradient (one kernel with a
+  // tape; its decomposition recomputes states), attention (blocked, never the L x S scores)
+  bool implements_composite(const Node& node) const override {
+    return find_kernel(node.op->name) != nullptr;
+  }
   std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
                                                          const std::vector<std::shared_ptr<const Array>>& inputs) override {
     const DynamicKernelFactory* d = find_dynamic_kernel(node.op->name);

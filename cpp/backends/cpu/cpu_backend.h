@@ -62,6 +62,7 @@ void register_gather_kernels();
 void register_sort_kernels();
 void register_complex_kernels();  // after the families whose kernels it extends to complex dtypes
 void register_fft_kernels();
+void register_attention_kernels();
 
 std::unique_ptr<Backend> make_cpu_backend();
 

@@ -153,6 +153,7 @@ const LowerFn* find_lowering(const std::string& op);
 // a composite not claimed is expanded into its decomposition, as on every other backend.
 using ClaimFn = std::function<bool(const Node&)>;
 void register_composite_lowering(const std::string& op, ClaimFn claim, LowerFn fn);
+inline bool claim_always(const Node&) { return true; }  // a composite whose MPSGraph op covers every case
 bool claims_composite(const Node& node);
 
 // What lowering a specialised graph needs besides the graph: the MPSGraph it goes into, where
@@ -194,5 +195,7 @@ void register_sort_lowerings();
 void register_control_flow_lowerings();
 void register_nn_lowerings();
 void register_fft_lowerings();  // after elementwise: extends absolute and cast to complex
+void register_attention_lowerings();
+void register_rnn_lowerings();
 
 }  // namespace mg::metal

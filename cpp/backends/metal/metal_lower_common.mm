@@ -105,6 +105,8 @@ void ensure_registered() {
     register_control_flow_lowerings();
     register_nn_lowerings();
     register_fft_lowerings();
+    register_attention_lowerings();
+    register_rnn_lowerings();
     return true;
   }();
   (void)done;

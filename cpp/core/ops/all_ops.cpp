@@ -58,6 +58,8 @@ void register_all_ops() {
   ops::register_sort_ops();
   ops::register_complex_ops();  // after the families whose ops it marks as taking complex
   ops::register_fft_ops();
+  ops::register_attention_ops();
+  ops::register_rnn_ops();
 }
 
 }  // namespace mg

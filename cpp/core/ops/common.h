@@ -77,5 +77,7 @@ void register_gather_ops();
 void register_sort_ops();
 void register_complex_ops();  // core/ops/complex.cpp
 void register_fft_ops();
+void register_attention_ops();
+void register_rnn_ops();
 
 }  // namespace mg::ops
