@@ -1842,3 +1842,6 @@ import conformance_sparse  # noqa: E402,F401
 import conformance_dynamic  # noqa: E402,F401
 import conformance_gather  # noqa: E402,F401
 import conformance_sort  # noqa: E402,F401
+import conformance_linalg  # noqa: E402,F401
+import conformance_quantization  # noqa: E402,F401
+import conformance_image  # noqa: E402,F401

@@ -58,7 +58,8 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "scatter_along_axis", "scatter_along_axis_with_data",
     "sort", "arg_sort", "top_k", "bottom_k",
     "cumulative_sum", "cumulative_product", "cumulative_minimum", "cumulative_maximum",
-    "if_then_else", "while_loop", "for_loop"}
+    "if_then_else", "while_loop", "for_loop",
+    "matrix_inverse", "solve", "hamming_distance"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -889,3 +890,28 @@ def test_bfloat16_needs_macos_14_or_runs():
         assert "bfloat16 needs macOS 14" in str(e)
         return
     np.testing.assert_array_equal(np.asarray(r, np.float32), [2, 4, 6, 8])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_inverse_and_solve(dtype):
+    a = (_rand((3, 4, 4), "float64", 11, -0.2, 0.2) + np.eye(4)).astype(dtype)
+    b, v = _rand((3, 4, 2), dtype, 12), _rand((4,), dtype, 13)
+    _check(lambda g, x, y, z: [g.matrix_inverse(x), g.solve(x, y), g.solve(g.slice(x, 0, 0, 1), z)], [a, b, v],
+           dtype_tol={"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-2)}[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32"])
+def test_hamming_distance(dtype):
+    x, y = _rand((2, 3, 5), dtype, 14, 0, 200), _rand((4, 5), dtype, 15, 0, 200)
+    _check(lambda g, a, b: [g.hamming_distance(a, b), g.hamming_distance(a, b, dtype="uint16")], [x, y])
+
+
+def test_quantization_and_sample_grid_compositions():
+    x, grid = _rand((2, 3, 5, 4), "float32", 16), _rand((2, 3, 6, 2), "float32", 17, -1.2, 1.2)
+    scale = np.array([0.05, 0.1, 0.02], np.float32)
+    lut = _rand((256,), "float32", 18)
+    _check(lambda g, a, gr, s, t: [g.quantize(a, s, 3.0, axis=1), g.fake_quantize(a, 0.05, 0.0),
+                                  g.dequantize(g.quantize(a, s, 120.0, dtype="uint8", axis=1), s, 120.0, axis=1),
+                                  g.dequantize_lut(g.cast(g.quantize(a, 0.05, 0.0, dtype="uint8"), "uint8"), t),
+                                  g.sample_grid(a, gr), g.sample_grid(a, gr, mode="nearest", padding_mode="reflection")],
+           [x, grid, scale, lut])

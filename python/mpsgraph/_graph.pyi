@@ -271,12 +271,18 @@ class Graph:
     def ceil(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Smallest integer not less than x (identity on integers)."""
         ...
+    def cholesky(self, x: TensorLike, upper: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The Cholesky factor of each symmetric positive-definite matrix: lower L with A = L L^T, read from A's lower triangle, or with upper=True U = L^T read from the upper triangle (numpy/torch.linalg.cholesky). A matrix that is not positive definite gives NaN (numpy and torch raise). The gradient is that of the triangle read: it equals torch's on any symmetric construction of A (e.g. M M^T)."""
+        ...
     def clamp(self, x: TensorLike, min_value: TensorLike, max_value: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """min(max(x, min_value), max_value), broadcasting all three; all share one dtype."""
         ...
     def clear_cache(self) -> Any: ...
     def clip(self, x: TensorLike, min_value: TensorLike, max_value: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """min(max(x, min_value), max_value), broadcasting all three; all share one dtype."""
+        ...
+    def col_to_im(self, x: TensorLike, output_size: int | Sequence[int], kernel_sizes: int | Sequence[int], strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The adjoint of im_to_col (MPSGraph's colToIm, torch's F.fold): columns (N, C * kh * kw, L) summed back into an NCHW image of output_size; overlapping windows add up and padding is dropped."""
         ...
     def compile(self, feeds: Any, targets: Any, target_operations: Any = ..., device: Any = ...) -> Any:
         """Compiles for the feeds' types ({placeholder: ShapedType or (shape, dtype)}) and"""
@@ -341,6 +347,18 @@ class Graph:
     def depthwise_convolution_2d(self, source: TensorLike, weights: TensorLike, strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding_style: str = ..., padding: int | Sequence[int] = ..., data_layout: str = ..., weights_layout: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """MPSGraph's depthwiseConvolution2D (MobileNet style): each source channel c is convolved with its own M filters, giving C * M output channels (channel c * M + m). Weights in MPSGraph's depthwise layout, where O is the channel multiplier: 'HWIO' = (kh, kw, C, M) as TensorFlow, or 'OIHW' = (M, C, kh, kw). A grouped convolution with groups = C."""
         ...
+    def dequantize(self, x: TensorLike, scale: TensorLike, zero_point: TensorLike, dtype: DTypeLike = ..., axis: Optional[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Affine dequantization of int8 / uint8 / int32 values (MPSGraph's dequantizeTensor:scaleTensor:zeroPointTensor:dataType:axis:): (x - zero_point) * scale in `dtype`. scale and zero_point hold one element, or with `axis` x.shape[axis] elements. Differentiable with respect to scale and a floating-point zero_point."""
+        ...
+    def dequantize_lut(self, x: TensorLike, lut: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """Lookup-table dequantization (MPSGraph's dequantizeTensor:LUTTensor:): result[i...] = lut[i'..., x[i...]] for uint8 indices x and a table of 256 entries in lut's last dim, whose leading dims broadcast against x's. Differentiable with respect to the table."""
+        ...
+    def det(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The determinant of each square matrix (numpy.linalg.det), from an LU factorisation with partial pivoting; 0 for a singular matrix. The gradient det(A) A^-T is NaN there."""
+        ...
+    def determinant(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The determinant of each square matrix (numpy.linalg.det), from an LU factorisation with partial pivoting; 0 for a singular matrix. The gradient det(A) A^-T is NaN there."""
+        ...
     def divide(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """x / y. Integer division truncates toward zero as in C and MPSGraph; integer division by zero gives 0. Broadcasts like numpy; both inputs must have the same dtype."""
         ...
@@ -389,6 +407,9 @@ class Graph:
     def eye(self, n: int, m: Optional[int] = ..., k: int = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
         """A 2-D (n, m) tensor with ones on the k-th diagonal and zeros elsewhere, as numpy's eye."""
         ...
+    def fake_quantize(self, x: TensorLike, scale: TensorLike, zero_point: TensorLike, dtype: DTypeLike = ..., axis: Optional[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """dequantize(quantize(x)) in x's dtype (torch.fake_quantize_per_tensor_affine / per_channel_affine): the values x takes after int8 / uint8 quantization. Its gradient is straight through: dy where x / scale + zero_point rounds inside the dtype's range, 0 where it clamps; scale and zero_point get none."""
+        ...
     def flatten(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Reshapes to 1-D."""
         ...
@@ -406,6 +427,9 @@ class Graph:
         ...
     def floor_division(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """floor(x / y) as numpy's floor_divide; integer division by zero gives 0. Broadcasts like numpy; both inputs must have the same dtype."""
+        ...
+    def fold(self, x: TensorLike, output_size: int | Sequence[int], kernel_sizes: int | Sequence[int], strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The adjoint of im_to_col (MPSGraph's colToIm, torch's F.fold): columns (N, C * kh * kw, L) summed back into an NCHW image of output_size; overlapping windows add up and padding is dropped."""
         ...
     def for_loop(self, *args: Any, name: Any = ..., checkpoint: Any = ...) -> Any:
         """for_loop(n, initial_args, body_fn) or for_loop(lower, upper, step, initial_args, body_fn):"""
@@ -455,8 +479,14 @@ class Graph:
     def greater_than_or_equal_to(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """x >= y. Broadcasts like numpy; both inputs must have the same dtype."""
         ...
+    def grid_sample(self, x: TensorLike, grid: TensorLike, mode: str = ..., padding_mode: str = ..., align_corners: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Samples an NCHW image batch at normalised grid coordinates (torch's F.grid_sample, MPSGraph's sampleGrid...): grid (N, H_out, W_out, 2) holds (x, y) in [-1, 1], -1 and 1 being the centres (align_corners) or the outer edges of the corner pixels; the result is (N, C, H_out, W_out). mode 'bilinear' or 'nearest' (halves round to even, as torch); padding_mode 'zeros', 'border' (clamp to the edge) or 'reflection'. Differentiable with respect to x and the grid (nearest: x only)."""
+        ...
     def group_normalization(self, x: TensorLike, gamma: Optional[TensorLike] = ..., beta: Optional[TensorLike] = ..., num_groups: Optional[int] = ..., epsilon: float = ..., data_layout: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """Splits channels into num_groups groups and normalises each (sample, group) over its channels and spatial dims; gamma and beta are per channel. Needs static channel and spatial dims (the batch may be unknown)."""
+        ...
+    def hamming_distance(self, x: TensorLike, y: TensorLike, dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Bitwise Hamming distances between two sets of integer vectors (MPSGraph's HammingDistanceWithPrimaryTensor:secondaryTensor:resultDataType:): x (..., M, K) and y (..., N, K) give (..., M, N), the number of differing bits of x[..., m, :] and y[..., n, :]; batch dims broadcast. The result dtype is uint32 or uint16."""
         ...
     def hard_sigmoid(self, x: TensorLike, alpha: float = ..., beta: float = ..., *, name: Optional[str] = ...) -> Tensor:
         """clamp(alpha * x + beta, 0, 1); the defaults are PyTorch's (ONNX uses alpha=0.2)."""
@@ -470,8 +500,17 @@ class Graph:
     def if_then_else(self, predicate: Any, then_fn: Any, else_fn: Any = ..., name: Any = ...) -> Any:
         """MPSGraph's ifWithPredicateTensor:thenBlock:elseBlock:. `predicate` is a bool scalar"""
         ...
+    def im_to_col(self, x: TensorLike, kernel_sizes: int | Sequence[int], strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Sliding windows of an NCHW image batch as columns (MPSGraph's imToCol, torch's F.unfold): (N, C, H, W) -> (N, C * kh * kw, L), row c * kh * kw + i * kw + j holding pixel (i, j) of each window of channel c, the L = blocks_h * blocks_w windows in row-major order. Padding is zeros."""
+        ...
+    def im_to_col_gradient(self, dy: TensorLike, like: TensorLike, kernel_sizes: int | Sequence[int], strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """col_to_im onto the image shape of `like` (the gradient of im_to_col, usable with unknown dims)."""
+        ...
     def instance_normalization(self, x: TensorLike, gamma: Optional[TensorLike] = ..., beta: Optional[TensorLike] = ..., epsilon: float = ..., data_layout: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """Normalises each (sample, channel) over the spatial dims; gamma and beta are per channel."""
+        ...
+    def inv(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The inverse of each square matrix in the last two dims (MPSGraph's inverseOfTensor:, numpy.linalg.inv). A matrix whose LU factorisation meets an exact zero pivot gives NaN (numpy raises); nearly singular ones give large values, as numpy."""
         ...
     def invert(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Bitwise complement (logical not on bool)."""
@@ -530,6 +569,9 @@ class Graph:
     def log2(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Base-2 logarithm."""
         ...
+    def log_determinant(self, x: TensorLike, *, name: Optional[str] = ...) -> tuple[Tensor, ...]:
+        """(sign, log|det|) of each square matrix, as numpy.linalg.slogdet: the sign is -1, 0 or 1 and a singular matrix gives (0, -inf). The gradient of log|det| is A^-T; the sign has none."""
+        ...
     def log_sigmoid(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """log(sigmoid(x)) = -softplus(-x), stable for any x."""
         ...
@@ -565,6 +607,9 @@ class Graph:
         ...
     def matrix_band_part(self, x: TensorLike, num_lower: int, num_upper: int, *, name: Optional[str] = ...) -> Tensor:
         """Keeps a band of each matrix in the last two dims and zeroes the rest: element (i, j) is kept when (num_lower < 0 or i - j <= num_lower) and (num_upper < 0 or j - i <= num_upper). A negative count keeps that whole triangle: band_part(x, -1, 0) is the lower triangle, (0, 0) the diagonal (MPSGraph's bandPartWithTensor:numLower:numUpper:, TensorFlow's matrix_band_part)."""
+        ...
+    def matrix_inverse(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The inverse of each square matrix in the last two dims (MPSGraph's inverseOfTensor:, numpy.linalg.inv). A matrix whose LU factorisation meets an exact zero pivot gives NaN (numpy raises); nearly singular ones give large values, as numpy."""
         ...
     def matrix_multiplication(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Matrix product with numpy matmul semantics: (..., M, K) @ (..., K, N) -> (..., M, N); batch dims broadcast; a 1-D operand is treated as a row (x) or column (y) vector and that dim is dropped from the result. Both inputs must have the same numeric dtype; integers wrap around."""
@@ -638,6 +683,12 @@ class Graph:
     def negative(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """-x. Integers wrap around (two's complement)."""
         ...
+    def nms(self, boxes: TensorLike, scores: TensorLike, iou_threshold: float = ..., score_threshold: float = ..., per_class_suppression: bool = ..., coordinate_mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Greedy non-maximum suppression per batch item (MPSGraph's nonMaximumSuppressionWithBoxesTensor:scoresTensor:...): boxes (N, B, 4), scores (N, B, K) with one score per class; a box's score is its largest and its class the first class reaching it. Boxes scoring at most score_threshold (or NaN) are dropped; the rest, by descending score (ties: lower index first), are kept unless a kept box (of the same class, with per_class_suppression) overlaps them with IoU > iou_threshold. Returns int32 (N, B): the kept box indices in that order, padded with -1 (a fixed size, so it composes with gather). coordinate_mode: 'corners_height_first' (y1, x1, y2, x2; either corner first), 'corners_width_first' (x1, y1, x2, y2), 'centers_height_first' (yc, xc, h, w), 'centers_width_first' (xc, yc, w, h). Not differentiable."""
+        ...
+    def non_maximum_suppression(self, boxes: TensorLike, scores: TensorLike, iou_threshold: float = ..., score_threshold: float = ..., per_class_suppression: bool = ..., coordinate_mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Greedy non-maximum suppression per batch item (MPSGraph's nonMaximumSuppressionWithBoxesTensor:scoresTensor:...): boxes (N, B, 4), scores (N, B, K) with one score per class; a box's score is its largest and its class the first class reaching it. Boxes scoring at most score_threshold (or NaN) are dropped; the rest, by descending score (ties: lower index first), are kept unless a kept box (of the same class, with per_class_suppression) overlaps them with IoU > iou_threshold. Returns int32 (N, B): the kept box indices in that order, padded with -1 (a fixed size, so it composes with gather). coordinate_mode: 'corners_height_first' (y1, x1, y2, x2; either corner first), 'corners_width_first' (x1, y1, x2, y2), 'centers_height_first' (yc, xc, h, w), 'centers_width_first' (xc, yc, w, h). Not differentiable."""
+        ...
     def non_zero_indices(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """The indices of x's non-zero elements: an int32 tensor of shape (count, rank) whose row i is"""
         ...
@@ -683,6 +734,9 @@ class Graph:
         ...
     def prod(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, axes: Any = ..., keep_dims: Any = ..., name: Any = ...) -> Any:
         """numpy-style prod(x, axis=None, keepdims=False): Graph.reduction_product with the reduced axes dropped by default (axis=None reduces all axes)."""
+        ...
+    def quantize(self, x: TensorLike, scale: TensorLike, zero_point: TensorLike, dtype: DTypeLike = ..., axis: Optional[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Affine quantization to int8 / uint8 (MPSGraph's quantizeTensor:scaleTensor:zeroPointTensor:dataType:axis:): round_half_even(x / scale + zero_point), clamped to the dtype's range; NaN becomes 0. scale and zero_point hold one element, or with `axis` x.shape[axis] elements. The integer result carries no gradient; use fake_quantize for a straight-through one."""
         ...
     def random_bernoulli(self, shape: Sequence[Optional[int]], probability: float = ..., seed: Optional[int] = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
         """1 with probability p, else 0, in the given dtype."""
@@ -783,6 +837,9 @@ class Graph:
     def run(self, feeds: Any = ..., targets: Any = ..., target_operations: Any = ..., device: Any = ...) -> Any:
         """Runs the graph: returns {target: TensorData}. Compiled executables are cached per"""
         ...
+    def sample_grid(self, x: TensorLike, grid: TensorLike, mode: str = ..., padding_mode: str = ..., align_corners: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Samples an NCHW image batch at normalised grid coordinates (torch's F.grid_sample, MPSGraph's sampleGrid...): grid (N, H_out, W_out, 2) holds (x, y) in [-1, 1], -1 and 1 being the centres (align_corners) or the outer edges of the corner pixels; the result is (N, C, H_out, W_out). mode 'bilinear' or 'nearest' (halves round to even, as torch); padding_mode 'zeros', 'border' (clamp to the edge) or 'reflection'. Differentiable with respect to x and the grid (nearest: x only)."""
+        ...
     def scatter(self, updates: TensorLike, indices: TensorLike, shape: Sequence[Optional[int]], axis: int = ..., batch_dims: int = ..., mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """Scatters the slices of updates along axis of a zero result of `shape` at indices, the transpose of gather (MPSGraph's scatterWithUpdatesTensor:indicesTensor:shape:axis:mode:, which takes rank-1 indices and no batch_dims; here indices may have any rank). updates' shape: shape[:axis] + indices[batch_dims:] + shape[axis+1:]. Indices: int32 or int64 (unsigned too); a negative index counts from the end (-1 is the last), as MPSGraph; an index out of range raises GraphIndexError when the CPU runs the graph (MPSGraph does not check: see docs/metal.md). The result starts as data (zeros for the shape forms) and each update is combined into it by mode, in row-major order of the updates: repeated indices accumulate under 'add', 'sub', 'mul', 'div', 'min', 'max'; under 'set' the last one wins. Gradients w.r.t. data and updates in every mode ('set': only the update kept, which needs the updates' shape known when the gradient is built; 'min' / 'max': ties split dy evenly; 'mul': zero-safe)."""
         ...
@@ -838,6 +895,9 @@ class Graph:
     def slice_gradient(self, dy: TensorLike, like: TensorLike, starts: int | Sequence[int], ends: int | Sequence[int], strides: int | Sequence[int], start_mask: int = ..., end_mask: int = ..., squeeze_mask: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """The gradient of strided_slice: a tensor of `like`'s shape that is zero except where the slice (same attributes) takes elements, which hold dy. MPSGraph's sliceGradientTensor. Its own gradient is strided_slice."""
         ...
+    def slogdet(self, x: TensorLike, *, name: Optional[str] = ...) -> tuple[Tensor, ...]:
+        """(sign, log|det|) of each square matrix, as numpy.linalg.slogdet: the sign is -1, 0 or 1 and a singular matrix gives (0, -inf). The gradient of log|det| is A^-T; the sign has none."""
+        ...
     def softmax(self, x: TensorLike, axis: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """exp(x) / sum(exp(x)) along axis, computed stably (x - max(x))."""
         ...
@@ -849,6 +909,12 @@ class Graph:
         ...
     def softsign(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """x / (1 + |x|)."""
+        ...
+    def solve(self, a: TensorLike, b: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """X with A X = B for each square matrix A (..., n, n), by LU with partial pivoting (numpy.linalg.solve): b is (..., n, k) with batch dims broadcast against a's, or a vector (n,). An exactly singular A gives NaN (numpy raises)."""
+        ...
+    def solve_triangular(self, a: TensorLike, b: TensorLike, upper: bool, left: bool = ..., unit_diagonal: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """X with A X = B (left) or X A = B (right) for triangular A (..., n, n) and B (..., n, k) (..., k, n) on the right), batch dims broadcast (torch.linalg.solve_triangular). Only the triangle named by `upper` is read; unit_diagonal takes the diagonal as ones without reading it. A zero on the diagonal gives inf/NaN, as the division does."""
         ...
     def sort(self, x: TensorLike, axis: int = ..., descending: bool = ..., *, name: Optional[str] = ...) -> Tensor:
         """x sorted along `axis` (ascending, or descending). The order is stable and total: equal elements keep their index order (descending too, as torch.sort(stable=True, descending=True)); -0.0 and 0.0 are equal; NaN sorts above +inf (last ascending, first descending; numpy puts NaN last ascending). Rank-0 inputs are refused."""
@@ -952,11 +1018,17 @@ class Graph:
     def transpose(self, x: TensorLike, permutation: Optional[int | Sequence[int]] = ..., *, name: Optional[str] = ...) -> Tensor:
         """Permutes the dims: output dim i is input dim permutation[i]. Without a permutation the dims are reversed (numpy's transpose)."""
         ...
+    def triangular_solve(self, a: TensorLike, b: TensorLike, upper: bool, left: bool = ..., unit_diagonal: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """X with A X = B (left) or X A = B (right) for triangular A (..., n, n) and B (..., n, k) (..., k, n) on the right), batch dims broadcast (torch.linalg.solve_triangular). Only the triangle named by `upper` is read; unit_diagonal takes the diagonal as ones without reading it. A zero on the diagonal gives inf/NaN, as the division does."""
+        ...
     def trunc(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Rounds toward zero (identity on integers)."""
         ...
     def truncate(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Rounds toward zero (identity on integers)."""
+        ...
+    def unfold(self, x: TensorLike, kernel_sizes: int | Sequence[int], strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Sliding windows of an NCHW image batch as columns (MPSGraph's imToCol, torch's F.unfold): (N, C, H, W) -> (N, C * kh * kw, L), row c * kh * kw + i * kw + j holding pixel (i, j) of each window of channel c, the L = blocks_h * blocks_w windows in row-major order. Padding is zeros."""
         ...
     def var(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, axes: Any = ..., keep_dims: Any = ..., name: Any = ...) -> Any:
         """numpy-style var(x, axis=None, keepdims=False): Graph.variance with the reduced axes dropped by default (axis=None reduces all axes)."""

@@ -17,6 +17,11 @@
 
 namespace mg::cpu {
 
+// Kernel families registered here only (declared here rather than in cpu_backend.h, which every
+// kernel file includes).
+void register_linalg_kernels();
+void register_image_kernels();
+
 // ---------------- thread pool ----------------
 
 namespace {
@@ -125,6 +130,8 @@ void ensure_kernels() {
     register_dynamic_kernels();
     register_gather_kernels();
     register_sort_kernels();
+    register_linalg_kernels();
+    register_image_kernels();
     return true;
   }();
   (void)done;
