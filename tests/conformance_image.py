@@ -260,3 +260,92 @@ row("non_maximum_suppression", "non_maximum_suppression", _nms_ref, ("float32", 
     doms=(_BOX, _BOX), out_dtype="int32", exact=True)
 row("alias_nms", "nms", _nms_ref, ("float32",), [Case(((1, 6, 4), (1, 6, 1)))], doms=(_BOX, _BOX), out_dtype="int32",
     exact=True)
+
+# ----------------------------------------------------------------------------------------
+# stencil
+
+
+def _boundary_index(p, n, mode):
+    """(index, sign) per read position p of a dim of n (index -1: the constant), numpy's pad modes
+    (reflect, symmetric, wrap, edge) and the anti-periodic extension of wrap."""
+    inside = (p >= 0) & (p < n)
+    sign = np.ones(p.shape)
+    if mode == "clamp_to_edge":
+        idx = np.clip(p, 0, n - 1)
+    elif mode == "reflect":
+        q = np.mod(p, 2 * (n - 1)) if n > 1 else np.zeros_like(p)
+        idx = np.where(q < n, q, 2 * (n - 1) - q)
+    elif mode == "symmetric":
+        q = np.mod(p, 2 * n)
+        idx = np.where(q < n, q, 2 * n - 1 - q)
+    elif mode in ("periodic", "anti_periodic"):
+        idx = np.mod(p, n)
+        if mode == "anti_periodic":
+            sign = np.where(np.floor_divide(p, n) % 2 == 0, 1.0, -1.0)
+    else:
+        idx = np.where(inside, p, -1)
+    return np.where(inside, p, idx), np.where(inside, 1.0, sign)
+
+
+def _stencil_ref(x, w, reduction_mode="sum", strides=(1, 1, 1, 1), dilation_rates=(1, 1, 1, 1), padding=(0,) * 8,
+                 padding_style="explicit", offsets=(0, 0, 0, 0), boundary_mode="zero", padding_constant=0.0):
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    lead, dims = x.shape[:-4], x.shape[-4:]
+    pad = list(padding)
+    outs, reads = [], []
+    for d in range(4):
+        n, k, s, dl = dims[d], w.shape[d], strides[d], dilation_rates[d]
+        span = dl * (k - 1) + 1
+        if padding_style == "valid":
+            pad[2 * d] = pad[2 * d + 1] = 0
+        elif padding_style == "same":
+            o = -(-n // s)
+            total = max((o - 1) * s + span - n, 0)
+            pad[2 * d], pad[2 * d + 1] = total // 2, total - total // 2
+        o = (n + pad[2 * d] + pad[2 * d + 1] - span) // s + 1
+        off = offsets[d] if padding_style == "explicit_offset" else 0
+        p = np.arange(o)[:, None] * s + np.arange(k)[None, :] * dl - pad[2 * d] + off  # (out, tap)
+        reads.append(_boundary_index(p, n, boundary_mode))
+        outs.append(o)
+    fill = padding_constant if boundary_mode == "constant" else 0.0
+    xf = x.reshape((int(np.prod(lead)),) + dims)
+    ix = [r[0] for r in reads]
+    sg = [r[1] for r in reads]
+    # (batch, o0, o1, o2, o3, k0, k1, k2, k3) gathered values
+    i0 = ix[0][:, None, None, None, :, None, None, None]
+    i1 = ix[1][None, :, None, None, None, :, None, None]
+    i2 = ix[2][None, None, :, None, None, None, :, None]
+    i3 = ix[3][None, None, None, :, None, None, None, :]
+    sign = (sg[0][:, None, None, None, :, None, None, None] * sg[1][None, :, None, None, None, :, None, None] *
+            sg[2][None, None, :, None, None, None, :, None] * sg[3][None, None, None, :, None, None, None, :])
+    outside = (i0 < 0) | (i1 < 0) | (i2 < 0) | (i3 < 0)
+    vals = xf[:, np.maximum(i0, 0), np.maximum(i1, 0), np.maximum(i2, 0), np.maximum(i3, 0)]
+    vals = np.where(outside, fill, vals * sign) * w
+    red = {"sum": np.sum, "product": np.prod, "min": np.min, "max": np.max}[reduction_mode]
+    r = red(vals.reshape(vals.shape[:5] + (-1,)), axis=-1) if vals.size else np.zeros((xf.shape[0],) + tuple(outs))
+    return r.reshape(lead + tuple(outs))
+
+
+_W = _CallDom(lambda rng, shape, dtype: rng.uniform(0.5, 1.5, size=shape).astype(np_dtype(dtype)))
+_ST = [Case(((1, 1, 5, 6), (1, 1, 3, 3)), {}),
+       Case(((2, 1, 5, 6), (1, 1, 3, 2)), {"padding": (0, 0, 0, 0, 1, 1, 2, 1)}, label="zero padding"),
+       Case(((1, 2, 3, 5, 6), (1, 2, 2, 3)), {"strides": (1, 1, 2, 2), "dilation_rates": (1, 1, 1, 2)},
+            label="batch, strides, dilation")] + [
+    Case(((1, 2, 4, 5), (1, 2, 3, 3)), {"padding": (0, 0, 1, 0, 2, 3, 1, 4), "boundary_mode": b, "reduction_mode": m,
+                                        "padding_constant": 0.75}, label=f"{b} {m}")
+    for b in ("constant", "zero", "clamp_to_edge", "reflect", "symmetric", "periodic", "anti_periodic")
+    for m in ("sum", "max")] + [
+    Case(((1, 1, 6, 7), (1, 1, 3, 2)), {"padding_style": "same", "strides": (1, 1, 2, 3), "boundary_mode": "reflect"},
+         label="same"),
+    Case(((1, 1, 6, 7), (1, 1, 3, 2)), {"padding_style": "valid", "padding": (1,) * 8}, label="valid"),
+    Case(((1, 1, 6, 7), (1, 1, 2, 2)), {"padding_style": "explicit_offset", "offsets": (0, 0, 1, -1),
+                                        "padding": (0, 0, 0, 0, 0, 1, 1, 0), "boundary_mode": "clamp_to_edge"},
+         label="offsets"),
+    Case(((1, 1, 4, 4), (1, 1, 2, 2)), {"reduction_mode": "product"}, label="product"),
+    Case(((1, 1, 4, 4), (1, 1, 2, 3)), {"reduction_mode": "min", "boundary_mode": "symmetric",
+                                        "padding": (0, 0, 0, 0, 1, 1, 1, 1)}, label="min"),
+    Case(((0, 1, 1, 4, 4), (1, 1, 2, 2)), label="zero batch"),
+    Case(((2, 3, 24, 30), (1, 2, 3, 3)), {"padding": (0, 0, 0, 1, 1, 1, 1, 1), "boundary_mode": "periodic"},
+         label="large")]
+row("stencil", "stencil", _stencil_ref, FLOATS, _ST, doms=(dom(lo=-2, hi=2), _W),
+    tol={"float32": (1e-5, 1e-5)})

@@ -269,3 +269,27 @@ def test_hamming_distance_bad_input():
     expect(mg.GraphTypeError, lambda: g.hamming_distance(a, a, dtype="int32"), "[hamming_distance]", "uint32 or uint16")
     expect(mg.GraphValueError, lambda: g.hamming_distance(g.placeholder((4,), "int32"), g.placeholder((4,), "int32")),
            "[hamming_distance]", "rank >= 2")
+
+
+def test_stencil_bad_input_and_no_gradient():
+    g = mg.Graph()
+    x, w = g.placeholder((1, 1, 4, 4), name="x"), g.placeholder((1, 1, 2, 2), name="w")
+    expect(mg.GraphValueError, lambda: g.stencil(g.placeholder((4, 4)), w), "[stencil]", "rank >= 4")
+    expect(mg.GraphValueError, lambda: g.stencil(x, g.placeholder((2, 2))), "[stencil]", "4-D weights")
+    expect(mg.GraphValueError, lambda: g.stencil(x, w, boundary_mode="mirror"), "[stencil]", "'mirror'")
+    expect(mg.GraphValueError, lambda: g.stencil(x, w, reduction_mode="argmax"), "[stencil]", "'argmax'")
+    expect(mg.GraphValueError, lambda: g.stencil(x, w, strides=(1, 1, 0, 1)), "[stencil]", "positive")
+    expect(mg.GraphValueError, lambda: g.stencil(x, g.placeholder((1, 1, 5, 2))), "[stencil]", "larger than the padded")
+    y = g.stencil(x, w)
+    assert y.shape == (1, 1, 3, 3)
+    expect(mg.GraphValueError, lambda: g.gradients(g.reduction_sum(y, axes=None), [x]), "[stencil]",
+           "not differentiable")
+
+
+def test_stencil_same_padding_resolves_at_specialisation():
+    g = mg.Graph()
+    x = g.placeholder((1, 1, None, None))
+    y = g.stencil(x, g.constant(np.ones((1, 1, 3, 3), np.float32)), padding_style="same")
+    r = _run(g, {x: np.ones((1, 1, 5, 4), np.float32)}, [y])[0]
+    want = np.array([[4, 6, 6, 4], [6, 9, 9, 6], [6, 9, 9, 6], [6, 9, 9, 6], [4, 6, 6, 4]], np.float32)
+    np.testing.assert_array_equal(r[0, 0], want)

@@ -59,7 +59,7 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "sort", "arg_sort", "top_k", "bottom_k",
     "cumulative_sum", "cumulative_product", "cumulative_minimum", "cumulative_maximum",
     "if_then_else", "while_loop", "for_loop",
-    "matrix_inverse", "solve", "hamming_distance"}
+    "matrix_inverse", "solve", "hamming_distance", "stencil"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -915,3 +915,11 @@ def test_quantization_and_sample_grid_compositions():
                                   g.dequantize_lut(g.cast(g.quantize(a, 0.05, 0.0, dtype="uint8"), "uint8"), t),
                                   g.sample_grid(a, gr), g.sample_grid(a, gr, mode="nearest", padding_mode="reflection")],
            [x, grid, scale, lut])
+
+
+@pytest.mark.parametrize("boundary", ["zero", "clamp_to_edge", "reflect", "symmetric", "periodic"])
+def test_stencil(boundary):
+    x, w = _rand((2, 1, 3, 6, 7), "float32", 19), _rand((1, 2, 3, 2), "float32", 20, 0.5, 1.5)
+    _check(lambda g, a, b: [g.stencil(a, b, padding=(0, 0, 0, 1, 1, 1, 2, 0), boundary_mode=boundary),
+                            g.stencil(a, b, reduction_mode="max", padding_style="same", boundary_mode=boundary)],
+           [x, w])

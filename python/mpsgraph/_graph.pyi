@@ -958,6 +958,9 @@ class Graph:
     def stack(self, tensors: Sequence[TensorLike], axis: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """Stacks tensors of one shape and dtype along a new axis (which indexes the output)."""
         ...
+    def stencil(self, x: TensorLike, weights: TensorLike, reduction_mode: str = ..., strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., padding_style: str = ..., offsets: int | Sequence[int] = ..., boundary_mode: str = ..., padding_constant: float = ..., *, name: Optional[str] = ...) -> Tensor:
+        """A weighted reduction over a 4-D window sliding on the last 4 dims of x (MPSGraph's stencilWithSourceTensor:weightsTensor:descriptor:): out[..., i] = reduce over k of x[..., i * strides + k * dilation_rates - padding_before + offsets] * weights[k], with reduction_mode 'sum', 'product', 'min' or 'max'. Reads outside x follow boundary_mode: 'zero', 'constant' (padding_constant), 'clamp_to_edge', 'reflect' (numpy's reflect), 'symmetric', 'periodic' or 'anti_periodic' (periodic, negated in odd periods). padding_style 'explicit' uses `padding` ((before, after) per window dim), 'valid' none, 'same' TF's SAME (the extra element after); offsets shift the window's reads for 'explicit_offset' and are ignored otherwise. Not differentiable."""
+        ...
     def stochastic_gradient_descent(self, learning_rate: TensorLike, values: TensorLike, gradient: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """values - learning_rate * gradient (MPSGraph's stochasticGradientDescent)."""
         ...

@@ -3,6 +3,7 @@
 // sums them in double (floats) or wrapping uint64 (integers), so it is deterministic and splits
 // over threads without atomics.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <limits>
@@ -145,6 +146,104 @@ KernelFn col_to_im_kernel(const Window v) {
   };
 }
 
+// ---- stencil ----
+
+// Where a read at p of a dim of n lands under the boundary mode: the index (or -1 for the
+// constant) and the sign (anti_periodic negates odd periods).
+struct Read {
+  int64_t at;
+  double sign;
+};
+
+inline int64_t floor_mod(int64_t a, int64_t m) { return ((a % m) + m) % m; }
+
+Read boundary_read(int64_t p, int64_t n, ops::StencilBoundary b) {
+  using B = ops::StencilBoundary;
+  if (p >= 0 && p < n) return {p, 1.0};
+  switch (b) {
+    case B::ClampToEdge: return {std::clamp<int64_t>(p, 0, n - 1), 1.0};
+    case B::Reflect: {
+      if (n == 1) return {0, 1.0};
+      const int64_t q = floor_mod(p, 2 * (n - 1));
+      return {q < n ? q : 2 * (n - 1) - q, 1.0};
+    }
+    case B::Symmetric: {
+      const int64_t q = floor_mod(p, 2 * n);
+      return {q < n ? q : 2 * n - 1 - q, 1.0};
+    }
+    case B::Periodic: return {floor_mod(p, n), 1.0};
+    case B::AntiPeriodic: {
+      const int64_t k = (p - floor_mod(p, n)) / n;
+      return {floor_mod(p, n), (k % 2 == 0) ? 1.0 : -1.0};
+    }
+    default: return {-1, 1.0};  // zero, constant
+  }
+}
+
+template <class S>
+KernelFn stencil_kernel(const KernelCtx& c) {
+  using R = ops::StencilReduction;
+  const ops::StencilAttrs a = typed_attrs<ops::StencilAttrs>(c.node);
+  const Shape &xs = c.in[0].shape, &ws = c.in[1].shape, &os = c.out[0].shape;
+  const size_t r = xs.size();
+  int64_t batch = 1;
+  for (size_t d = 0; d + 4 < r; ++d) batch *= xs[d];
+  std::array<int64_t, 4> n{}, k{}, o{}, in_stride{}, start{};
+  for (size_t d = 0; d < 4; ++d) {
+    n[d] = xs[r - 4 + d];
+    k[d] = ws[d];
+    o[d] = os[r - 4 + d];
+    start[d] = a.offsets[d] - a.padding[2 * d];
+  }
+  in_stride[3] = 1;
+  for (size_t d = 3; d-- > 0;) in_stride[d] = in_stride[d + 1] * n[d + 1];
+  const int64_t in_items = n[0] * in_stride[0], out_items = o[0] * o[1] * o[2] * o[3];
+  const int64_t taps = k[0] * k[1] * k[2] * k[3];
+  const double fill = a.boundary == ops::StencilBoundary::Constant ? a.padding_constant : 0.0;
+  return [=](const void* const* in, void* const* out) {
+    const S* x = static_cast<const S*>(in[0]);
+    const S* w = static_cast<const S*>(in[1]);
+    S* y = static_cast<S*>(out[0]);
+    parallel_for(batch * out_items, std::max<int64_t>(1, 2048 / std::max<int64_t>(1, taps)), [&](int64_t e0, int64_t e1) {
+      for (int64_t e = e0; e < e1; ++e) {
+        const S* xb = x + (e / out_items) * in_items;
+        int64_t rem = e % out_items;
+        std::array<int64_t, 4> pos{};
+        for (size_t d = 4; d-- > 0;) {
+          pos[d] = rem % o[d];
+          rem /= o[d];
+        }
+        double acc = a.reduction == R::Product ? 1.0
+                     : a.reduction == R::Min   ? std::numeric_limits<double>::infinity()
+                     : a.reduction == R::Max   ? -std::numeric_limits<double>::infinity()
+                                               : 0.0;
+        for (int64_t t = 0; t < taps; ++t) {
+          int64_t tr = t, at = 0;
+          double sign = 1.0;
+          bool outside = false;
+          for (size_t d = 4; d-- > 0;) {
+            const int64_t kd = tr % k[d];
+            tr /= k[d];
+            const Read rd = boundary_read(pos[d] * a.strides[d] + kd * a.dilation_rates[d] + start[d], n[d], a.boundary);
+            outside = outside || rd.at < 0;
+            at += rd.at * in_stride[d];
+            sign *= rd.sign;
+          }
+          const double v = (outside ? fill : sign * double(Num<S>::ld(xb[at]))) * double(Num<S>::ld(w[t]));
+          switch (a.reduction) {
+            case R::Sum: acc += v; break;
+            case R::Product: acc *= v; break;
+            case R::Min: acc = (v < acc || v != v) ? v : acc; break;  // NaN propagates
+            case R::Max: acc = (v > acc || v != v) ? v : acc; break;
+          }
+          if (acc != acc && (a.reduction == R::Min || a.reduction == R::Max)) break;
+        }
+        y[e] = Num<S>::st(typename Num<S>::C(acc));
+      }
+    });
+  };
+}
+
 // ---- non_maximum_suppression ----
 
 struct Box {
@@ -233,6 +332,9 @@ KernelFn nms_kernel(const KernelCtx& c) {
 }  // namespace
 
 void register_image_kernels() {
+  register_kernel("stencil", [](const KernelCtx& c) {
+    return dispatch_float(c, "stencil", c.in[0].dtype, [&](auto tag) { return stencil_kernel<decltype(tag)>(c); });
+  });
   register_kernel("non_maximum_suppression", [](const KernelCtx& c) {
     return dispatch_float(c, "non_maximum_suppression", c.in[0].dtype,
                           [&](auto tag) { return nms_kernel<decltype(tag)>(c); });

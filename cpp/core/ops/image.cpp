@@ -7,6 +7,8 @@
 // order) come from the decomposition, with PyTorch's conventions (floor and round have no
 // gradient, clamping stops it outside the range). im_to_col and col_to_im are linear and each
 // is the other's gradient.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -261,6 +263,89 @@ std::vector<ValueRef> expand_sample_grid(Graph& g, const std::vector<ValueRef>& 
   return {to(call(g, "transpose", {out}, {{"permutation", Ints{0, 3, 1, 2}}}), dt)};
 }
 
+// ---- stencil ----
+
+const char* const kReductions[] = {"sum", "product", "min", "max"};
+const char* const kBoundaries[] = {"constant", "zero", "clamp_to_edge", "reflect", "symmetric", "periodic",
+                                   "anti_periodic"};
+
+template <size_t N>
+int index_of(const char* const (&names)[N], const std::string& s) {
+  for (size_t i = 0; i < N; ++i)
+    if (s == names[i]) return int(i);
+  return -1;
+}
+
+StencilAttrs decode_stencil(const Attrs& a) {
+  StencilAttrs r;
+  r.reduction = StencilReduction(index_of(kReductions, get_attr<std::string>(a, "reduction_mode")));
+  r.boundary = StencilBoundary(index_of(kBoundaries, get_attr<std::string>(a, "boundary_mode")));
+  r.padding_constant = get_attr<double>(a, "padding_constant");
+  r.strides = get_attr<Ints>(a, "strides");
+  r.dilation_rates = get_attr<Ints>(a, "dilation_rates");
+  r.offsets = get_attr<std::string>(a, "padding_style") == "explicit_offset" ? get_attr<Ints>(a, "offsets")
+                                                                             : Ints(4, 0);
+  r.padding = get_attr<Ints>(a, "padding");
+  return r;
+}
+
+// Resolves padding_style into explicit padding (stored back into `padding`) and returns the
+// output shape.
+std::vector<TensorType> infer_stencil(InferCtx& c) {
+  require_class(c, 0, kFloat);
+  c.same_dtype(0, 1);
+  const Shape &xs = c.in[0].shape, &ws = c.in[1].shape;
+  if (xs.size() < 4) c.fail(ErrorKind::Value, "expects x of rank >= 4 (the window covers its last 4 dims), got " +
+                                                  type_str(c.in[0]));
+  if (ws.size() != 4) c.fail(ErrorKind::Value, "expects 4-D weights, got " + type_str(c.in[1]));
+  for (const char* n : {"strides", "dilation_rates", "offsets"}) {
+    const Ints& v = c.ints(n);
+    if (v.size() != 4) c.fail(ErrorKind::Value, std::string(n) + " needs 4 values, got " + std::to_string(v.size()));
+    for (int64_t e : v)
+      if (std::string(n) != "offsets" && e < 1) c.fail(ErrorKind::Value, std::string(n) + " must be positive");
+  }
+  if (index_of(kReductions, c.s("reduction_mode")) < 0)
+    c.fail(ErrorKind::Value, "reduction_mode must be 'sum', 'product', 'min' or 'max', not '" + c.s("reduction_mode") +
+                                 "'");
+  if (index_of(kBoundaries, c.s("boundary_mode")) < 0)
+    c.fail(ErrorKind::Value, "boundary_mode must be 'constant', 'zero', 'clamp_to_edge', 'reflect', 'symmetric', "
+                             "'periodic' or 'anti_periodic', not '" + c.s("boundary_mode") + "'");
+  const std::string& style = c.s("padding_style");
+  if (style != "explicit" && style != "valid" && style != "same" && style != "explicit_offset")
+    c.fail(ErrorKind::Value, "padding_style must be 'explicit', 'valid', 'same' or 'explicit_offset', not '" + style +
+                                 "'");
+  Ints pad = c.ints("padding");
+  if (pad.size() != 8) c.fail(ErrorKind::Value, "padding needs 8 values ((before, after) per window dim)");
+  for (int64_t p : pad)
+    if (p < 0) c.fail(ErrorKind::Value, "padding must be non-negative");
+  const Ints &st = c.ints("strides"), &dl = c.ints("dilation_rates");
+  Shape out(xs.begin(), xs.end());
+  bool resolved = true;
+  for (size_t d = 0; d < 4; ++d) {
+    const size_t ax = xs.size() - 4 + d;
+    const int64_t n = xs[ax], k = ws[d];
+    if (n < 0 || k < 0) {
+      out[ax] = -1;
+      resolved = resolved && style != "same";
+      continue;
+    }
+    const int64_t span = dl[d] * (k - 1) + 1;
+    if (style == "valid") pad[2 * d] = pad[2 * d + 1] = 0;
+    if (style == "same") {  // TF_SAME: the extra padding goes after
+      const int64_t o = (n + st[d] - 1) / st[d], total = std::max<int64_t>((o - 1) * st[d] + span - n, 0);
+      pad[2 * d] = total / 2;
+      pad[2 * d + 1] = total - total / 2;
+    }
+    const int64_t padded = n + pad[2 * d] + pad[2 * d + 1];
+    if (padded < span)
+      c.fail(ErrorKind::Value, "the window (" + std::to_string(span) + " with dilation) is larger than the padded dim " +
+                                   std::to_string(ax) + " (" + std::to_string(padded) + ") of " + type_str(c.in[0]));
+    out[ax] = (padded - span) / st[d] + 1;
+  }
+  if (resolved) c.attrs["padding"] = pad;
+  return {{c.in[0].dtype, out}};
+}
+
 // ---- non_maximum_suppression ----
 
 const char* const kCoordinateModes[] = {"corners_height_first", "corners_width_first", "centers_height_first",
@@ -370,6 +455,30 @@ void register_image_ops() {
                .aliases = {"grid_sample"},
                .family = "image",
                .expand = expand_sample_grid});
+  register_op({.name = "stencil",
+               .doc = "A weighted reduction over a 4-D window sliding on the last 4 dims of x (MPSGraph's "
+                      "stencilWithSourceTensor:weightsTensor:descriptor:): out[..., i] = reduce over k of "
+                      "x[..., i * strides + k * dilation_rates - padding_before + offsets] * weights[k], with "
+                      "reduction_mode 'sum', 'product', 'min' or 'max'. Reads outside x follow boundary_mode: "
+                      "'zero', 'constant' (padding_constant), 'clamp_to_edge', 'reflect' (numpy's reflect), "
+                      "'symmetric', 'periodic' or 'anti_periodic' (periodic, negated in odd periods). padding_style "
+                      "'explicit' uses `padding` ((before, after) per window dim), 'valid' none, 'same' TF's SAME "
+                      "(the extra element after); offsets shift the window's reads for 'explicit_offset' and are "
+                      "ignored otherwise. Not differentiable.",
+               .inputs = {{"x"}, {"weights"}},
+               .attrs = {attr("reduction_mode", AttrKind::String, std::string("sum"), "'sum', 'product', 'min' or 'max'"),
+                         attr("strides", AttrKind::Ints, Ints{1, 1, 1, 1}, "window step per dim"),
+                         attr("dilation_rates", AttrKind::Ints, Ints{1, 1, 1, 1}, "window dilation per dim"),
+                         attr("padding", AttrKind::Ints, Ints(8, 0), "(before, after) per window dim"),
+                         attr("padding_style", AttrKind::String, std::string("explicit"),
+                              "'explicit', 'valid', 'same' or 'explicit_offset'"),
+                         attr("offsets", AttrKind::Ints, Ints{0, 0, 0, 0}, "read offsets ('explicit_offset' only)"),
+                         attr("boundary_mode", AttrKind::String, std::string("zero"), "how reads outside x are made"),
+                         attr("padding_constant", AttrKind::Float, 0.0, "the value read outside x for 'constant'")},
+               .decode = attr_decoder(decode_stencil),
+               .infer = infer_stencil,
+               .differentiable = Differentiable::No,
+               .family = "image"});
   register_op({.name = "non_maximum_suppression",
                .doc = "Greedy non-maximum suppression per batch item (MPSGraph's nonMaximumSuppressionWithBoxesTensor:"
                       "scoresTensor:...): boxes (N, B, 4), scores (N, B, K) with one score per class; a box's score "

@@ -13,6 +13,17 @@ struct ImToColAttrs {
   std::vector<int64_t> image;                     // col_to_im: output (height, width); empty for im_to_col
 };
 
+// stencil: a 4-D window over the last 4 dims of x.
+enum class StencilReduction { Sum, Product, Min, Max };
+enum class StencilBoundary { Constant, Zero, ClampToEdge, Reflect, Symmetric, Periodic, AntiPeriodic };
+struct StencilAttrs {
+  StencilReduction reduction = StencilReduction::Sum;
+  StencilBoundary boundary = StencilBoundary::Zero;
+  double padding_constant = 0.0;
+  std::vector<int64_t> strides, dilation_rates, offsets;  // 4 each
+  std::vector<int64_t> padding;                            // resolved: (before, after) per window dim, 8 values
+};
+
 // non_maximum_suppression.
 struct NmsAttrs {
   double iou_threshold = 0.5;
