@@ -165,6 +165,14 @@ _FOLD = [Case((_cols_shape(a, img),), {**a, "output_size": img[2:]}) for a, img 
 row("col_to_im", "col_to_im", _col_to_im_ref, FLOATS + INTS,
     _FOLD + [Case(((0, 8, 12),), {"kernel_sizes": (2, 2), "output_size": (4, 5)}, label="zero batch")],
     doms=dom(lo=-2, hi=2, ilo=-100, ihi=100), grad=Grad(cases=(0, 2, 3), second_order=(2,), unknown_dims=(3,)))
+# the gradient of im_to_col onto the shape of `like` (usable with unknown dims)
+def _im_to_col_gradient_ref(dy, like, **attrs):
+    return _col_to_im_ref(dy, np.shape(like)[2:], **attrs)
+
+
+row("im_to_col_gradient", "im_to_col_gradient", _im_to_col_gradient_ref, FLOATS,
+    [Case((_cols_shape(a, img), img), a) for a, img in _WIN], doms=dom(lo=-2, hi=2),
+    grad=Grad(wrt=(0,), cases=(0, 2), second_order=(2,), unknown_dims=(2,)))
 row("col_to_im_vs_torch", "col_to_im",
     TorchRef(lambda x, output_size, kernel_sizes, strides=(1, 1), dilation_rates=(1, 1), padding=(0, 0, 0, 0):
              torch_module().nn.functional.fold(x, output_size, kernel_sizes, dilation_rates, (padding[0], padding[2]),

@@ -9,7 +9,7 @@ so tests/test_quantization_image.py checks it against the mask instead of finite
 """
 import numpy as np
 
-from conformance import FLOATS, Case, Grad, _CallDom, _INF, _NAN, dom, np_dtype, row
+from conformance import FLOATS, Case, Grad, TorchRef, _CallDom, _INF, _NAN, dom, np_dtype, row, torch_module
 
 _QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -86,7 +86,8 @@ _DQ_CASES = [
     Case(((200, 150), (150,), (150,)), {"axis": 1}, doms=(Q8, SCALE, ZP8), label="large"),
 ]
 row("dequantize", "dequantize", _dequantize_ref, ("int8", "uint8", "int32"), _DQ_CASES,
-    input_dtypes=lambda d: (d, "float32", "float32"), out_dtype="float32")
+    input_dtypes=lambda d: (d if d in ("int8", "uint8", "int32") else "int8", "float32", "float32"),
+    out_dtype="float32")
 # the finite differences feed every input as float64: the builders cast the integer input back
 
 
@@ -115,3 +116,21 @@ row("dequantize_lut", _lut_uint8, _lut_ref, FLOATS, [
     doms=(U8, _LUT), input_dtypes=lambda d: ("float64" if d == "float64" else "uint8", d), exact=True,
     covers=("dequantize_lut",),
     grad=Grad(wrt=(1,), cases=(0, 1), second_order=(1,), unknown_dims=(1,)))
+
+
+# the straight-through gradient against PyTorch's (autograd of fake_quantize_per_tensor_affine /
+# per_channel_affine): dy inside the range, 0 where x clamps
+def _t_fake_quantize(x, s, z, dtype="int8", axis=None):
+    torch = torch_module()
+    lo, hi = _QRANGE[dtype]
+    if axis is None:
+        return torch.fake_quantize_per_tensor_affine(x, float(s.reshape(-1)[0]), int(z.reshape(-1)[0]), lo, hi)
+    return torch.fake_quantize_per_channel_affine(x, s.float(), z.int(), axis, lo, hi)
+
+
+row("fake_quantize_vs_torch", "fake_quantize", TorchRef(_t_fake_quantize), ("float32", "float64"),
+    [Case(((4, 6), (), ()), {"dtype": "int8"}, doms=(X, SCALE, ZP8)),
+     Case(((4, 6), (), ()), {"dtype": "uint8"}, doms=(X, SCALE, ZPU8)),
+     Case(((2, 3, 4), (3,), (3,)), {"dtype": "int8", "axis": 1}, doms=(X, SCALE, ZP8), label="per axis")],
+    tol={"float32": (1e-6, 1e-6), "float64": (1e-6, 1e-6)},  # torch keeps the scale in float32
+    grad=Grad(wrt=(0,), cases=()))
