@@ -1845,3 +1845,6 @@ import conformance_sort  # noqa: E402,F401
 import conformance_fft  # noqa: E402,F401
 import conformance_attention  # noqa: E402,F401
 import conformance_rnn  # noqa: E402,F401
+import conformance_linalg  # noqa: E402,F401
+import conformance_quantization  # noqa: E402,F401
+import conformance_image  # noqa: E402,F401

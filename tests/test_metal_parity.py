@@ -64,7 +64,8 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "softmax", "softmax_cross_entropy", "normalization", "batch_normalization", "layer_normalization",
     "instance_normalization", "group_normalization", "leaky_relu", "stochastic_gradient_descent", "adam", "adamw",
     "convolution_2d", "convolution_3d", "avg_pooling_2d", "avg_pooling_4d",
-    "scaled_dot_product_attention", "single_gate_rnn", "lstm", "gru"}
+    "scaled_dot_product_attention", "single_gate_rnn", "lstm", "gru",
+    "matrix_inverse", "solve", "hamming_distance", "stencil"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -1164,3 +1165,36 @@ def test_avg_pooling_4d_native_and_composed_forms():
                          g.avg_pooling_4d(a, kernel_sizes=[2, 2, 2, 2], padding_style="valid"),
                          g.avg_pooling_4d(a, kernel_sizes=[1, 3, 3, 1], padding=[0, 0, 1, 1, 1, 1, 0, 0])],  # composed
            [x], (1e-5, 1e-6))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_inverse_and_solve(dtype):
+    a = (_rand((3, 4, 4), "float64", 11, -0.2, 0.2) + np.eye(4)).astype(dtype)
+    b, v = _rand((3, 4, 2), dtype, 12), _rand((4,), dtype, 13)
+    _check(lambda g, x, y, z: [g.matrix_inverse(x), g.solve(x, y), g.solve(g.slice(x, 0, 0, 1), z)], [a, b, v],
+           dtype_tol={"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-2)}[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32"])
+def test_hamming_distance(dtype):
+    x, y = _rand((2, 3, 5), dtype, 14, 0, 200), _rand((4, 5), dtype, 15, 0, 200)
+    _check(lambda g, a, b: [g.hamming_distance(a, b), g.hamming_distance(a, b, dtype="uint16")], [x, y])
+
+
+def test_quantization_and_sample_grid_compositions():
+    x, grid = _rand((2, 3, 5, 4), "float32", 16), _rand((2, 3, 6, 2), "float32", 17, -1.2, 1.2)
+    scale = np.array([0.05, 0.1, 0.02], np.float32)
+    lut = _rand((256,), "float32", 18)
+    _check(lambda g, a, gr, s, t: [g.quantize(a, s, 3.0, axis=1), g.fake_quantize(a, 0.05, 0.0),
+                                  g.dequantize(g.quantize(a, s, 120.0, dtype="uint8", axis=1), s, 120.0, axis=1),
+                                  g.dequantize_lut(g.cast(g.quantize(a, 0.05, 0.0, dtype="uint8"), "uint8"), t),
+                                  g.sample_grid(a, gr), g.sample_grid(a, gr, mode="nearest", padding_mode="reflection")],
+           [x, grid, scale, lut])
+
+
+@pytest.mark.parametrize("boundary", ["zero", "clamp_to_edge", "reflect", "symmetric", "periodic"])
+def test_stencil(boundary):
+    x, w = _rand((2, 1, 3, 6, 7), "float32", 19), _rand((1, 2, 3, 2), "float32", 20, 0.5, 1.5)
+    _check(lambda g, a, b: [g.stencil(a, b, padding=(0, 0, 0, 1, 1, 1, 2, 0), boundary_mode=boundary),
+                            g.stencil(a, b, reduction_mode="max", padding_style="same", boundary_mode=boundary)],
+           [x, w])

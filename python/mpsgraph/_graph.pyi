@@ -127,10 +127,10 @@ class Executable:
 
 class Graph:
     def abs(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """|x|. abs of the most negative integer is itself, as in numpy; a complex x gives its real modulus."""
+        """|x|. abs of the most negative integer is itself, as in numpy."""
         ...
     def absolute(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """|x|. abs of the most negative integer is itself, as in numpy; a complex x gives its real modulus."""
+        """|x|. abs of the most negative integer is itself, as in numpy."""
         ...
     def acos(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Inverse cosine."""
@@ -152,9 +152,6 @@ class Graph:
         ...
     def all(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, axes: Any = ..., keep_dims: Any = ..., name: Any = ...) -> Any:
         """numpy-style all(x, axis=None, keepdims=False): Graph.reduction_and with the reduced axes dropped by default (axis=None reduces all axes)."""
-        ...
-    def angle(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """The argument of a complex tensor, atan2(imag, real), in (-pi, pi], as numpy's angle."""
         ...
     def any(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, axes: Any = ..., keep_dims: Any = ..., name: Any = ...) -> Any:
         """numpy-style any(x, axis=None, keepdims=False): Graph.reduction_or with the reduced axes dropped by default (axis=None reduces all axes)."""
@@ -274,6 +271,9 @@ class Graph:
     def ceil(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Smallest integer not less than x (identity on integers)."""
         ...
+    def cholesky(self, x: TensorLike, upper: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The Cholesky factor of each symmetric positive-definite matrix: lower L with A = L L^T, read from A's lower triangle, or with upper=True U = L^T read from the upper triangle (numpy/torch.linalg.cholesky). A matrix that is not positive definite gives NaN (numpy and torch raise). The gradient is that of the triangle read: it equals torch's on any symmetric construction of A (e.g. M M^T)."""
+        ...
     def clamp(self, x: TensorLike, min_value: TensorLike, max_value: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """min(max(x, min_value), max_value), broadcasting all three; all share one dtype."""
         ...
@@ -281,23 +281,17 @@ class Graph:
     def clip(self, x: TensorLike, min_value: TensorLike, max_value: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """min(max(x, min_value), max_value), broadcasting all three; all share one dtype."""
         ...
+    def col_to_im(self, x: TensorLike, output_size: int | Sequence[int], kernel_sizes: int | Sequence[int], strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The adjoint of im_to_col (MPSGraph's colToIm, torch's F.fold): columns (N, C * kh * kw, L) summed back into an NCHW image of output_size; overlapping windows add up and padding is dropped."""
+        ...
     def compile(self, feeds: Any, targets: Any, target_operations: Any = ..., device: Any = ...) -> Any:
         """Compiles for the feeds' types ({placeholder: ShapedType or (shape, dtype)}) and"""
-        ...
-    def complex(self, real: TensorLike, imaginary: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """real + i * imaginary, broadcasting like numpy: float32 parts give complex64, float64 parts complex128 (CPU only). complex32 is not supported."""
         ...
     def concat(self, tensors: Sequence[TensorLike], axis: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """Joins tensors along an existing axis; they share dtype and rank and all other dims."""
         ...
     def concatenate(self, tensors: Sequence[TensorLike], axis: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """Joins tensors along an existing axis; they share dtype and rank and all other dims."""
-        ...
-    def conj(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """Complex conjugate x - iy; a real tensor is returned unchanged."""
-        ...
-    def conjugate(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """Complex conjugate x - iy; a real tensor is returned unchanged."""
         ...
     def constant(self, value: Any, dtype: Any = ..., name: Any = ...) -> Any:
         """A constant. Python floats become float32, ints int32 and bools bool unless dtype"""
@@ -353,6 +347,18 @@ class Graph:
     def depthwise_convolution_2d(self, source: TensorLike, weights: TensorLike, strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding_style: str = ..., padding: int | Sequence[int] = ..., data_layout: str = ..., weights_layout: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """MPSGraph's depthwiseConvolution2D (MobileNet style): each source channel c is convolved with its own M filters, giving C * M output channels (channel c * M + m). Weights in MPSGraph's depthwise layout, where O is the channel multiplier: 'HWIO' = (kh, kw, C, M) as TensorFlow, or 'OIHW' = (M, C, kh, kw). A grouped convolution with groups = C."""
         ...
+    def dequantize(self, x: TensorLike, scale: TensorLike, zero_point: TensorLike, dtype: DTypeLike = ..., axis: Optional[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Affine dequantization of int8 / uint8 / int32 values (MPSGraph's dequantizeTensor:scaleTensor:zeroPointTensor:dataType:axis:): (x - zero_point) * scale in `dtype`. scale and zero_point hold one element, or with `axis` x.shape[axis] elements. Differentiable with respect to scale and a floating-point zero_point."""
+        ...
+    def dequantize_lut(self, x: TensorLike, lut: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """Lookup-table dequantization (MPSGraph's dequantizeTensor:LUTTensor:): result[i...] = lut[i'..., x[i...]] for uint8 indices x and a table of 256 entries in lut's last dim, whose leading dims broadcast against x's. Differentiable with respect to the table."""
+        ...
+    def det(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The determinant of each square matrix (numpy.linalg.det), from an LU factorisation with partial pivoting; 0 for a singular matrix. The gradient det(A) A^-T is NaN there."""
+        ...
+    def determinant(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The determinant of each square matrix (numpy.linalg.det), from an LU factorisation with partial pivoting; 0 for a singular matrix. The gradient det(A) A^-T is NaN there."""
+        ...
     def divide(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """x / y. Integer division truncates toward zero as in C and MPSGraph; integer division by zero gives 0. Broadcasts like numpy; both inputs must have the same dtype."""
         ...
@@ -401,8 +407,8 @@ class Graph:
     def eye(self, n: int, m: Optional[int] = ..., k: int = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
         """A 2-D (n, m) tensor with ones on the k-th diagonal and zeros elsewhere, as numpy's eye."""
         ...
-    def fast_fourier_transform(self, x: TensorLike, axes: Optional[int | Sequence[int]] = ..., inverse: bool = ..., scaling_mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
-        """The discrete Fourier transform over `axes`: sum_n x[n] exp(-+ i 2pi k n / N), with '+' when inverse. A real input is taken as complex. numpy.fft.fftn(x, axes=axes) is the default; ifftn is inverse=True, scaling_mode='size'. complex64 (from float32) or complex128 (CPU)."""
+    def fake_quantize(self, x: TensorLike, scale: TensorLike, zero_point: TensorLike, dtype: DTypeLike = ..., axis: Optional[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """dequantize(quantize(x)) in x's dtype (torch.fake_quantize_per_tensor_affine / per_channel_affine): the values x takes after int8 / uint8 quantization. Its gradient is straight through: dy where x / scale + zero_point rounds inside the dtype's range, 0 where it clamps; scale and zero_point get none."""
         ...
     def flatten(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Reshapes to 1-D."""
@@ -421,6 +427,9 @@ class Graph:
         ...
     def floor_division(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """floor(x / y) as numpy's floor_divide; integer division by zero gives 0. Broadcasts like numpy; both inputs must have the same dtype."""
+        ...
+    def fold(self, x: TensorLike, output_size: int | Sequence[int], kernel_sizes: int | Sequence[int], strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The adjoint of im_to_col (MPSGraph's colToIm, torch's F.fold): columns (N, C * kh * kw, L) summed back into an NCHW image of output_size; overlapping windows add up and padding is dropped."""
         ...
     def for_loop(self, *args: Any, name: Any = ..., checkpoint: Any = ...) -> Any:
         """for_loop(n, initial_args, body_fn) or for_loop(lower, upper, step, initial_args, body_fn):"""
@@ -470,11 +479,14 @@ class Graph:
     def greater_than_or_equal_to(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """x >= y. Broadcasts like numpy; both inputs must have the same dtype."""
         ...
+    def grid_sample(self, x: TensorLike, grid: TensorLike, mode: str = ..., padding_mode: str = ..., align_corners: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Samples an NCHW image batch at normalised grid coordinates (torch's F.grid_sample, MPSGraph's sampleGrid...): grid (N, H_out, W_out, 2) holds (x, y) in [-1, 1], -1 and 1 being the centres (align_corners) or the outer edges of the corner pixels; the result is (N, C, H_out, W_out). mode 'bilinear' or 'nearest' (halves round to even, as torch); padding_mode 'zeros', 'border' (clamp to the edge) or 'reflection'. Differentiable with respect to x and the grid (nearest: x only)."""
+        ...
     def group_normalization(self, x: TensorLike, gamma: Optional[TensorLike] = ..., beta: Optional[TensorLike] = ..., num_groups: Optional[int] = ..., epsilon: float = ..., data_layout: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """Splits channels into num_groups groups and normalises each (sample, group) over its channels and spatial dims; gamma and beta are per channel. Needs static channel and spatial dims (the batch may be unknown)."""
         ...
-    def gru(self, source: TensorLike, recurrent_weight: TensorLike, input_weight: Optional[TensorLike] = ..., bias: Optional[TensorLike] = ..., init_state: Optional[TensorLike] = ..., mask: Optional[TensorLike] = ..., secondary_bias: Optional[TensorLike] = ..., reverse: bool = ..., bidirectional: bool = ..., reset_gate_first: bool = ..., reset_after: bool = ..., flip_z: bool = ..., update_gate_activation: str = ..., reset_gate_activation: str = ..., output_gate_activation: str = ..., *, name: Optional[str] = ...) -> Tensor:
-        """A GRU as MPSGraph's GRUWithSourceTensor: z, r = gate activations of x[t] W^T + b + (h[t-1] mask) R^T; c = (h[t-1] r mask) R_o^T, or with reset_after ((h[t-1] mask) R_o^T + secondary_bias) r; o = activation(c + (x[t] W^T + b)_o); h[t] = z h[t-1] + (1 - z) o (flip_z swaps z and 1 - z). PyTorch's GRU is reset_gate_first=True, reset_after=True, bias = b_ih + [b_hr, b_hz, 0], secondary_bias = b_hn. G = 3; secondary_bias (D*H). Shapes (D = 2 when bidirectional, else 1; G gates): source (T, N, I); recurrent_weight (G*H, H), or (2, G*H, H) bidirectional; input_weight (D*G*H, I), absent: the source is already (T, N, D*G*H); bias (D*G*H); init_state (N, D*H), zeros when absent; mask broadcasts to (N, D*H) and multiplies the state where it enters the recurrent product (dropout). Result (T, N, D*H): the state at every step. The backward direction's state at t has read source[t:] (as PyTorch's). Weights are laid out as PyTorch's weight_ih / weight_hh. Any float dtype. Gradients: through the unrolled steps (the sequence length must be known when they are built)."""
+    def hamming_distance(self, x: TensorLike, y: TensorLike, dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Bitwise Hamming distances between two sets of integer vectors (MPSGraph's HammingDistanceWithPrimaryTensor:secondaryTensor:resultDataType:): x (..., M, K) and y (..., N, K) give (..., M, N), the number of differing bits of x[..., m, :] and y[..., n, :]; batch dims broadcast. The result dtype is uint32 or uint16."""
         ...
     def hard_sigmoid(self, x: TensorLike, alpha: float = ..., beta: float = ..., *, name: Optional[str] = ...) -> Tensor:
         """clamp(alpha * x + beta, 0, 1); the defaults are PyTorch's (ONNX uses alpha=0.2)."""
@@ -482,23 +494,23 @@ class Graph:
     def hard_swish(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """x * hard_sigmoid(x) = x * clamp(x / 6 + 0.5, 0, 1)."""
         ...
-    def hermitean_to_real_fft(self, x: TensorLike, axes: Optional[int | Sequence[int]] = ..., inverse: bool = ..., scaling_mode: str = ..., round_to_odd_hermitean: bool = ..., *, name: Optional[str] = ...) -> Tensor:
-        """The real signal whose half spectrum (m frequencies along the last of `axes`) is x: 2(m-1) points there, 2(m-1)+1 with round_to_odd_hermitean. numpy.fft.irfftn(x, s, axes) is inverse=True, scaling_mode='size'. The imaginary parts of the zero (and, for an even length, the Nyquist) frequency are ignored, as numpy does."""
-        ...
     def identity(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Returns its input."""
         ...
     def if_then_else(self, predicate: Any, then_fn: Any, else_fn: Any = ..., name: Any = ...) -> Any:
         """MPSGraph's ifWithPredicateTensor:thenBlock:elseBlock:. `predicate` is a bool scalar"""
         ...
-    def imag(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """The imaginary part of a complex tensor (float32 for complex64), as numpy's imag."""
+    def im_to_col(self, x: TensorLike, kernel_sizes: int | Sequence[int], strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Sliding windows of an NCHW image batch as columns (MPSGraph's imToCol, torch's F.unfold): (N, C, H, W) -> (N, C * kh * kw, L), row c * kh * kw + i * kw + j holding pixel (i, j) of each window of channel c, the L = blocks_h * blocks_w windows in row-major order. Padding is zeros."""
         ...
-    def imaginary_part(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """The imaginary part of a complex tensor (float32 for complex64), as numpy's imag."""
+    def im_to_col_gradient(self, dy: TensorLike, like: TensorLike, kernel_sizes: int | Sequence[int], strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """col_to_im onto the image shape of `like` (the gradient of im_to_col, usable with unknown dims)."""
         ...
     def instance_normalization(self, x: TensorLike, gamma: Optional[TensorLike] = ..., beta: Optional[TensorLike] = ..., epsilon: float = ..., data_layout: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """Normalises each (sample, channel) over the spatial dims; gamma and beta are per channel."""
+        ...
+    def inv(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The inverse of each square matrix in the last two dims (MPSGraph's inverseOfTensor:, numpy.linalg.inv). A matrix whose LU factorisation meets an exact zero pivot gives NaN (numpy raises); nearly singular ones give large values, as numpy."""
         ...
     def invert(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Bitwise complement (logical not on bool)."""
@@ -557,6 +569,9 @@ class Graph:
     def log2(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Base-2 logarithm."""
         ...
+    def log_determinant(self, x: TensorLike, *, name: Optional[str] = ...) -> tuple[Tensor, ...]:
+        """(sign, log|det|) of each square matrix, as numpy.linalg.slogdet: the sign is -1, 0 or 1 and a singular matrix gives (0, -inf). The gradient of log|det| is A^-T; the sign has none."""
+        ...
     def log_sigmoid(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """log(sigmoid(x)) = -softplus(-x), stable for any x."""
         ...
@@ -587,14 +602,14 @@ class Graph:
     def logsumexp(self, x: TensorLike, axes: Optional[int | Sequence[int]] = ..., keep_dims: bool = ..., *, name: Optional[str] = ...) -> Tensor:
         """log(sum(exp(x))) computed stably as max + log(sum(exp(x - max))); all -inf (or empty) gives -inf. Reduces over `axes` (all axes when omitted; negative axes count from the end); keep_dims keeps the reduced axes as size 1, as MPSGraph does by default."""
         ...
-    def lstm(self, source: TensorLike, recurrent_weight: TensorLike, input_weight: Optional[TensorLike] = ..., bias: Optional[TensorLike] = ..., init_state: Optional[TensorLike] = ..., init_cell: Optional[TensorLike] = ..., mask: Optional[TensorLike] = ..., peephole: Optional[TensorLike] = ..., reverse: bool = ..., bidirectional: bool = ..., produce_cell: bool = ..., forget_gate_last: bool = ..., input_gate_activation: str = ..., forget_gate_activation: str = ..., cell_gate_activation: str = ..., output_gate_activation: str = ..., activation: str = ..., *, name: Optional[str] = ...) -> Tensor:
-        """An LSTM as MPSGraph's LSTMWithSourceTensor: [i, f, z, o] = gate activations of x[t] W^T + b + (h[t-1] mask) R^T + peephole * c[t-1]; c[t] = f c[t-1] + i z; h[t] = o g(c[t]). The default gate order [i, f, z, o] is PyTorch's [i, f, g, o] (pass bias = b_ih + b_hh). G = 4; init_cell (N, D*H); peephole (4H), or (2, 4H) bidirectional, applied to c[t-1] for every gate as Apple documents. Returns h, or (h, c) with produce_cell. Shapes (D = 2 when bidirectional, else 1; G gates): source (T, N, I); recurrent_weight (G*H, H), or (2, G*H, H) bidirectional; input_weight (D*G*H, I), absent: the source is already (T, N, D*G*H); bias (D*G*H); init_state (N, D*H), zeros when absent; mask broadcasts to (N, D*H) and multiplies the state where it enters the recurrent product (dropout). Result (T, N, D*H): the state at every step. The backward direction's state at t has read source[t:] (as PyTorch's). Weights are laid out as PyTorch's weight_ih / weight_hh. Any float dtype. Gradients: through the unrolled steps (the sequence length must be known when they are built)."""
-        ...
     def matmul(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Matrix product with numpy matmul semantics: (..., M, K) @ (..., K, N) -> (..., M, N); batch dims broadcast; a 1-D operand is treated as a row (x) or column (y) vector and that dim is dropped from the result. Both inputs must have the same numeric dtype; integers wrap around."""
         ...
     def matrix_band_part(self, x: TensorLike, num_lower: int, num_upper: int, *, name: Optional[str] = ...) -> Tensor:
         """Keeps a band of each matrix in the last two dims and zeroes the rest: element (i, j) is kept when (num_lower < 0 or i - j <= num_lower) and (num_upper < 0 or j - i <= num_upper). A negative count keeps that whole triangle: band_part(x, -1, 0) is the lower triangle, (0, 0) the diagonal (MPSGraph's bandPartWithTensor:numLower:numUpper:, TensorFlow's matrix_band_part)."""
+        ...
+    def matrix_inverse(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The inverse of each square matrix in the last two dims (MPSGraph's inverseOfTensor:, numpy.linalg.inv). A matrix whose LU factorisation meets an exact zero pivot gives NaN (numpy raises); nearly singular ones give large values, as numpy."""
         ...
     def matrix_multiplication(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Matrix product with numpy matmul semantics: (..., M, K) @ (..., K, N) -> (..., M, N); batch dims broadcast; a 1-D operand is treated as a row (x) or column (y) vector and that dim is dropped from the result. Both inputs must have the same numeric dtype; integers wrap around."""
@@ -668,6 +683,12 @@ class Graph:
     def negative(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """-x. Integers wrap around (two's complement)."""
         ...
+    def nms(self, boxes: TensorLike, scores: TensorLike, iou_threshold: float = ..., score_threshold: float = ..., per_class_suppression: bool = ..., coordinate_mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Greedy non-maximum suppression per batch item (MPSGraph's nonMaximumSuppressionWithBoxesTensor:scoresTensor:...): boxes (N, B, 4), scores (N, B, K) with one score per class; a box's score is its largest and its class the first class reaching it. Boxes scoring at most score_threshold (or NaN) are dropped; the rest, by descending score (ties: lower index first), are kept unless a kept box (of the same class, with per_class_suppression) overlaps them with IoU > iou_threshold. Returns int32 (N, B): the kept box indices in that order, padded with -1 (a fixed size, so it composes with gather). coordinate_mode: 'corners_height_first' (y1, x1, y2, x2; either corner first), 'corners_width_first' (x1, y1, x2, y2), 'centers_height_first' (yc, xc, h, w), 'centers_width_first' (xc, yc, w, h). Not differentiable."""
+        ...
+    def non_maximum_suppression(self, boxes: TensorLike, scores: TensorLike, iou_threshold: float = ..., score_threshold: float = ..., per_class_suppression: bool = ..., coordinate_mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Greedy non-maximum suppression per batch item (MPSGraph's nonMaximumSuppressionWithBoxesTensor:scoresTensor:...): boxes (N, B, 4), scores (N, B, K) with one score per class; a box's score is its largest and its class the first class reaching it. Boxes scoring at most score_threshold (or NaN) are dropped; the rest, by descending score (ties: lower index first), are kept unless a kept box (of the same class, with per_class_suppression) overlaps them with IoU > iou_threshold. Returns int32 (N, B): the kept box indices in that order, padded with -1 (a fixed size, so it composes with gather). coordinate_mode: 'corners_height_first' (y1, x1, y2, x2; either corner first), 'corners_width_first' (x1, y1, x2, y2), 'centers_height_first' (yc, xc, h, w), 'centers_width_first' (xc, yc, w, h). Not differentiable."""
+        ...
     def non_zero_indices(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """The indices of x's non-zero elements: an int32 tensor of shape (count, rank) whose row i is"""
         ...
@@ -714,6 +735,9 @@ class Graph:
     def prod(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, axes: Any = ..., keep_dims: Any = ..., name: Any = ...) -> Any:
         """numpy-style prod(x, axis=None, keepdims=False): Graph.reduction_product with the reduced axes dropped by default (axis=None reduces all axes)."""
         ...
+    def quantize(self, x: TensorLike, scale: TensorLike, zero_point: TensorLike, dtype: DTypeLike = ..., axis: Optional[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Affine quantization to int8 / uint8 (MPSGraph's quantizeTensor:scaleTensor:zeroPointTensor:dataType:axis:): round_half_even(x / scale + zero_point), clamped to the dtype's range; NaN becomes 0. scale and zero_point hold one element, or with `axis` x.shape[axis] elements. The integer result carries no gradient; use fake_quantize for a straight-through one."""
+        ...
     def random_bernoulli(self, shape: Sequence[Optional[int]], probability: float = ..., seed: Optional[int] = ..., dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
         """1 with probability p, else 0, in the given dtype."""
         ...
@@ -740,15 +764,6 @@ class Graph:
         ...
     def read_variable(self, variable: Any, name: Any = ...) -> Any:
         """The variable's value at the start of the run (MPSGraph's readVariable)."""
-        ...
-    def real(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """The real part of a complex tensor (float32 for complex64), as numpy's real."""
-        ...
-    def real_part(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """The real part of a complex tensor (float32 for complex64), as numpy's real."""
-        ...
-    def real_to_hermitean_fft(self, x: TensorLike, axes: Optional[int | Sequence[int]] = ..., inverse: bool = ..., scaling_mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
-        """The Fourier transform of a real tensor over `axes`, keeping the n//2+1 unique frequencies of the last of them (the highest axis): numpy.fft.rfftn(x, axes=axes). inverse and scaling_mode as in fast_fourier_transform."""
         ...
     def reciprocal(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """1/x."""
@@ -822,8 +837,8 @@ class Graph:
     def run(self, feeds: Any = ..., targets: Any = ..., target_operations: Any = ..., device: Any = ...) -> Any:
         """Runs the graph: returns {target: TensorData}. Compiled executables are cached per"""
         ...
-    def scaled_dot_product_attention(self, query: TensorLike, key: TensorLike, value: TensorLike, mask: Optional[TensorLike] = ..., scale: Optional[float] = ..., causal: bool = ..., *, name: Optional[str] = ...) -> Tensor:
-        """softmax(query @ key^T * scale + mask) @ value over the last two dims (MPSGraph's scaledDotProductAttentionWithQueryTensor:keyTensor:valueTensor:maskTensor:scale:, macOS 15; PyTorch's scaled_dot_product_attention). query (..., Hq, L, D), key (..., Hkv, S, D), value (..., Hkv, S, Dv) -> (..., Hq, L, Dv); grouped-query heads: Hkv divides Hq and query head h reads key/value head h // (Hq / Hkv). mask broadcasts to the scores (..., Hq, L, S): bool (True attends, as PyTorch) or additive of the query's dtype (-inf masks). causal: query i attends keys j <= i (PyTorch's is_causal; combines with a mask). scale defaults to 1/sqrt(D). A query that attends no key gives NaN, as softmax over only -inf does. The CPU kernel is blocked with an online softmax and never holds the L x S scores; gradients are those of the decomposition (recomputed scores)."""
+    def sample_grid(self, x: TensorLike, grid: TensorLike, mode: str = ..., padding_mode: str = ..., align_corners: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Samples an NCHW image batch at normalised grid coordinates (torch's F.grid_sample, MPSGraph's sampleGrid...): grid (N, H_out, W_out, 2) holds (x, y) in [-1, 1], -1 and 1 being the centres (align_corners) or the outer edges of the corner pixels; the result is (N, C, H_out, W_out). mode 'bilinear' or 'nearest' (halves round to even, as torch); padding_mode 'zeros', 'border' (clamp to the edge) or 'reflection'. Differentiable with respect to x and the grid (nearest: x only)."""
         ...
     def scatter(self, updates: TensorLike, indices: TensorLike, shape: Sequence[Optional[int]], axis: int = ..., batch_dims: int = ..., mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """Scatters the slices of updates along axis of a zero result of `shape` at indices, the transpose of gather (MPSGraph's scatterWithUpdatesTensor:indicesTensor:shape:axis:mode:, which takes rank-1 indices and no batch_dims; here indices may have any rank). updates' shape: shape[:axis] + indices[batch_dims:] + shape[axis+1:]. Indices: int32 or int64 (unsigned too); a negative index counts from the end (-1 is the last), as MPSGraph; an index out of range raises GraphIndexError when the CPU runs the graph (MPSGraph does not check: see docs/metal.md). The result starts as data (zeros for the shape forms) and each update is combined into it by mode, in row-major order of the updates: repeated indices accumulate under 'add', 'sub', 'mul', 'div', 'min', 'max'; under 'set' the last one wins. Gradients w.r.t. data and updates in every mode ('set': only the update kept, which needs the updates' shape known when the gradient is built; 'min' / 'max': ties split dy evenly; 'mul': zero-safe)."""
@@ -849,9 +864,7 @@ class Graph:
     def selu(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """scale * elu(x, alpha) with the self-normalising constants."""
         ...
-    def set_cache_capacity(self, capacity: Any) -> Any:
-        """Bounds Graph.run's executable cache (least recently used go first); at least 1."""
-        ...
+    def set_cache_capacity(self, capacity: Any) -> Any: ...
     def set_variable(self, variable: Any, data: Any) -> Any:
         """Replaces the variable's value (same shape and dtype)."""
         ...
@@ -873,9 +886,6 @@ class Graph:
     def sin(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Sine."""
         ...
-    def single_gate_rnn(self, source: TensorLike, recurrent_weight: TensorLike, input_weight: Optional[TensorLike] = ..., bias: Optional[TensorLike] = ..., init_state: Optional[TensorLike] = ..., mask: Optional[TensorLike] = ..., reverse: bool = ..., bidirectional: bool = ..., activation: str = ..., *, name: Optional[str] = ...) -> Tensor:
-        """A single-gate (Elman) RNN as MPSGraph's singleGateRNNWithSourceTensor: h[t] = activation(x[t] W^T + (h[t-1] mask) R^T + b). G = 1. Shapes (D = 2 when bidirectional, else 1; G gates): source (T, N, I); recurrent_weight (G*H, H), or (2, G*H, H) bidirectional; input_weight (D*G*H, I), absent: the source is already (T, N, D*G*H); bias (D*G*H); init_state (N, D*H), zeros when absent; mask broadcasts to (N, D*H) and multiplies the state where it enters the recurrent product (dropout). Result (T, N, D*H): the state at every step. The backward direction's state at t has read source[t:] (as PyTorch's). Weights are laid out as PyTorch's weight_ih / weight_hh. Any float dtype. Gradients: through the unrolled steps (the sequence length must be known when they are built)."""
-        ...
     def sinh(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Hyperbolic sine."""
         ...
@@ -884,6 +894,9 @@ class Graph:
         ...
     def slice_gradient(self, dy: TensorLike, like: TensorLike, starts: int | Sequence[int], ends: int | Sequence[int], strides: int | Sequence[int], start_mask: int = ..., end_mask: int = ..., squeeze_mask: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """The gradient of strided_slice: a tensor of `like`'s shape that is zero except where the slice (same attributes) takes elements, which hold dy. MPSGraph's sliceGradientTensor. Its own gradient is strided_slice."""
+        ...
+    def slogdet(self, x: TensorLike, *, name: Optional[str] = ...) -> tuple[Tensor, ...]:
+        """(sign, log|det|) of each square matrix, as numpy.linalg.slogdet: the sign is -1, 0 or 1 and a singular matrix gives (0, -inf). The gradient of log|det| is A^-T; the sign has none."""
         ...
     def softmax(self, x: TensorLike, axis: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """exp(x) / sum(exp(x)) along axis, computed stably (x - max(x))."""
@@ -896,6 +909,12 @@ class Graph:
         ...
     def softsign(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """x / (1 + |x|)."""
+        ...
+    def solve(self, a: TensorLike, b: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """X with A X = B for each square matrix A (..., n, n), by LU with partial pivoting (numpy.linalg.solve): b is (..., n, k) with batch dims broadcast against a's, or a vector (n,). An exactly singular A gives NaN (numpy raises)."""
+        ...
+    def solve_triangular(self, a: TensorLike, b: TensorLike, upper: bool, left: bool = ..., unit_diagonal: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """X with A X = B (left) or X A = B (right) for triangular A (..., n, n) and B (..., n, k) (..., k, n) on the right), batch dims broadcast (torch.linalg.solve_triangular). Only the triangle named by `upper` is read; unit_diagonal takes the diagonal as ones without reading it. A zero on the diagonal gives inf/NaN, as the division does."""
         ...
     def sort(self, x: TensorLike, axis: int = ..., descending: bool = ..., *, name: Optional[str] = ...) -> Tensor:
         """x sorted along `axis` (ascending, or descending). The order is stable and total: equal elements keep their index order (descending too, as torch.sort(stable=True, descending=True)); -0.0 and 0.0 are equal; NaN sorts above +inf (last ascending, first descending; numpy puts NaN last ascending). Rank-0 inputs are refused."""
@@ -938,6 +957,9 @@ class Graph:
         ...
     def stack(self, tensors: Sequence[TensorLike], axis: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """Stacks tensors of one shape and dtype along a new axis (which indexes the output)."""
+        ...
+    def stencil(self, x: TensorLike, weights: TensorLike, reduction_mode: str = ..., strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., padding_style: str = ..., offsets: int | Sequence[int] = ..., boundary_mode: str = ..., padding_constant: float = ..., *, name: Optional[str] = ...) -> Tensor:
+        """A weighted reduction over a 4-D window sliding on the last 4 dims of x (MPSGraph's stencilWithSourceTensor:weightsTensor:descriptor:): out[..., i] = reduce over k of x[..., i * strides + k * dilation_rates - padding_before + offsets] * weights[k], with reduction_mode 'sum', 'product', 'min' or 'max'. Reads outside x follow boundary_mode: 'zero', 'constant' (padding_constant), 'clamp_to_edge', 'reflect' (numpy's reflect), 'symmetric', 'periodic' or 'anti_periodic' (periodic, negated in odd periods). padding_style 'explicit' uses `padding` ((before, after) per window dim), 'valid' none, 'same' TF's SAME (the extra element after); offsets shift the window's reads for 'explicit_offset' and are ignored otherwise. Not differentiable."""
         ...
     def stochastic_gradient_descent(self, learning_rate: TensorLike, values: TensorLike, gradient: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """values - learning_rate * gradient (MPSGraph's stochasticGradientDescent)."""
@@ -999,11 +1021,17 @@ class Graph:
     def transpose(self, x: TensorLike, permutation: Optional[int | Sequence[int]] = ..., *, name: Optional[str] = ...) -> Tensor:
         """Permutes the dims: output dim i is input dim permutation[i]. Without a permutation the dims are reversed (numpy's transpose)."""
         ...
+    def triangular_solve(self, a: TensorLike, b: TensorLike, upper: bool, left: bool = ..., unit_diagonal: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """X with A X = B (left) or X A = B (right) for triangular A (..., n, n) and B (..., n, k) (..., k, n) on the right), batch dims broadcast (torch.linalg.solve_triangular). Only the triangle named by `upper` is read; unit_diagonal takes the diagonal as ones without reading it. A zero on the diagonal gives inf/NaN, as the division does."""
+        ...
     def trunc(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Rounds toward zero (identity on integers)."""
         ...
     def truncate(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Rounds toward zero (identity on integers)."""
+        ...
+    def unfold(self, x: TensorLike, kernel_sizes: int | Sequence[int], strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., *, name: Optional[str] = ...) -> Tensor:
+        """Sliding windows of an NCHW image batch as columns (MPSGraph's imToCol, torch's F.unfold): (N, C, H, W) -> (N, C * kh * kw, L), row c * kh * kw + i * kw + j holding pixel (i, j) of each window of channel c, the L = blocks_h * blocks_w windows in row-major order. Padding is zeros."""
         ...
     def var(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, axes: Any = ..., keep_dims: Any = ..., name: Any = ...) -> Any:
         """numpy-style var(x, axis=None, keepdims=False): Graph.variance with the reduced axes dropped by default (axis=None reduces all axes)."""

@@ -31,6 +31,11 @@
 
 namespace mg::cpu {
 
+// Kernel families registered here only (declared here rather than in cpu_backend.h, which every
+// kernel file includes).
+void register_linalg_kernels();
+void register_image_kernels();
+
 // ---------------- thread pool ----------------
 
 namespace {
@@ -175,6 +180,8 @@ void ensure_kernels() {
     register_complex_kernels();
     register_fft_kernels();
     register_attention_kernels();
+    register_linalg_kernels();
+    register_image_kernels();
     return true;
   }();
   (void)done;

@@ -192,6 +192,8 @@ void register_resize_lowerings();
 void register_sparse_lowerings();
 void register_gather_lowerings();
 void register_sort_lowerings();
+void register_linalg_lowerings();
+void register_image_lowerings();
 void register_control_flow_lowerings();
 void register_nn_lowerings();
 void register_fft_lowerings();  // after elementwise: extends absolute and cast to complex

@@ -102,6 +102,8 @@ void ensure_registered() {
     register_sparse_lowerings();
     register_gather_lowerings();
     register_sort_lowerings();
+    register_linalg_lowerings();
+    register_image_lowerings();
     register_control_flow_lowerings();
     register_nn_lowerings();
     register_fft_lowerings();

@@ -7,6 +7,11 @@ namespace mg {
 
 namespace ops {
 
+// Families registered here only (declared here rather than in common.h, which every op file includes).
+void register_linalg_ops();
+void register_quantization_ops();
+void register_image_ops();
+
 bool in_class(DType t, unsigned cls) {
   if (is_bool(t)) return cls & kBool;
   if (is_signed_integer(t)) return cls & kSigned;
@@ -60,6 +65,9 @@ void register_all_ops() {
   ops::register_fft_ops();
   ops::register_attention_ops();
   ops::register_rnn_ops();
+  ops::register_linalg_ops();
+  ops::register_quantization_ops();
+  ops::register_image_ops();
 }
 
 }  // namespace mg
