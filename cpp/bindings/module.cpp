@@ -142,9 +142,10 @@ TensorData from_dlpack_capsule(py::capsule cap, py::object producer) {
   if (std::strcmp(cap.name(), "dltensor") != 0) throw GraphError(ErrorKind::Value, "[TensorData] expected a 'dltensor' capsule");
   auto* m = static_cast<DLManagedTensor*>(cap.get_pointer());
   DLTensor& t = m->dl_tensor;
-  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
+  const bool on_cuda = t.device.device_type == kDLCUDA;
+  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost && !on_cuda)
     throw GraphError(ErrorKind::Value, "[TensorData] DLPack tensor on device type " + std::to_string(t.device.device_type) +
-                          " cannot be used by the cpu backend");
+                          " cannot be used: mpsgraph takes cpu and cuda tensors");
   auto dt = from_dl_dtype(t.dtype);
   if (!dt) throw GraphError(ErrorKind::Type, "[TensorData] unsupported DLPack dtype code " + std::to_string(t.dtype.code) + " bits " +
                                 std::to_string(t.dtype.bits));
@@ -171,7 +172,17 @@ TensorData from_dlpack_capsule(py::capsule cap, py::object producer) {
   arr->shape = shape;
   char* data = static_cast<char*>(t.data) + t.byte_offset;
   arr->buffer = Buffer::borrow(data, arr->nbytes(), owner);
-  return TensorData{arr, Device{}, false};
+  return TensorData{arr, on_cuda ? Device{DeviceKind::CUDA, t.device.device_id} : Device{}, false};
+}
+
+int dl_device_type(const Device& d) {
+  return d.kind == DeviceKind::Metal ? kDLMetal : d.kind == DeviceKind::CUDA ? kDLCUDA : kDLCPU;
+}
+
+// The same data in host memory (a copy for device-resident data).
+TensorData host_td(const TensorData& td) {
+  if (td.device.kind != DeviceKind::CUDA) return td;
+  return TensorData{backend_for(td.device).to_host(td.array), Device{}, true};
 }
 
 struct DLExport {
@@ -186,7 +197,7 @@ py::capsule to_dlpack(const TensorData& td) {
   ex->shape = td.array->shape;
   DLTensor& t = ex->managed.dl_tensor;
   t.data = td.array->data();
-  t.device = {td.device.kind == DeviceKind::Metal ? kDLMetal : kDLCPU, td.device.index};
+  t.device = {dl_device_type(td.device), td.device.index};
   t.ndim = int32_t(ex->shape.size());
   t.dtype = dl_dtype(td.array->dtype);
   t.shape = ex->shape.data();
@@ -206,7 +217,11 @@ py::capsule to_dlpack(const TensorData& td) {
 TensorData to_tensor_data(py::handle h) {
   if (py::isinstance<TensorData>(h)) return h.cast<TensorData>();
   if (py::hasattr(h, "__dlpack__") && !PyObject_CheckBuffer(h.ptr())) {
-    py::object cap = h.attr("__dlpack__")();
+    // a CUDA producer is asked to order its work before the legacy default stream (1), which
+    // the cuda backend's blocking stream follows (DLPack's stream semantics)
+    bool cuda = false;
+    if (py::hasattr(h, "__dlpack_device__")) cuda = h.attr("__dlpack_device__")().cast<py::tuple>()[0].cast<int>() == kDLCUDA;
+    py::object cap = cuda ? h.attr("__dlpack__")(py::arg("stream") = 1) : h.attr("__dlpack__")();
     return from_dlpack_capsule(cap.cast<py::capsule>(), py::reinterpret_borrow<py::object>(h));
   }
   if (PyObject_CheckBuffer(h.ptr())) return from_buffer(py::reinterpret_borrow<py::buffer>(h));
@@ -214,9 +229,15 @@ TensorData to_tensor_data(py::handle h) {
                        "' as tensor data: pass a numpy array, a buffer, a DLPack tensor or TensorData");
 }
 
-std::vector<std::shared_ptr<Array>> arrays_of(const std::vector<py::handle>& hs) {
+// Arrays for a run on `device`: data on another device is copied (GPU data to the host for
+// a cpu run; host data goes to the GPU inside the cuda backend's run, through staging).
+std::vector<std::shared_ptr<Array>> arrays_of(const std::vector<py::handle>& hs, const Device& device) {
   std::vector<std::shared_ptr<Array>> r;
-  for (auto& h : hs) r.push_back(to_tensor_data(h).array);
+  for (auto& h : hs) {
+    TensorData td = to_tensor_data(h);
+    if (td.device.kind == DeviceKind::CUDA && !(device == td.device)) td = host_td(td);
+    r.push_back(td.array);
+  }
   return r;
 }
 
@@ -247,7 +268,7 @@ AttrValue attr_from_py(const py::handle& v, AttrKind kind) {
     case AttrKind::Shape: return shape_arg(v);
     case AttrKind::Floats: return v.cast<std::vector<double>>();
     case AttrKind::DType: return dtype_arg(v);
-    case AttrKind::Tensor: return std::shared_ptr<const Array>(to_tensor_data(v).array);
+    case AttrKind::Tensor: return std::shared_ptr<const Array>(host_td(to_tensor_data(v)).array);
   }
   return AttrNone{};
 }
@@ -272,7 +293,7 @@ struct PyGraph {
 
 py::list wrap_outputs(const std::vector<std::shared_ptr<Array>>& outs, const Device& d) {
   py::list r;
-  for (auto& a : outs) r.append(py::cast(TensorData{a, d.kind == DeviceKind::CUDA ? Device{} : d, false}));
+  for (auto& a : outs) r.append(py::cast(TensorData{a, d, false}));
   return r;
 }
 
@@ -452,13 +473,40 @@ PYBIND11_MODULE(_core, m) {
             return py::memoryview::from_memory(t.array->data(), py::ssize_t(t.array->nbytes()), false);
           }, py::keep_alive<0, 1>())
       .def("__dlpack__", [](const TensorData& t, py::object stream, py::object max_version, py::object dl_device,
-                            py::object copy) { return to_dlpack(t); },
+                            py::object copy) {
+            // results are complete when run() returns (it synchronises): no stream to order
+            return to_dlpack(t);
+          },
            py::arg("stream") = py::none(), py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
            py::arg("copy") = py::none())
       .def("__dlpack_device__", [](const TensorData& t) {
-            return py::make_tuple(int(t.device.kind == DeviceKind::Metal ? kDLMetal : kDLCPU), t.device.index);
+            return py::make_tuple(dl_device_type(t.device), t.device.index);
+          })
+      .def_property_readonly("__cuda_array_interface__", [](const TensorData& t) {
+            if (t.device.kind != DeviceKind::CUDA) throw py::attribute_error("__cuda_array_interface__: the data is on " + t.device.str());
+            const char* fmt = buffer_format(t.array->dtype);
+            if (!fmt) throw py::attribute_error("__cuda_array_interface__ has no type code for bfloat16; use __dlpack__");
+            py::dict d;
+            const std::string ts = py::str(py::module_::import("numpy").attr("dtype")(fmt).attr("str")).cast<std::string>();
+            d["shape"] = shape_tuple(t.array->shape);
+            d["typestr"] = ts;
+            d["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(t.array->data()), false);
+            d["version"] = 3;
+            d["strides"] = py::none();
+            d["stream"] = py::none();  // complete: run() synchronised
+            return d;
+          })
+      .def("_to_host", [](const TensorData& t) { return host_td(t); }, "The data in host memory (a copy for GPU data).")
+      .def("_to_device", [](const TensorData& t, const std::string& device) {
+            Device d = parse_device(device);
+            if (d == t.device) return t;
+            TensorData h = host_td(t);
+            if (d.kind == DeviceKind::CPU) return h;
+            return TensorData{backend_for(d).from_host(h.array), d, true};
           })
       .def_buffer([](TensorData& t) -> py::buffer_info {
+        if (t.device.kind == DeviceKind::CUDA)
+          throw py::buffer_error("the data is on " + t.device.str() + ": use .numpy() or np.asarray() (they copy to the host)");
         const char* fmt = buffer_format(t.array->dtype);
         if (!fmt) throw py::buffer_error("bfloat16 has no buffer-protocol format; use .numpy() (needs ml_dtypes)");
         std::vector<py::ssize_t> shape(t.array->shape.begin(), t.array->shape.end());
@@ -470,9 +518,9 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
       .def("run", [](Executable& e, std::vector<py::handle> inputs, std::optional<std::vector<py::handle>> out) {
-            auto in = arrays_of(inputs);
+            auto in = arrays_of(inputs, e.device());
             std::vector<std::shared_ptr<Array>> outs, given;
-            if (out) given = arrays_of(*out);
+            if (out) given = arrays_of(*out, e.device());
             {
               py::gil_scoped_release nogil;
               outs = e.run(in, out ? &given : nullptr);
@@ -569,7 +617,7 @@ PYBIND11_MODULE(_core, m) {
             return py::make_tuple(shape_tuple(t.shape), t.dtype);
           })
       .def("add_variable", [](PyGraph& g, py::object data, const std::string& name) {
-            TensorData td = to_tensor_data(data);
+            TensorData td = host_td(to_tensor_data(data));
             auto owned = Array::empty(td.array->dtype, td.array->shape);  // the graph owns its state
             if (owned->nbytes()) std::memcpy(owned->data(), td.array->data(), owned->nbytes());
             return g.graph->add_variable(owned, name);
@@ -579,7 +627,7 @@ PYBIND11_MODULE(_core, m) {
             return TensorData{v, Device{}, false};
           })
       .def("set_variable", [](PyGraph& g, int64_t id, py::object data) {
-            TensorData td = to_tensor_data(data);
+            TensorData td = host_td(to_tensor_data(data));
             auto& store = *g.graph->variables();
             TensorType want;
             {
@@ -597,10 +645,10 @@ PYBIND11_MODULE(_core, m) {
       .def("run", [](PyGraph& g, const std::vector<int32_t>& feeds, std::vector<py::handle> datas,
                      const std::vector<std::pair<int32_t, int32_t>>& targets, const std::vector<int32_t>& target_ops,
                      const std::string& device) {
-            auto in = arrays_of(datas);
+            Device d = parse_device(device);
+            auto in = arrays_of(datas, d);
             std::vector<TensorType> types;
             for (auto& a : in) types.push_back({a->dtype, a->shape});
-            Device d = parse_device(device);
             std::vector<std::shared_ptr<Array>> outs;
             {
               py::gil_scoped_release nogil;
@@ -681,6 +729,16 @@ PYBIND11_MODULE(_core, m) {
     return r;
   });
   m.def("default_device", [] { return default_device().str(); });
+  m.def("device_status", [](const std::string& s) {
+    // (available, why not, description) without raising
+    Device d = parse_device(s);
+    try {
+      Backend& be = backend_for(d);
+      return py::make_tuple(true, std::string(), be.describe());
+    } catch (const GraphError& e) {
+      return py::make_tuple(false, std::string(e.what()), std::string());
+    }
+  });
   m.def("check_device", [](const std::string& s) {
     Device d = parse_device(s);
     backend_for(d);
