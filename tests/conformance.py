@@ -507,6 +507,8 @@ def check_row(row, dtype, device, none_dims=False):
         try:
             res = g.run(feeds, [p[1] for p in pending], device=device)
         except Exception as e:
+            if isinstance(e, mg.GraphNotImplementedError) and not str(device).startswith("cpu"):
+                raise  # a backend without this kernel yet: test_conformance counts it, not a wrong result
             failures.append(f"run raised {type(e).__name__}: {e}")
             res = None
         if res is not None:
@@ -973,7 +975,9 @@ for _dst in ALL:
         _cases.append(Case(values=(_int_edges,), dtypes=INTS, label="int edges (wrap)"))
     row(f"cast_to_{_dst}", "cast", _cast_ref(_dst), ALL, [Case(c.shapes, {"dtype": _dst}, c.values, c.dtypes, c.label)
                                                           for c in _cases],
-        doms=_CallDom(_cast_dom(_dst)), out_dtype=_dst, signbit=is_float(_dst))
+        doms=_CallDom(_cast_dom(_dst)), out_dtype=_dst, signbit=is_float(_dst),
+        skip_devices={k: "float64 is CPU-only (test_float64_is_refused_off_cpu checks the refusal)" for k in ("metal", "cuda")}
+        if _dst == "float64" else {})
     if is_int(_dst):
         row(f"cast_saturating_to_{_dst}", "cast", _cast_saturating_ref(_dst), FLOATS,
             [Case(values=(_SAT_SPECIAL,), attrs={"dtype": _dst}, label="saturate / nan")], out_dtype=_dst)

@@ -3,6 +3,11 @@ pip install first); the header says which one and which devices it sees."""
 import os
 import sys
 
+# Tests that name no device test the CPU, also on a machine with a GPU (where the default
+# device would be the GPU): the device-parametrised tests (the conformance table, test_cuda*)
+# cover the GPU. Set MPSGRAPH_DEVICE to run the rest on another device.
+os.environ.setdefault("MPSGRAPH_DEVICE", "cpu")
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:  # conformance.py and gradcheck.py are imported by name
     sys.path.insert(0, HERE)

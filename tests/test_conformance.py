@@ -34,7 +34,13 @@ def _params():
 
 @pytest.mark.parametrize("row,dtype,device,variant", list(_params()))
 def test_op(row, dtype, device, variant):
-    cf.check_row(row, dtype, device, none_dims=variant == "none")
+    try:
+        cf.check_row(row, dtype, device, none_dims=variant == "none")
+    except mg.GraphNotImplementedError as e:
+        if device.startswith("cpu"):
+            raise
+        # counted apart from failures and skips: `pytest -rx` lists what a GPU backend lacks
+        pytest.xfail(f"not implemented on {device}: {str(e).splitlines()[0]}")
 
 
 def _grad_params():

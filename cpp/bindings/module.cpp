@@ -228,9 +228,10 @@ TensorData from_dlpack_capsule(py::handle capobj) {
   } else {
     t = &static_cast<DLManagedTensor*>(ptr)->dl_tensor;
   }
-  if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost)
+  const bool on_cuda = t->device.device_type == kDLCUDA;
+  if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost && !on_cuda)
     dlpack_fail(ErrorKind::Value, "gave a tensor on device type " + std::to_string(t->device.device_type) +
-                                      ", which the cpu backend cannot read");
+                                      ": mpsgraph takes cpu and cuda tensors");
   auto dt = from_dl_dtype(t->dtype);
   if (!dt)
     dlpack_fail(ErrorKind::Type, "gave an unsupported dtype (code " + std::to_string(t->dtype.code) + ", bits " +
@@ -256,13 +257,16 @@ TensorData from_dlpack_capsule(py::handle capobj) {
   }
   char* data = static_cast<char*>(t->data) + t->byte_offset;
   const bool aligned = reinterpret_cast<uintptr_t>(data) % item == 0;
+  if (on_cuda && (!contiguous || !aligned))  // a host-side strided copy cannot read GPU memory
+    dlpack_fail(ErrorKind::Value, "gave a non-contiguous or misaligned cuda tensor " + shape_str(shape) +
+                                      "; make it contiguous first");
   PyCapsule_SetName(capobj.ptr(), versioned ? "used_dltensor_versioned" : "used_dltensor");
   std::shared_ptr<void> owner = versioned ? dlpack_owner(static_cast<DLManagedTensorVersioned*>(ptr))
                                           : dlpack_owner(static_cast<DLManagedTensor*>(ptr));
   auto arr = std::make_shared<Array>();
   arr->dtype = *dt;
   arr->shape = shape;
-  TensorData td{arr, Device{}, false, readonly};
+  TensorData td{arr, on_cuda ? Device{DeviceKind::CUDA, t->device.device_id} : Device{}, false, readonly};
   if (contiguous && aligned) {
     arr->buffer = Buffer::borrow(data, arr->nbytes(), owner);
   } else {
@@ -272,6 +276,16 @@ TensorData from_dlpack_capsule(py::handle capobj) {
     td.readonly = false;
   }
   return td;
+}
+
+int dl_device_type(const Device& d) {
+  return d.kind == DeviceKind::Metal ? kDLMetal : d.kind == DeviceKind::CUDA ? kDLCUDA : kDLCPU;
+}
+
+// The same data in host memory (a copy for device-resident data).
+TensorData host_td(const TensorData& td) {
+  if (td.device.kind != DeviceKind::CUDA) return td;
+  return TensorData{backend_for(td.device).to_host(td.array), Device{}, true};
 }
 
 // Exports a TensorData: a versioned capsule when the consumer asks for DLPack >= 1
@@ -292,7 +306,7 @@ py::capsule make_dl_capsule(const TensorData& td, const std::shared_ptr<Array>& 
   ex->shape = arr->shape;
   DLTensor& t = ex->managed.dl_tensor;
   t.data = arr->data();
-  t.device = {td.device.kind == DeviceKind::Metal ? kDLMetal : kDLCPU, td.device.index};
+  t.device = {dl_device_type(td.device), td.device.index};
   t.ndim = int32_t(ex->shape.size());
   t.dtype = dl_dtype(arr->dtype);
   t.shape = ex->shape.data();
@@ -320,8 +334,10 @@ py::capsule make_dl_capsule(const TensorData& td, const std::shared_ptr<Array>& 
 
 py::capsule to_dlpack(const TensorData& td, py::object stream, py::object max_version, py::object dl_device,
                       py::object copy) {
-  const int dev_type = td.device.kind == DeviceKind::Metal ? kDLMetal : kDLCPU;
-  if (!stream.is_none() && !(py::isinstance<py::int_>(stream) && stream.cast<int64_t>() == -1))
+  const int dev_type = dl_device_type(td.device);
+  // GPU results are complete when run() returns (it synchronises): any consumer stream is fine
+  if (td.device.kind != DeviceKind::CUDA && !stream.is_none() &&
+      !(py::isinstance<py::int_>(stream) && stream.cast<int64_t>() == -1))
     throw py::buffer_error("[TensorData] __dlpack__: stream must be None for host memory, got " +
                            py::repr(stream).cast<std::string>());
   int major = 0;
@@ -339,7 +355,9 @@ py::capsule to_dlpack(const TensorData& td, py::object stream, py::object max_ve
                              "; the data lives on (" + std::to_string(dev_type) + ", " + std::to_string(td.device.index) + ")");
   }
   std::shared_ptr<Array> arr = td.array;
-  if (want_copy) {
+  if (want_copy && td.device.kind == DeviceKind::CUDA) {
+    throw py::buffer_error("[TensorData] __dlpack__: copy=True is not offered for cuda data; use .to(device) for a copy");
+  } else if (want_copy) {
     arr = Array::empty(td.array->dtype, td.array->shape);
     if (arr->nbytes()) std::memcpy(arr->data(), td.array->data(), arr->nbytes());
   }
@@ -358,8 +376,23 @@ py::capsule to_dlpack(const TensorData& td, py::object stream, py::object max_ve
 
 // Calls obj.__dlpack__, asking for a versioned capsule; producers that predate DLPack 1.0
 // (no max_version keyword) are asked again without it.
+// A CUDA producer is asked to order its work before the legacy default stream (1), which the
+// cuda backend's blocking stream follows (DLPack's stream semantics).
 py::object call_dlpack(py::handle h) {
   py::object fn = h.attr("__dlpack__");
+  bool cuda = false;
+  if (py::hasattr(h, "__dlpack_device__")) {
+    py::object dev = h.attr("__dlpack_device__")();
+    cuda = py::isinstance<py::tuple>(dev) && py::len(dev) == 2 && dev.cast<py::tuple>()[0].cast<int>() == kDLCUDA;
+  }
+  if (cuda) {
+    try {
+      return fn(py::arg("stream") = 1, py::arg("max_version") = py::make_tuple(1, 0));
+    } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_TypeError)) throw;
+    }
+    return fn(py::arg("stream") = 1);
+  }
   try {
     return fn(py::arg("max_version") = py::make_tuple(1, 0));
   } catch (py::error_already_set& e) {
@@ -399,9 +432,16 @@ TensorData to_tensor_data(py::handle h, bool for_output = false) {
                                         "' as tensor data: pass a numpy array, a buffer, a DLPack tensor or TensorData");
 }
 
-std::vector<std::shared_ptr<Array>> arrays_of(const std::vector<py::handle>& hs, bool for_output = false) {
+// Arrays for a run on `device`: data on another device is copied (GPU data to the host for
+// a cpu run; host data goes to the GPU inside the cuda backend's run, through staging).
+std::vector<std::shared_ptr<Array>> arrays_of(const std::vector<py::handle>& hs, const Device& device,
+                                              bool for_output = false) {
   std::vector<std::shared_ptr<Array>> r;
-  for (auto& h : hs) r.push_back(to_tensor_data(h, for_output).array);
+  for (auto& h : hs) {
+    TensorData td = to_tensor_data(h, for_output);
+    if (td.device.kind == DeviceKind::CUDA && !(device == td.device)) td = host_td(td);
+    r.push_back(td.array);
+  }
   return r;
 }
 
@@ -454,7 +494,7 @@ AttrValue attr_from_py(const py::handle& v, AttrKind kind, const std::string& op
     case AttrKind::Shape: return shape_arg(v, op.c_str());
     case AttrKind::Floats: return v.cast<std::vector<double>>();
     case AttrKind::DType: return dtype_arg(v);
-    case AttrKind::Tensor: return std::shared_ptr<const Array>(to_tensor_data(v).array);
+    case AttrKind::Tensor: return std::shared_ptr<const Array>(host_td(to_tensor_data(v)).array);
   }
   return AttrNone{};
 }
@@ -532,7 +572,7 @@ std::unique_lock<std::shared_mutex> building(PyGraph& g) {
 
 py::list wrap_outputs(const std::vector<std::shared_ptr<Array>>& outs, const Device& d) {
   py::list r;
-  for (auto& a : outs) r.append(py::cast(TensorData{a, d.kind == DeviceKind::CUDA ? Device{} : d, false}));
+  for (auto& a : outs) r.append(py::cast(TensorData{a, d, false}));
   return r;
 }
 
@@ -728,9 +768,33 @@ PYBIND11_MODULE(_core, m) {
            py::arg("stream") = py::none(), py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
            py::arg("copy") = py::none())
       .def("__dlpack_device__", [](const TensorData& t) {
-            return py::make_tuple(int(t.device.kind == DeviceKind::Metal ? kDLMetal : kDLCPU), t.device.index);
+            return py::make_tuple(dl_device_type(t.device), t.device.index);
+          })
+      .def_property_readonly("__cuda_array_interface__", [](const TensorData& t) {
+            if (t.device.kind != DeviceKind::CUDA) throw py::attribute_error("__cuda_array_interface__: the data is on " + t.device.str());
+            const char* fmt = buffer_format(t.array->dtype);
+            if (!fmt) throw py::attribute_error("__cuda_array_interface__ has no type code for bfloat16; use __dlpack__");
+            py::dict d;
+            const std::string ts = py::str(py::module_::import("numpy").attr("dtype")(fmt).attr("str")).cast<std::string>();
+            d["shape"] = shape_tuple(t.array->shape);
+            d["typestr"] = ts;
+            d["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(t.array->data()), false);
+            d["version"] = 3;
+            d["strides"] = py::none();
+            d["stream"] = py::none();  // complete: run() synchronised
+            return d;
+          })
+      .def("_to_host", [](const TensorData& t) { return host_td(t); }, "The data in host memory (a copy for GPU data).")
+      .def("_to_device", [](const TensorData& t, const std::string& device) {
+            Device d = parse_device(device);
+            if (d == t.device) return t;
+            TensorData h = host_td(t);
+            if (d.kind == DeviceKind::CPU) return h;
+            return TensorData{backend_for(d).from_host(h.array), d, true};
           })
       .def_buffer([](TensorData& t) -> py::buffer_info {
+        if (t.device.kind == DeviceKind::CUDA)
+          throw py::buffer_error("the data is on " + t.device.str() + ": use .numpy() or np.asarray() (they copy to the host)");
         const char* fmt = buffer_format(t.array->dtype);
         if (!fmt) throw py::buffer_error("bfloat16 has no buffer-protocol format; use .numpy() (needs ml_dtypes)");
         std::vector<py::ssize_t> shape(t.array->shape.begin(), t.array->shape.end());
@@ -742,9 +806,9 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
       .def("run", [](Executable& e, std::vector<py::handle> inputs, std::optional<std::vector<py::handle>> out) {
-            auto in = arrays_of(inputs);
+            auto in = arrays_of(inputs, e.device());
             std::vector<std::shared_ptr<Array>> outs, given;
-            if (out) given = arrays_of(*out, true);
+            if (out) given = arrays_of(*out, e.device(), true);
             outs = without_gil([&] { return e.run(in, out ? &given : nullptr); });
             return wrap_outputs(outs, e.device());
           }, py::arg("inputs"), py::arg("out") = py::none())
@@ -840,7 +904,7 @@ PYBIND11_MODULE(_core, m) {
           })
       .def("add_variable", [](PyGraph& g, py::object data, const std::string& name) {
             auto lock = building(g);
-            TensorData td = to_tensor_data(data);
+            TensorData td = host_td(to_tensor_data(data));
             auto owned = Array::empty(td.array->dtype, td.array->shape);  // the graph owns its state
             if (owned->nbytes()) std::memcpy(owned->data(), td.array->data(), owned->nbytes());
             return g.graph->add_variable(owned, name);
@@ -850,7 +914,7 @@ PYBIND11_MODULE(_core, m) {
             return TensorData{v, Device{}, false};
           })
       .def("set_variable", [](PyGraph& g, int64_t id, py::object data) {
-            TensorData td = to_tensor_data(data);
+            TensorData td = host_td(to_tensor_data(data));
             auto& store = *g.graph->variables();
             TensorType want;
             {
@@ -868,10 +932,10 @@ PYBIND11_MODULE(_core, m) {
       .def("run", [](PyGraph& g, const std::vector<int32_t>& feeds, std::vector<py::handle> datas,
                      const std::vector<std::pair<int32_t, int32_t>>& targets, const std::vector<int32_t>& target_ops,
                      const std::string& device) {
-            auto in = arrays_of(datas);
+            Device d = parse_device(device);
+            auto in = arrays_of(datas, d);
             std::vector<TensorType> types;
             for (auto& a : in) types.push_back({a->dtype, a->shape});
-            Device d = parse_device(device);
             std::vector<std::shared_ptr<Array>> outs;
             outs = without_gil([&] { return g.cache.get(g.graph, feeds, types, refs_arg(targets), target_ops, d)->run(in); });
             return wrap_outputs(outs, d);
@@ -956,6 +1020,16 @@ PYBIND11_MODULE(_core, m) {
     return r;
   });
   m.def("default_device", [] { return default_device().str(); });
+  m.def("device_status", [](const std::string& s) {
+    // (available, why not, description) without raising
+    Device d = parse_device(s);
+    try {
+      Backend& be = backend_for(d);
+      return py::make_tuple(true, std::string(), be.describe());
+    } catch (const GraphError& e) {
+      return py::make_tuple(false, std::string(e.what()), std::string());
+    }
+  });
   m.def("check_device", [](const std::string& s) {
     Device d = parse_device(s);
     backend_for(d);

@@ -49,6 +49,12 @@ class Backend {
   virtual std::string unavailable_reason() const { return ""; }
   virtual std::unique_ptr<Program> compile(const Specialised& sg) = 0;
   virtual std::shared_ptr<Array> allocate(DType dtype, const Shape& shape) { return Array::empty(dtype, shape); }
+  // Arrays in device memory (what allocate() gives on a discrete GPU): copies to and from
+  // host memory; an array already where it is asked for is returned as it is.
+  virtual std::shared_ptr<Array> to_host(const std::shared_ptr<Array>& a) { return a; }
+  virtual std::shared_ptr<Array> from_host(const std::shared_ptr<Array>& a) { return a; }
+  // The device's name for humans ("NVIDIA H200 (sm_90, 132 SMs)"); empty where none.
+  virtual std::string describe() const { return ""; }
   // Composite nodes this backend runs as one kernel or lowering; the others are expanded
   // into their decompositions at specialisation.
   virtual bool implements_composite(const Node& node) const { return false; }

@@ -1,4 +1,9 @@
-"""Devices: mg.cpu(), mg.metal(), mg.cuda(), mg.default_device(), mg.devices()."""
+"""Devices: mg.cpu(), mg.metal(), mg.cuda(), mg.default_device(), mg.devices().
+
+MPSGRAPH_DEVICE (e.g. "cpu") overrides the default device: set it to force the CPU on a
+machine with a GPU."""
+import os
+
 from . import _core
 
 _KINDS = ("cpu", "metal", "cuda")
@@ -48,7 +53,50 @@ class Device:
 
     @property
     def available(self):
-        return str(self) in _core.devices()
+        return bool(_core.device_status(str(self))[0])
+
+    @property
+    def unavailable_reason(self):
+        """Why this device cannot be used here ('' when it can)."""
+        return _core.device_status(str(self))[1]
+
+    @property
+    def description(self):
+        """The hardware behind the device, e.g. 'NVIDIA H200 (sm_90, 132 SMs)' ('' if unknown)."""
+        return _core.device_status(str(self))[2]
+
+
+def _point_at_pip_cuda_libraries():
+    """The cuda backend opens NVRTC and cuBLASLt with dlopen when it first needs them; where
+    they come from NVIDIA's pip wheels (as PyTorch installs them) rather than a system CUDA,
+    tell it where (MPSGRAPH_NVRTC / MPSGRAPH_CUBLASLT, unless already set). Finds, never imports."""
+    import importlib.util
+    wanted = {"MPSGRAPH_NVRTC": "libnvrtc.so", "MPSGRAPH_CUBLASLT": "libcublasLt.so"}
+    wanted = {k: v for k, v in wanted.items() if not os.environ.get(k)}
+    if not wanted:
+        return
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return
+    if spec is None or not spec.submodule_search_locations:
+        return
+    for root in spec.submodule_search_locations:
+        for sub in ("cu13/lib", "cuda_nvrtc/lib", "cublas/lib", "cu12/lib"):
+            d = os.path.join(root, sub)
+            if not os.path.isdir(d):
+                continue
+            for f in sorted(os.listdir(d)):
+                for var, stem in list(wanted.items()):
+                    if f.startswith(stem + "."):
+                        os.environ[var] = os.path.join(d, f)
+                        del wanted[var]
+            if not wanted:
+                return
+
+
+if os.name == "posix":
+    _point_at_pip_cuda_libraries()
 
 
 def cpu():
@@ -69,7 +117,11 @@ def devices():
 
 
 def default_device():
-    """Metal on Apple silicon, else CUDA where a GPU is present, else the CPU."""
+    """Metal on Apple silicon, else CUDA where a GPU is present, else the CPU; the environment
+    variable MPSGRAPH_DEVICE (e.g. "cpu") overrides it."""
+    forced = os.environ.get("MPSGRAPH_DEVICE")
+    if forced:
+        return Device(forced)
     return Device(_core.default_device())
 
 

@@ -85,7 +85,10 @@ def python_default_dtype(arr, value, op):
 # ---------------- TensorData helpers (the class lives in C++) ----------------
 
 def _td_numpy(self):
-    """A numpy view of the data (no copy)."""
+    """A numpy view of the data (no copy); GPU data is copied to the host first."""
+    if self.device.startswith("cuda"):  # a host copy; bfloat16's view below would outlive it
+        host = self._to_host()
+        return _td_numpy(host).copy() if self.dtype == _core.DType.bfloat16 else _td_numpy(host)
     if self.dtype == _core.DType.bfloat16:
         return np.frombuffer(self._raw(), dtype=to_numpy_dtype(self.dtype)).reshape(self.shape)
     return np.asarray(self)
@@ -108,7 +111,13 @@ def _td_repr(self):
     return f"TensorData({body}, dtype={self.dtype.name}, device={self.device})"
 
 
+def _td_to(self, device):
+    """The data on `device` ("cpu", "cuda:0"): itself when it is there, else a copy."""
+    return self._to_device(str(device))
+
+
 TensorData.numpy = _td_numpy
+TensorData.to = _td_to
 TensorData.__array__ = _td_array
 TensorData.__repr__ = _td_repr
 TensorData.__len__ = lambda self: (self.shape[0] if self.shape

@@ -1,0 +1,581 @@
+// The CUDA backend: device discovery, the pooled device allocator, and programs.
+//
+// A program is planned once per specialisation: one prepared launch per node, constants
+// uploaded, intermediates in arena buffers reused by liveness (as the CPU plan), feeds and
+// host-side results through fixed device buffers and pinned staging. A run copies host inputs
+// in, replays the steps as one CUDA graph (captured on first use for the buffer addresses it
+// sees; a few address sets are kept, and a program whose addresses keep changing stops
+// capturing and launches directly), lands assigns, and synchronises once.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backends/cuda/cuda_internal.h"
+#include "core/error.h"
+#include "core/registry.h"
+
+namespace mg::cuda {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clears a sticky-free error so later calls can proceed
+    raise(ErrorKind::Runtime, "cuda", "", std::string(what) + ": " + cudaGetErrorString(e));
+  }
+}
+
+namespace {
+
+struct Probe {
+  bool ok = false;
+  std::string reason;
+};
+
+const Probe& probe() {
+  static Probe p = [] {
+    Probe r;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      r.reason = std::string("no usable CUDA driver or GPU (") + cudaGetErrorString(e) + ")";
+      cudaGetLastError();
+    } else if (n == 0) {
+      r.reason = "no CUDA GPU is present";
+    } else {
+      r.ok = true;
+    }
+    return r;
+  }();
+  return p;
+}
+
+// ---- pooled device allocator ----
+// Freed blocks are kept by rounded size and reused; the pool keeps at most kPoolLimit bytes
+// of free blocks (the rest are freed). Leaked on purpose: buffers may outlive static
+// destruction order.
+constexpr size_t kPoolLimit = size_t(4) << 30;
+
+size_t round_size(size_t n) {
+  if (n <= 512) return 512;
+  if (n <= (size_t(1) << 20)) return (n + 511) / 512 * 512;
+  size_t p = 1;
+  while (p < n) p <<= 1;
+  const size_t step = p / 8;  // 8 classes per power of two: at most 12.5% slack
+  return (n + step - 1) / step * step;
+}
+
+struct Pool {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free;
+  size_t free_bytes = 0;
+};
+Pool& pool() {
+  static Pool* p = new Pool();
+  return *p;
+}
+
+}  // namespace
+
+std::shared_ptr<Buffer> device_alloc(size_t nbytes) {
+  context();
+  const size_t sz = round_size(nbytes);
+  Pool& p = pool();
+  void* ptr = nullptr;
+  {
+    std::lock_guard<std::mutex> l(p.mu);
+    auto it = p.free.find(sz);
+    if (it != p.free.end() && !it->second.empty()) {
+      ptr = it->second.back();
+      it->second.pop_back();
+      p.free_bytes -= sz;
+    }
+  }
+  if (!ptr) {
+    cudaError_t e = cudaMalloc(&ptr, sz);
+    if (e != cudaSuccess) {  // give the cached blocks back and try once more
+      cudaGetLastError();
+      std::lock_guard<std::mutex> l(p.mu);
+      cudaDeviceSynchronize();
+      for (auto& kv : p.free)
+        for (void* q : kv.second) cudaFree(q);
+      p.free.clear();
+      p.free_bytes = 0;
+      check(cudaMalloc(&ptr, sz), ("allocating " + std::to_string(nbytes) + " bytes on the GPU").c_str());
+    }
+  }
+  auto owner = std::shared_ptr<void>(ptr, [sz](void* q) {
+    Pool& pl = pool();
+    std::lock_guard<std::mutex> l(pl.mu);
+    if (pl.free_bytes + sz > kPoolLimit) {
+      cudaFree(q);
+      return;
+    }
+    pl.free[sz].push_back(q);
+    pl.free_bytes += sz;
+  });
+  return Buffer::borrow(ptr, nbytes, owner);
+}
+
+Context& context() {
+  static Context c = [] {
+    if (!probe().ok) raise(ErrorKind::Runtime, "device", "", "cuda:0 is not available: " + probe().reason);
+    Context r;
+    check(cudaSetDevice(0), "selecting cuda:0");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "reading the GPU's properties");
+    r.sm_major = prop.major;
+    r.sm_minor = prop.minor;
+    r.sm_count = prop.multiProcessorCount;
+    r.name = prop.name;
+    // a blocking stream: ordered after the legacy default stream, which DLPack producers
+    // are asked to synchronise with (stream=1)
+    check(cudaStreamCreate(&r.stream), "creating a stream");
+    return r;
+  }();
+  return c;
+}
+
+namespace {
+
+std::unordered_map<std::string, KernelFactory>& kernels() {
+  static std::unordered_map<std::string, KernelFactory> k;
+  return k;
+}
+
+const KernelFactory* find_kernel(const std::string& op) {
+  static bool done = [] {
+    register_elementwise_kernels();
+    register_reduction_kernels();
+    register_shape_kernels();
+    register_matmul_kernels();
+    return true;
+  }();
+  (void)done;
+  auto it = kernels().find(op);
+  return it == kernels().end() ? nullptr : &it->second;
+}
+
+bool is_device_pointer(const void* p) {
+  if (!p) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+enum class SlotKind { Feed, Const, Var, Arena, Output };
+
+struct Slot {
+  SlotKind kind = SlotKind::Arena;
+  int64_t index = 0;
+  size_t nbytes = 0;
+  TensorType type;
+  std::string node, op;
+  bool scratch = false;
+  std::shared_ptr<Buffer> own;  // Const, Var, Feed (staging target) and Output (host results) buffers
+};
+
+struct Step {
+  LaunchFn fn;
+  std::vector<int> in, out;
+  std::vector<const void*> in_ptr;
+  std::vector<void*> out_ptr;
+};
+
+struct PinnedDeleter {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+
+class CudaProgram final : public Program {
+ public:
+  explicit CudaProgram(const Specialised& sg) : vars_(sg.vars) {
+    Context& ctx = context();
+    stream_ = ctx.stream;
+    const Graph& g = *sg.graph;
+    std::map<ValueRef, int> slot_of;
+    std::vector<char> target_taken(sg.targets.size(), 0);
+    auto new_slot = [&](Slot s) {
+      slots_.push_back(std::move(s));
+      return int(slots_.size() - 1);
+    };
+    auto untaken_target = [&](ValueRef v) {
+      for (size_t t = 0; t < sg.targets.size(); ++t)
+        if (sg.targets[t] == v && !target_taken[t]) return int(t);
+      return -1;
+    };
+    auto nbytes_of = [](const TensorType& t) { return size_t(num_elements(t.shape)) * dtype_size(t.dtype); };
+    // refuse float64 before anything is compiled: no silent fallback
+    for (size_t id = 0; id < g.size(); ++id) {
+      const Node& n = g.node(int32_t(id));
+      for (auto& t : n.outputs)
+        if (t.dtype == DType::Float64)
+          raise(ErrorKind::Type, n.op->name, n.name, "float64 is not supported on the cuda backend (it runs on the cpu only)");
+    }
+    for (size_t id = 0; id < g.size(); ++id) {
+      const Node& n = g.node(int32_t(id));
+      const std::string& op = n.op->name;
+      if (n.op->view && untaken_target({int32_t(id), 0}) < 0) {
+        slot_of[{int32_t(id), 0}] = slot_of.at(n.inputs[0]);
+        views_.push_back({n.name, op, slot_of.at(n.inputs[0])});
+        continue;
+      }
+      if (op == "placeholder") {
+        auto it = std::find(sg.feeds.begin(), sg.feeds.end(), int32_t(id));
+        Slot s{SlotKind::Feed, it - sg.feeds.begin(), nbytes_of(n.outputs[0]), n.outputs[0], n.name, op};
+        slot_of[{int32_t(id), 0}] = new_slot(std::move(s));
+        continue;
+      }
+      if (op == "constant") {
+        auto value = node_attr<std::shared_ptr<const Array>>(n, "value");
+        Slot s{SlotKind::Const, 0, value->nbytes(), n.outputs[0], n.name, op};
+        s.own = device_alloc(value->nbytes());
+        if (value->nbytes()) check(cudaMemcpy(s.own->data, value->data(), value->nbytes(), cudaMemcpyHostToDevice), "uploading a constant");
+        slot_of[{int32_t(id), 0}] = new_slot(std::move(s));
+        continue;
+      }
+      if (op == "read_variable") {
+        Slot s{SlotKind::Var, node_attr<int64_t>(n, "variable"), nbytes_of(n.outputs[0]), n.outputs[0], n.name, op};
+        s.own = device_alloc(s.nbytes);
+        slot_of[{int32_t(id), 0}] = new_slot(std::move(s));
+        continue;
+      }
+      if (op == "assign_variable") {
+        assigns_.push_back({node_attr<int64_t>(n, "variable"), slot_of.at(n.inputs[0]), g.type(n.inputs[0]), -1});
+        continue;
+      }
+      const KernelFactory* f = find_kernel(op);
+      if (!f)
+        raise(ErrorKind::NotImplemented, op, n.name,
+              "has no kernel on the cuda backend yet (it runs on the cpu: device='cpu')");
+      std::vector<TensorType> in;
+      for (auto& v : n.inputs) in.push_back(g.type(v));
+      KernelCtx kctx{n, in, n.outputs};
+      Step st;
+      st.fn = (*f)(kctx);
+      for (auto& v : n.inputs) st.in.push_back(slot_of.at(v));
+      for (size_t k = 0; k < n.outputs.size(); ++k) {
+        ValueRef v{int32_t(id), int32_t(k)};
+        const int out_index = untaken_target(v);
+        if (out_index >= 0) target_taken[size_t(out_index)] = 1;
+        Slot s{out_index >= 0 ? SlotKind::Output : SlotKind::Arena, out_index >= 0 ? out_index : -1,
+               nbytes_of(n.outputs[k]), n.outputs[k], n.name, op};
+        const int si = new_slot(std::move(s));
+        slot_of[v] = si;
+        st.out.push_back(si);
+      }
+      for (size_t nb : kctx.scratch_bytes) {
+        Slot sc{SlotKind::Arena, -1, nb, {}, n.name, op};
+        sc.scratch = true;
+        st.out.push_back(new_slot(std::move(sc)));
+      }
+      st.in_ptr.resize(st.in.size());
+      st.out_ptr.resize(st.out.size());
+      steps_.push_back(std::move(st));
+    }
+    for (size_t t = 0; t < sg.targets.size(); ++t)
+      if (!target_taken[t]) copies_.push_back({slot_of.at(sg.targets[t]), int(t), nbytes_of(g.type(sg.targets[t]))});
+    // the assigned value lands in the variable's read buffer of this program too (if it has
+    // one), so the next run needs no upload
+    for (auto& a : assigns_)
+      for (size_t s = 0; s < slots_.size(); ++s)
+        if (slots_[s].kind == SlotKind::Var && slots_[s].index == a.var) a.read_slot = int(s);
+    plan_memory();
+    ptr_.resize(slots_.size());
+    uploaded_.resize(slots_.size());
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      if (slots_[s].own) ptr_[s] = slots_[s].own->data;
+      if (slots_[s].kind == SlotKind::Arena) ptr_[s] = arena_[size_t(slots_[s].index)]->data;
+    }
+  }
+
+  ~CudaProgram() override {
+    for (auto& gr : graphs_) cudaGraphExecDestroy(gr.exec);
+  }
+
+  void run(const std::vector<std::shared_ptr<Array>>& inputs, const std::vector<std::shared_ptr<Array>>& outputs) override {
+    // one run at a time per process: runs share the stream, and a capture must see only its own work
+    static std::mutex run_mu;
+    std::lock_guard<std::mutex> l(run_mu);
+    std::vector<const void*> key;  // the outside addresses the steps see
+    std::vector<std::shared_ptr<Array>> var_values;
+    std::vector<std::pair<void*, size_t>> host_out;  // (host pointer, slot) copied back after the run
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      Slot& sl = slots_[s];
+      if (sl.kind == SlotKind::Feed) {
+        const Array& a = *inputs[size_t(sl.index)];
+        if (is_device_pointer(a.data()) || sl.nbytes == 0) {
+          ptr_[s] = a.data();
+          key.push_back(a.data());
+        } else {
+          stage_in(s, a.data(), sl.nbytes);
+        }
+      } else if (sl.kind == SlotKind::Var) {
+        auto v = vars_->get(sl.index);
+        if (v->dtype != sl.type.dtype || v->shape != sl.type.shape)
+          raise(ErrorKind::Value, "read_variable", sl.node, "variable now holds " + type_str({v->dtype, v->shape}) +
+                                                                 " but the executable was compiled for " + type_str(sl.type));
+        if (uploaded_[s] != v && sl.nbytes) {
+          check(cudaMemcpyAsync(sl.own->data, v->data(), sl.nbytes, cudaMemcpyHostToDevice, stream_), "uploading a variable");
+          uploaded_[s] = v;
+        }
+        var_values.push_back(std::move(v));
+      } else if (sl.kind == SlotKind::Output) {
+        const Array& a = *outputs[size_t(sl.index)];
+        if (is_device_pointer(a.data()) || sl.nbytes == 0) {
+          ptr_[s] = a.data();
+          key.push_back(a.data());
+        } else {
+          if (!sl.own) sl.own = device_alloc(sl.nbytes);
+          ptr_[s] = sl.own->data;
+          host_out.emplace_back(a.data(), s);
+        }
+      }
+    }
+    std::vector<void*> copy_dst;
+    for (auto& c : copies_) {  // targets that are views or feeds: nullptr for a host destination
+      void* d = outputs[size_t(c.out)]->data();
+      copy_dst.push_back(is_device_pointer(d) ? d : nullptr);
+      key.push_back(d);
+    }
+    launch_steps(key, copy_dst);
+    for (size_t i = 0; i < copies_.size(); ++i) {
+      const Copy& c = copies_[i];
+      if (c.nbytes && !copy_dst[i])
+        check(cudaMemcpyAsync(outputs[size_t(c.out)]->data(), ptr_[size_t(c.slot)], c.nbytes, cudaMemcpyDeviceToHost, stream_),
+              "copying a result to the host");
+    }
+    for (auto& h : host_out)
+      if (slots_[h.second].nbytes)
+        check(cudaMemcpyAsync(h.first, ptr_[h.second], slots_[h.second].nbytes, cudaMemcpyDeviceToHost, stream_),
+              "copying a result to the host");
+    std::vector<std::shared_ptr<Array>> landed;
+    for (auto& a : assigns_) {
+      auto v = Array::empty(a.type.dtype, a.type.shape);
+      if (v->nbytes()) {
+        check(cudaMemcpyAsync(v->data(), ptr_[size_t(a.slot)], v->nbytes(), cudaMemcpyDeviceToHost, stream_), "landing an assign");
+        if (a.read_slot >= 0 && a.read_slot != a.slot)
+          check(cudaMemcpyAsync(ptr_[size_t(a.read_slot)], ptr_[size_t(a.slot)], v->nbytes(), cudaMemcpyDeviceToDevice, stream_),
+                "landing an assign");
+      }
+      landed.push_back(v);
+    }
+    check(cudaStreamSynchronize(stream_), "running a cuda program");
+    for (size_t i = 0; i < assigns_.size(); ++i) {  // assigns land when the run completes
+      vars_->set(assigns_[i].var, landed[i]);
+      if (assigns_[i].read_slot >= 0) uploaded_[size_t(assigns_[i].read_slot)] = landed[i];
+    }
+  }
+
+  std::vector<PlanEntry> memory_plan() const override {
+    static const char* kinds[] = {"feed", "constant", "variable", "arena", "output"};
+    std::vector<PlanEntry> r;
+    for (auto& sl : slots_) {
+      PlanEntry e{sl.node, sl.op, sl.scratch ? "scratch" : kinds[int(sl.kind)], -1, sl.nbytes, ""};
+      if (sl.kind == SlotKind::Arena || sl.kind == SlotKind::Feed || sl.kind == SlotKind::Output) e.buffer = sl.index;
+      r.push_back(std::move(e));
+    }
+    for (auto& v : views_) {
+      const Slot& sl = slots_[size_t(v.slot)];
+      PlanEntry e{v.node, v.op, "view", -1, sl.nbytes, sl.node};
+      if (sl.kind == SlotKind::Arena) e.buffer = sl.index;
+      r.push_back(std::move(e));
+    }
+    return r;
+  }
+
+ private:
+  // Host input -> pinned staging -> the feed's device buffer (ordered on the stream).
+  void stage_in(size_t s, const void* host, size_t nbytes) {
+    Slot& sl = slots_[s];
+    if (!sl.own) sl.own = device_alloc(nbytes);
+    auto& pin = pinned_[s];
+    if (!pin) {
+      void* p = nullptr;
+      check(cudaMallocHost(&p, nbytes), "allocating pinned staging memory");
+      pin.reset(p);
+    }
+    // the previous run's copy out of this staging buffer has completed: runs synchronise
+    std::memcpy(pin.get(), host, nbytes);
+    check(cudaMemcpyAsync(sl.own->data, pin.get(), nbytes, cudaMemcpyHostToDevice, stream_), "copying an input to the GPU");
+    ptr_[s] = sl.own->data;
+  }
+
+  void enqueue(const std::vector<void*>& copy_dst) {
+    for (auto& st : steps_) {
+      for (size_t i = 0; i < st.in.size(); ++i) st.in_ptr[i] = ptr_[size_t(st.in[i])];
+      for (size_t i = 0; i < st.out.size(); ++i) st.out_ptr[i] = ptr_[size_t(st.out[i])];
+      st.fn(stream_, st.in_ptr.data(), st.out_ptr.data());
+    }
+    for (size_t i = 0; i < copies_.size(); ++i) {
+      const Copy& c = copies_[i];
+      if (c.nbytes && copy_dst[i])
+        check(cudaMemcpyAsync(copy_dst[i], ptr_[size_t(c.slot)], c.nbytes, cudaMemcpyDeviceToDevice, stream_), "copying a result");
+    }
+  }
+
+  void launch_steps(const std::vector<const void*>& key, const std::vector<void*>& copy_dst) {
+    static const bool no_graphs = std::getenv("MPSGRAPH_CUDA_GRAPHS") && std::string(std::getenv("MPSGRAPH_CUDA_GRAPHS")) == "0";
+    if (no_graphs || capture_failures_ >= kMaxCaptureMisses || steps_.empty()) {
+      enqueue(copy_dst);
+      return;
+    }
+    for (auto it = graphs_.begin(); it != graphs_.end(); ++it)
+      if (it->key == key) {
+        check(cudaGraphLaunch(it->exec, stream_), "launching a cuda graph");
+        if (it != graphs_.begin()) graphs_.splice(graphs_.begin(), graphs_, it);
+        return;
+      }
+    // capture this run's launches once for these addresses
+    ++captures_;
+    if (captures_ > kMaxGraphs + kMaxCaptureMisses) {  // addresses keep changing: stop capturing
+      capture_failures_ = kMaxCaptureMisses;
+      enqueue(copy_dst);
+      return;
+    }
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "starting a cuda graph capture");
+    try {
+      enqueue(copy_dst);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), "ending a cuda graph capture");
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      ++capture_failures_;
+      enqueue(copy_dst);
+      return;
+    }
+    graphs_.push_front({key, exec});
+    if (graphs_.size() > size_t(kMaxGraphs)) {
+      cudaGraphExecDestroy(graphs_.back().exec);
+      graphs_.pop_back();
+    }
+    check(cudaGraphLaunch(exec, stream_), "launching a cuda graph");
+  }
+
+  // Arena buffers are reused once their last reader has run (best fit by size).
+  void plan_memory() {
+    std::vector<int> last(slots_.size(), -1);
+    for (size_t i = 0; i < steps_.size(); ++i)
+      for (int s : steps_[i].in) last[size_t(s)] = int(i);
+    for (auto& c : copies_) last[size_t(c.slot)] = int(steps_.size());
+    for (auto& a : assigns_) last[size_t(a.slot)] = int(steps_.size());
+    std::multimap<size_t, int> free_list;
+    std::vector<size_t> capacity;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      for (int s : steps_[i].out) {
+        Slot& sl = slots_[size_t(s)];
+        if (sl.kind != SlotKind::Arena) continue;
+        auto it = free_list.lower_bound(sl.nbytes);
+        if (it != free_list.end() && it->first <= 4 * sl.nbytes + 4096) {
+          sl.index = it->second;
+          free_list.erase(it);
+        } else {
+          sl.index = int64_t(capacity.size());
+          capacity.push_back(sl.nbytes);
+        }
+      }
+      auto release = [&](int s) {
+        Slot& sl = slots_[size_t(s)];
+        if (sl.kind == SlotKind::Arena && last[size_t(s)] <= int(i)) {
+          free_list.emplace(capacity[size_t(sl.index)], int(sl.index));
+          last[size_t(s)] = int(steps_.size()) + 1;
+        }
+      };
+      for (int s : steps_[i].in) release(s);
+      for (int s : steps_[i].out) release(s);
+    }
+    for (size_t c : capacity) arena_.push_back(device_alloc(c));
+  }
+
+  static constexpr int kMaxGraphs = 4, kMaxCaptureMisses = 4;
+  struct Copy {
+    int slot, out;
+    size_t nbytes;
+  };
+  struct View {
+    std::string node, op;
+    int slot;
+  };
+  struct AssignStep {
+    int64_t var;
+    int slot;
+    TensorType type;
+    int read_slot;
+  };
+  struct CachedGraph {
+    std::vector<const void*> key;
+    cudaGraphExec_t exec;
+  };
+  std::shared_ptr<VariableStore> vars_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<Slot> slots_;
+  std::vector<Step> steps_;
+  std::vector<Copy> copies_;
+  std::vector<View> views_;
+  std::vector<AssignStep> assigns_;
+  std::vector<std::shared_ptr<Buffer>> arena_;
+  std::vector<void*> ptr_;
+  std::vector<std::shared_ptr<Array>> uploaded_;  // per Var slot: the host value its buffer holds
+  std::unordered_map<size_t, std::unique_ptr<void, PinnedDeleter>> pinned_;
+  std::list<CachedGraph> graphs_;
+  int captures_ = 0, capture_failures_ = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  DeviceKind kind() const override { return DeviceKind::CUDA; }
+  bool available() const override { return probe().ok; }
+  std::string unavailable_reason() const override { return probe().reason; }
+  std::unique_ptr<Program> compile(const Specialised& sg) override { return std::make_unique<CudaProgram>(sg); }
+  std::shared_ptr<Array> allocate(DType dtype, const Shape& shape) override {
+    auto a = std::make_shared<Array>();
+    a->dtype = dtype;
+    a->shape = shape;
+    a->buffer = device_alloc(a->nbytes());
+    return a;
+  }
+  std::shared_ptr<Array> to_host(const std::shared_ptr<Array>& a) override {
+    if (!a->data() || !is_device_pointer(a->data())) return a;
+    auto h = Array::empty(a->dtype, a->shape);
+    if (h->nbytes()) check(cudaMemcpy(h->data(), a->data(), h->nbytes(), cudaMemcpyDeviceToHost), "copying to the host");
+    return h;
+  }
+  std::shared_ptr<Array> from_host(const std::shared_ptr<Array>& a) override {
+    if (a->data() && is_device_pointer(a->data())) return a;
+    auto d = allocate(a->dtype, a->shape);
+    if (d->nbytes()) check(cudaMemcpy(d->data(), a->data(), d->nbytes(), cudaMemcpyHostToDevice), "copying to the GPU");
+    return d;
+  }
+  std::string describe() const override {
+    if (!probe().ok) return "";
+    const Context& c = context();
+    return c.name + " (sm_" + std::to_string(c.sm_major) + std::to_string(c.sm_minor) + ", " + std::to_string(c.sm_count) + " SMs)";
+  }
+};
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+const RegisterBackend registered(DeviceKind::CUDA, make_cuda_backend);
+
+}  // namespace
+
+void register_kernel(const std::string& op, KernelFactory factory) { kernels()[op] = std::move(factory); }
+
+}  // namespace mg::cuda

@@ -1,0 +1,113 @@
+// CUDA backend internals shared by its files (built only where CMake found a CUDA toolkit).
+//
+// Loading: the CUDA runtime is linked statically and opens the driver on first use, so the
+// module imports on machines without CUDA; NVRTC and cuBLASLt are opened with dlopen the
+// first time a program needs them (cuda_api_cuda.cpp). Kernels are generated as CUDA C++ per
+// op and dtype at compile time, compiled by NVRTC for the GPU found and cached in memory and
+// on disk (keyed by source, GPU architecture and NVRTC version); the few fixed kernels are
+// built ahead of time by nvcc (copy_kernels.cu).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "runtime/backend.h"
+
+namespace mg::cuda {
+
+// Throws GraphRuntimeError naming what failed and CUDA's message.
+void check(cudaError_t e, const char* what);
+
+// The one GPU this process uses (device 0) and its stream.
+struct Context {
+  int device = 0;
+  int sm_major = 0, sm_minor = 0, sm_count = 0;
+  std::string name;
+  cudaStream_t stream = nullptr;
+};
+Context& context();  // initialises on first use; only called once available() said yes
+
+// Device memory from a pool of freed blocks by size class, bounded (cuda_backend_cuda.cpp).
+std::shared_ptr<Buffer> device_alloc(size_t nbytes);
+
+// ---- kernels ----
+
+// A prepared step: launches its work on `stream` with the run's buffer pointers (inputs,
+// then outputs, then scratch). Must be capturable into a CUDA graph: no host sync, no
+// allocation.
+using LaunchFn = std::function<void(cudaStream_t stream, const void* const* in, void* const* out)>;
+
+struct KernelCtx {
+  const Node& node;
+  const std::vector<TensorType>& in;
+  const std::vector<TensorType>& out;
+  size_t scratch(size_t nbytes) const {
+    scratch_bytes.push_back(nbytes);
+    return out.size() + scratch_bytes.size() - 1;
+  }
+  mutable std::vector<size_t> scratch_bytes;
+};
+using KernelFactory = std::function<LaunchFn(const KernelCtx&)>;
+void register_kernel(const std::string& op, KernelFactory factory);
+
+void register_elementwise_kernels();
+void register_reduction_kernels();
+void register_shape_kernels();
+void register_matmul_kernels();
+
+// ---- NVRTC ----
+
+// dlopen of a CUDA library: $env names a file, else stem.13, stem.12, stem, then
+// $CUDA_HOME, $CUDA_PATH and /usr/local/cuda's lib64/ and lib/. nullptr where none opens.
+void* open_cuda_library(const char* env, const std::string& stem);
+
+// A kernel compiled from generated source; `name` is an extern "C" __global__ function.
+struct Kernel {
+  void* fn = nullptr;  // a cudaKernel_t, launched with cudaLaunchKernel
+};
+// Compiles (or finds in the memory or disk cache) `source` and returns kernel `name`.
+Kernel nvrtc_kernel(const std::string& source, const std::string& name);
+void launch(const Kernel& k, int64_t blocks, int threads, size_t smem, cudaStream_t s, void** args);
+
+// The device-side helpers every generated source starts with: storage types, f16/bf16
+// conversion (no CUDA headers needed), index arithmetic.
+const std::string& prelude();
+
+// CUDA C++ names for a dtype: storage type, compute type, load and store expressions.
+std::string storage_type(DType t);
+std::string compute_type(DType t);
+std::string load_expr(DType t, const std::string& ptr_elem);   // ptr_elem e.g. "a[i]"
+std::string store_expr(DType t, const std::string& value);     // value of compute type
+
+// Strides of up to kMaxRank dims, passed by value to generated kernels.
+constexpr int kMaxRank = 8;
+struct IndexSpace {
+  int64_t n = 0;
+  int32_t rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t stride[4][kMaxRank] = {};  // per operand, in elements (0 on broadcast dims)
+};
+// The space of `out` with each input's broadcast strides; collapses contiguous dims.
+IndexSpace broadcast_space(const Shape& out, const std::vector<Shape>& ins);
+
+// Copies a strided view: dst[dst_off + sum i_d * dst_st_d] = src[src_off + sum i_d * src_st_d]
+// over `shape` (copy_kernels.cu); elements of `itemsize` bytes.
+struct StridedCopy {
+  int64_t n = 0;
+  int32_t rank = 0;
+  int32_t itemsize = 4;
+  int64_t shape[kMaxRank] = {};
+  int64_t src_stride[kMaxRank] = {}, dst_stride[kMaxRank] = {};
+  int64_t src_offset = 0, dst_offset = 0;
+};
+void strided_copy(const StridedCopy& c, const void* src, void* dst, cudaStream_t s);
+// Fills n elements of itemsize bytes with the pattern in `value`.
+void fill_bytes(void* dst, int64_t n, int32_t itemsize, uint64_t value, cudaStream_t s);
+
+}  // namespace mg::cuda

@@ -1,0 +1,268 @@
+// CUDA matrix multiplication: cuBLASLt for float32/float16/bfloat16 (float accumulation, no
+// TF32), batched with strided batches (stride 0 for an operand without batch dims; other
+// broadcast batches are expanded into scratch first). Integer dtypes use a generated kernel.
+// cuBLASLt is opened with dlopen on first use, like NVRTC (never linked).
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_internal.h"
+#include "core/error.h"
+
+namespace mg::cuda {
+
+namespace {
+
+// The part of cuBLASLt's C API used here, declared from its documentation (cublasLt.h).
+using Status = int;
+using Handle = void*;
+using Desc = void*;
+using Layout = void*;
+using Pref = void*;
+struct Algo {
+  uint64_t data[8];
+};
+struct Heuristic {
+  Algo algo;
+  size_t workspace;
+  Status state;
+  float waves;
+  int reserved[4];
+};
+enum : int {
+  kDescComputeType = 0, kDescScaleType = 1, kDescTransA = 3, kDescTransB = 4,
+  kLayoutBatchCount = 5, kLayoutBatchStride = 6,
+  kPrefMaxWorkspace = 1,
+  kCompute32F = 68,
+  kR32F = 0, kR16F = 2, kR16BF = 14,
+};
+
+struct Lt {
+  void* lib = nullptr;
+  std::string error;
+  Handle handle = nullptr;
+  Status (*create)(Handle*) = nullptr;
+  Status (*desc_create)(Desc*, int, int) = nullptr;
+  Status (*desc_set)(Desc, int, const void*, size_t) = nullptr;
+  Status (*desc_destroy)(Desc) = nullptr;
+  Status (*layout_create)(Layout*, int, uint64_t, uint64_t, int64_t) = nullptr;
+  Status (*layout_set)(Layout, int, const void*, size_t) = nullptr;
+  Status (*layout_destroy)(Layout) = nullptr;
+  Status (*pref_create)(Pref*) = nullptr;
+  Status (*pref_set)(Pref, int, const void*, size_t) = nullptr;
+  Status (*pref_destroy)(Pref) = nullptr;
+  Status (*heuristic)(Handle, Desc, Layout, Layout, Layout, Layout, Pref, int, Heuristic*, int*) = nullptr;
+  Status (*matmul)(Handle, Desc, const void*, const void*, Layout, const void*, Layout, const void*, const void*, Layout, void*,
+                   Layout, const Algo*, void*, size_t, cudaStream_t) = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_size = size_t(32) << 20;
+};
+
+template <class F>
+bool sym(void* lib, const char* name, F& f) {
+  f = reinterpret_cast<F>(dlsym(lib, name));
+  return f != nullptr;
+}
+
+Lt& lt() {
+  static Lt l = [] {
+    Lt r;
+    r.lib = open_cuda_library("MPSGRAPH_CUBLASLT", "libcublasLt.so");
+    if (!r.lib) {
+      r.error = "cuBLASLt (libcublasLt.so) was not found; install cuBLAS or set MPSGRAPH_CUBLASLT to its path";
+      return r;
+    }
+    bool ok = sym(r.lib, "cublasLtCreate", r.create) && sym(r.lib, "cublasLtMatmulDescCreate", r.desc_create) &&
+              sym(r.lib, "cublasLtMatmulDescSetAttribute", r.desc_set) && sym(r.lib, "cublasLtMatmulDescDestroy", r.desc_destroy) &&
+              sym(r.lib, "cublasLtMatrixLayoutCreate", r.layout_create) &&
+              sym(r.lib, "cublasLtMatrixLayoutSetAttribute", r.layout_set) &&
+              sym(r.lib, "cublasLtMatrixLayoutDestroy", r.layout_destroy) &&
+              sym(r.lib, "cublasLtMatmulPreferenceCreate", r.pref_create) &&
+              sym(r.lib, "cublasLtMatmulPreferenceSetAttribute", r.pref_set) &&
+              sym(r.lib, "cublasLtMatmulPreferenceDestroy", r.pref_destroy) &&
+              sym(r.lib, "cublasLtMatmulAlgoGetHeuristic", r.heuristic) && sym(r.lib, "cublasLtMatmul", r.matmul);
+    if (!ok || r.create(&r.handle) != 0) {
+      r.error = "cuBLASLt could not be initialised";
+      r.lib = nullptr;
+      return r;
+    }
+    check(cudaMalloc(&r.workspace, r.workspace_size), "allocating the cuBLASLt workspace");
+    return r;
+  }();
+  if (!l.lib) raise(ErrorKind::Runtime, "matrix_multiplication", "", l.error);
+  return l;
+}
+
+void lt_check(Status s, const char* what) {
+  if (s != 0) raise(ErrorKind::Runtime, "matrix_multiplication", "", std::string("cuBLASLt ") + what + " failed (status " + std::to_string(s) + ")");
+}
+
+// One prepared GEMM: descriptors owned for the program's life.
+struct Gemm {
+  Desc desc = nullptr;
+  Layout a = nullptr, b = nullptr, c = nullptr;
+  Algo algo{};
+  ~Gemm() {
+    Lt& l = lt();
+    if (desc) l.desc_destroy(desc);
+    for (Layout x : {a, b, c})
+      if (x) l.layout_destroy(x);
+  }
+};
+
+int lt_type(DType t) { return t == DType::Float16 ? kR16F : t == DType::BFloat16 ? kR16BF : kR32F; }
+
+// Integer (and other non-cuBLAS) matmul: one thread per output element, wrapping arithmetic.
+LaunchFn int_matmul(DType dt, int64_t batch, int64_t M, int64_t N, int64_t K, int64_t sa, int64_t sb) {
+  std::string src = prelude() + "typedef " + compute_type(dt) + " C;\n" +
+                    "extern \"C\" __global__ void k(i64 batch, i64 M, i64 N, i64 K, i64 sa, i64 sb, const " + storage_type(dt) +
+                    "* a, const " + storage_type(dt) + "* b, " + storage_type(dt) + "* out) {\n"
+                    "  const i64 total = batch * M * N;\n"
+                    "  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {\n"
+                    "    const i64 n = i % N, m = (i / N) % M, bt = i / (M * N);\n"
+                    "    u64 acc = 0;\n"
+                    "    for (i64 k = 0; k < K; ++k) acc += (u64)a[bt * sa + m * K + k] * (u64)b[bt * sb + k * N + n];\n"
+                    "    out[i] = " + store_expr(dt, "C(acc)") + ";\n  }\n}\n";
+  Kernel kern = nvrtc_kernel(src, "k");
+  return [=](cudaStream_t s, const void* const* in, void* const* out) {
+    int64_t b = batch, m = M, n = N, k = K, a_s = sa, b_s = sb;
+    const void* x = in[0];
+    const void* y = in[1];
+    void* o = out[0];
+    void* args[] = {&b, &m, &n, &k, &a_s, &b_s, &x, &y, &o};
+    const int64_t total = batch * M * N;
+    launch(kern, std::min<int64_t>((total + 255) / 256, int64_t(1) << 20), 256, 0, s, args);
+  };
+}
+
+LaunchFn matmul_factory(const KernelCtx& c) {
+  const DType dt = c.in[0].dtype;
+  Shape xs = c.in[0].shape, ys = c.in[1].shape;
+  if (xs.size() == 1) xs.insert(xs.begin(), 1);
+  if (ys.size() == 1) ys.push_back(1);
+  const int64_t M0 = xs[xs.size() - 2], K = xs.back(), N = ys.back();
+  Shape bx(xs.begin(), xs.end() - 2), by(ys.begin(), ys.end() - 2);
+  Shape bo = c.out[0].shape;
+  bo.resize(std::max(bx.size(), by.size()));
+  for (size_t i = 0; i < bo.size(); ++i) {
+    const size_t ox = bo.size() - bx.size(), oy = bo.size() - by.size();
+    const int64_t dx = i >= ox ? bx[i - ox] : 1, dy = i >= oy ? by[i - oy] : 1;
+    bo[i] = std::max(dx, dy);
+    if (dx == 0 || dy == 0) bo[i] = 0;
+  }
+  int64_t batch = num_elements(bo), M = M0;
+  const int64_t nbx = num_elements(bx), nby = num_elements(by);
+  const int64_t n_out = batch * M * N;
+  bool folded = false;
+  if (nby == 1 && nbx == batch && batch > 1) {  // (..., M, K) @ (K, N): one GEMM of batch * M rows
+    folded = true;
+    M *= batch;
+    batch = 1;
+  }
+  if (n_out == 0) return [](cudaStream_t, const void* const*, void* const*) {};
+  if (K == 0) {
+    const int32_t es = int32_t(dtype_size(dt));
+    return [n_out, es](cudaStream_t s, const void* const*, void* const* out) { fill_bytes(out[0], n_out, es, 0, s); };
+  }
+  // operands whose batch dims are neither full nor absent are expanded into scratch
+  const size_t es = dtype_size(dt);
+  auto expand = [&](const Shape& b, int64_t nb, int64_t rows, int64_t cols, size_t& slot) -> bool {
+    if (folded || nb == 1 || nb == batch) return false;
+    slot = c.scratch(size_t(batch * rows * cols) * es);
+    (void)b;
+    return true;
+  };
+  size_t sx = 0, sy = 0;
+  const bool ex = expand(bx, nbx, M, K, sx), ey = expand(by, nby, K, N, sy);
+  auto expand_copy = [&](const Shape& b, int64_t rows, int64_t cols) {
+    Shape full = bo;
+    full.push_back(rows);
+    full.push_back(cols);
+    Shape src(bo.size() - b.size(), 1);
+    src.insert(src.end(), b.begin(), b.end());
+    src.push_back(rows);
+    src.push_back(cols);
+    const auto st = contiguous_strides(src);
+    const auto dst = contiguous_strides(full);
+    StridedCopy cp;
+    cp.itemsize = int32_t(es);
+    cp.n = num_elements(full);
+    if (full.size() > size_t(kMaxRank)) raise(ErrorKind::NotImplemented, "matrix_multiplication", c.node.name, "too many batch dims on cuda");
+    cp.rank = int32_t(full.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+      cp.shape[i] = full[i];
+      cp.src_stride[i] = src[i] == 1 ? 0 : st[i];
+      cp.dst_stride[i] = dst[i];
+    }
+    return cp;
+  };
+  StridedCopy cx{}, cy{};
+  if (ex) cx = expand_copy(bx, M, K);
+  if (ey) cy = expand_copy(by, K, N);
+  const int64_t stride_a = (ex || nbx == batch) && batch > 1 ? M * K : 0;
+  const int64_t stride_b = (ey || nby == batch) && batch > 1 ? K * N : 0;
+  LaunchFn gemm;
+  if (dt == DType::Float32 || dt == DType::Float16 || dt == DType::BFloat16) {
+    Lt& l = lt();
+    auto g = std::make_shared<Gemm>();
+    const int t = lt_type(dt);
+    lt_check(l.desc_create(&g->desc, kCompute32F, kR32F), "descriptor");
+    // row-major C = A B is column-major C^T = B^T A^T: cuBLAS's A is our y, its B our x
+    lt_check(l.layout_create(&g->a, t, uint64_t(N), uint64_t(K), N), "layout");
+    lt_check(l.layout_create(&g->b, t, uint64_t(K), uint64_t(M), K), "layout");
+    lt_check(l.layout_create(&g->c, t, uint64_t(N), uint64_t(M), N), "layout");
+    if (batch > 1) {
+      const int32_t bc = int32_t(batch);
+      const int64_t so = M * N;
+      for (Layout x : {g->a, g->b, g->c}) lt_check(l.layout_set(x, kLayoutBatchCount, &bc, sizeof(bc)), "batch count");
+      lt_check(l.layout_set(g->a, kLayoutBatchStride, &stride_b, sizeof(int64_t)), "batch stride");
+      lt_check(l.layout_set(g->b, kLayoutBatchStride, &stride_a, sizeof(int64_t)), "batch stride");
+      lt_check(l.layout_set(g->c, kLayoutBatchStride, &so, sizeof(int64_t)), "batch stride");
+    }
+    Pref pref = nullptr;
+    lt_check(l.pref_create(&pref), "preference");
+    l.pref_set(pref, kPrefMaxWorkspace, &l.workspace_size, sizeof(size_t));
+    Heuristic h{};
+    int found = 0;
+    const Status st = l.heuristic(l.handle, g->desc, g->a, g->b, g->c, g->c, pref, 1, &h, &found);
+    l.pref_destroy(pref);
+    if (st != 0 || found == 0)
+      raise(ErrorKind::NotImplemented, "matrix_multiplication", c.node.name, "cuBLASLt has no algorithm for this GEMM");
+    g->algo = h.algo;
+    gemm = [g](cudaStream_t s, const void* const* in, void* const* out) {
+      Lt& l = lt();
+      const float one = 1.f, zero = 0.f;
+      lt_check(l.matmul(l.handle, g->desc, &one, in[1], g->a, in[0], g->b, &zero, out[0], g->c, out[0], g->c, &g->algo,
+                        l.workspace, l.workspace_size, s),
+               "matmul");
+    };
+  } else if (dt != DType::Bool && dt != DType::Float64) {
+    gemm = int_matmul(dt, batch, M, N, K, stride_a, stride_b);
+  } else {
+    raise(ErrorKind::Type, "matrix_multiplication", c.node.name, std::string("no cuda kernel for ") + dtype_name(dt));
+  }
+  if (!ex && !ey) return gemm;
+  return [gemm, ex, ey, cx, cy, sx, sy](cudaStream_t s, const void* const* in, void* const* out) {
+    const void* ins[2] = {in[0], in[1]};
+    if (ex) {
+      strided_copy(cx, in[0], out[sx], s);
+      ins[0] = out[sx];
+    }
+    if (ey) {
+      strided_copy(cy, in[1], out[sy], s);
+      ins[1] = out[sy];
+    }
+    gemm(s, ins, out);
+  };
+}
+
+}  // namespace
+
+void register_matmul_kernels() { register_kernel("matrix_multiplication", matmul_factory); }
+
+}  // namespace mg::cuda

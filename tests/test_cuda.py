@@ -1,0 +1,164 @@
+"""The CUDA backend: device selection, why cuda:0 is absent where it is, GPU TensorData
+(DLPack, __cuda_array_interface__, PyTorch round trips), compile-time refusal of ops without a
+CUDA kernel, variables and CUDA-graph replay. GPU tests skip where no GPU is present; the op
+results themselves are the conformance table's (tests/test_conformance.py runs it on cuda:0)."""
+import numpy as np
+import pytest
+
+import mpsgraph as mg
+
+HAS_GPU = mg.Device("cuda:0").available
+gpu = pytest.mark.skipif(not HAS_GPU, reason=f"no CUDA GPU here: {mg.Device('cuda:0').unavailable_reason}")
+no_gpu = pytest.mark.skipif(HAS_GPU, reason="a CUDA GPU is present")
+
+
+def _torch_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA here")
+    return torch
+
+
+def test_device_names():
+    assert mg.cuda() == mg.Device("cuda:0") == mg.Device("cuda") == mg.Device("gpu")
+    assert str(mg.cuda(1)) == "cuda:1"
+    assert mg.Device("cuda", 0).kind == "cuda"
+
+
+@no_gpu
+def test_cuda_unavailable_says_why():
+    d = mg.Device("cuda:0")
+    assert not d.available
+    assert d.unavailable_reason  # a build without a toolkit, no driver, or no GPU
+    assert "cuda:0" not in [str(x) for x in mg.devices()]
+    g = mg.Graph()
+    x = g.placeholder((2,), mg.float32)
+    with pytest.raises(mg.GraphRuntimeError, match="cuda:0"):
+        g.run({x: np.ones(2, np.float32)}, [x * 2.0], device="cuda:0")
+
+
+def test_default_device_env_override(monkeypatch):
+    monkeypatch.setenv("MPSGRAPH_DEVICE", "cpu")
+    assert mg.default_device() == mg.cpu()
+    monkeypatch.delenv("MPSGRAPH_DEVICE")
+    want = mg.devices()[0]
+    assert mg.default_device() == want
+    if HAS_GPU and not any(d.kind == "metal" for d in mg.devices()):
+        assert want == mg.cuda()
+
+
+def _simple():
+    g = mg.Graph()
+    x = g.placeholder((None, 3), mg.float32, name="x")
+    y = g.relu(x) * 2.0 + 1.0
+    return g, x, y
+
+
+@gpu
+def test_results_live_on_the_gpu_and_convert():
+    g, x, y = _simple()
+    xv = np.array([[-1, 0, 2], [3, -4, 5]], np.float32)
+    r = g.run({x: xv}, [y], device="cuda")[y]
+    assert r.device == "cuda:0"
+    assert r.__dlpack_device__() == (2, 0)
+    np.testing.assert_array_equal(r.numpy(), np.maximum(xv, 0) * 2 + 1)
+    np.testing.assert_array_equal(np.asarray(r), np.maximum(xv, 0) * 2 + 1)
+    cai = r.__cuda_array_interface__
+    assert cai["shape"] == (2, 3) and cai["typestr"] == "<f4" and cai["data"][0] == r.data_ptr
+    assert r.to("cpu").device == "cpu"
+
+
+@gpu
+def test_gpu_result_feeds_a_cpu_run():
+    g, x, y = _simple()
+    xv = np.arange(6, dtype=np.float32).reshape(2, 3) - 3
+    r = g.run({x: xv}, [y], device="cuda")[y]
+    g2 = mg.Graph()
+    z = g2.placeholder((2, 3), mg.float32)
+    w = z * 3.0
+    np.testing.assert_array_equal(np.asarray(g2.run({z: r}, [w], device="cpu")[w]), r.numpy() * 3)
+
+
+@gpu
+def test_torch_round_trip_without_copies():
+    torch = _torch_cuda()
+    t = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+    td = mg.TensorData(t)
+    assert td.device == "cuda:0" and td.data_ptr == t.data_ptr()
+    g = mg.Graph()
+    x = g.placeholder((3, 4), mg.float32)
+    y = x * x
+    r = g.run({x: t}, [y], device="cuda")[y]
+    back = torch.from_dlpack(r)
+    assert back.device.type == "cuda" and back.data_ptr() == r.data_ptr
+    torch.testing.assert_close(back, t * t)
+
+
+@gpu
+def test_op_without_cuda_kernel_is_refused_at_compile():
+    g = mg.Graph()
+    x = g.placeholder((4,), mg.float32)
+    y = g.sort(x, axis=0)
+    with pytest.raises(mg.GraphNotImplementedError, match=r"\[sort\].*cuda"):
+        g.compile({x: ((4,), mg.float32)}, [y], device="cuda")
+
+
+@gpu
+def test_float64_is_refused():
+    g = mg.Graph()
+    x = g.placeholder((3,), mg.float64)
+    with pytest.raises(mg.GraphTypeError, match="float64"):
+        g.run({x: np.ones(3)}, [x + 1.0], device="cuda")
+
+
+@gpu
+def test_replay_and_memory_plan():
+    g = mg.Graph()
+    a = g.placeholder((64, 32), mg.float32)
+    b = g.placeholder((32, 16), mg.float32)
+    y = g.reduction_sum(g.tanh(a @ b) * 0.5, axes=1)
+    exe = g.compile({a: ((64, 32), mg.float32), b: ((32, 16), mg.float32)}, [y], device="cuda")
+    rng = np.random.default_rng(0)
+    av, bv = rng.standard_normal((64, 32), np.float32), rng.standard_normal((32, 16), np.float32)
+    want = (np.tanh(av @ bv) * 0.5).sum(axis=1, keepdims=True)
+    for _ in range(20):  # replays of the captured graph (outputs come back to the same buffers)
+        np.testing.assert_allclose(exe.run([av, bv])[0].numpy(), want, rtol=1e-4, atol=1e-4)
+    plan = exe.memory_plan()
+    assert {"feed", "output"} <= {e["storage"] for e in plan}
+
+
+@gpu
+def test_variables_and_assign():
+    g = mg.Graph()
+    w = g.variable(np.ones((3,), np.float32), name="w")
+    x = g.placeholder((3,), mg.float32)
+    loss = g.reduction_sum(w * x, axes=0)
+    grad = g.gradients(loss, [w])[w]
+    step = g.assign(w, w - grad * 0.5)
+    xv = np.array([1, 2, 3], np.float32)
+    want = np.ones(3, np.float32)
+    for _ in range(3):
+        g.run({x: xv}, [loss], [step], device="cuda")
+        want = want - xv * 0.5
+        np.testing.assert_allclose(np.asarray(w.value), want, rtol=1e-6)
+
+
+@gpu
+@pytest.mark.parametrize("xs,ys", [((5, 7), (7, 3)), ((4, 5, 7), (7, 3)), ((4, 5, 7), (4, 7, 3)), ((2, 1, 5, 7), (3, 7, 2)),
+                                   ((7,), (7, 3)), ((5, 7), (7,)), ((0, 7), (7, 3)), ((5, 0), (0, 3))])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32"])
+def test_matmul_shapes(xs, ys, dtype):
+    rng = np.random.default_rng(1)
+    xv = rng.integers(-3, 4, xs).astype(np.float32)
+    yv = rng.integers(-3, 4, ys).astype(np.float32)
+    g = mg.Graph()
+    dt = mg.as_dtype(dtype)
+    x, y = g.placeholder(xs, dt), g.placeholder(ys, dt)
+    z = x @ y
+    if dtype == "bfloat16":
+        import ml_dtypes
+        feeds = {x: xv.astype(ml_dtypes.bfloat16), y: yv.astype(ml_dtypes.bfloat16)}
+    else:
+        feeds = {x: xv.astype(dtype), y: yv.astype(dtype)}
+    r = g.run(feeds, [z], device="cuda")[z].numpy().astype(np.float64)
+    np.testing.assert_array_equal(r, np.matmul(xv.astype(np.float64), yv.astype(np.float64)))
