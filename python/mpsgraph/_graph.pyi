@@ -127,10 +127,10 @@ class Executable:
 
 class Graph:
     def abs(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """|x|. abs of the most negative integer is itself, as in numpy."""
+        """|x|. abs of the most negative integer is itself, as in numpy; a complex x gives its real modulus."""
         ...
     def absolute(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
-        """|x|. abs of the most negative integer is itself, as in numpy."""
+        """|x|. abs of the most negative integer is itself, as in numpy; a complex x gives its real modulus."""
         ...
     def acos(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Inverse cosine."""
@@ -152,6 +152,9 @@ class Graph:
         ...
     def all(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, axes: Any = ..., keep_dims: Any = ..., name: Any = ...) -> Any:
         """numpy-style all(x, axis=None, keepdims=False): Graph.reduction_and with the reduced axes dropped by default (axis=None reduces all axes)."""
+        ...
+    def angle(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The argument of a complex tensor, atan2(imag, real), in (-pi, pi], as numpy's angle."""
         ...
     def any(self, x: Any, axis: Any = ..., keepdims: Any = ..., *, axes: Any = ..., keep_dims: Any = ..., name: Any = ...) -> Any:
         """numpy-style any(x, axis=None, keepdims=False): Graph.reduction_or with the reduced axes dropped by default (axis=None reduces all axes)."""
@@ -287,11 +290,20 @@ class Graph:
     def compile(self, feeds: Any, targets: Any, target_operations: Any = ..., device: Any = ...) -> Any:
         """Compiles for the feeds' types ({placeholder: ShapedType or (shape, dtype)}) and"""
         ...
+    def complex(self, real: TensorLike, imaginary: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """real + i * imaginary, broadcasting like numpy: float32 parts give complex64, float64 parts complex128 (CPU only). complex32 is not supported."""
+        ...
     def concat(self, tensors: Sequence[TensorLike], axis: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """Joins tensors along an existing axis; they share dtype and rank and all other dims."""
         ...
     def concatenate(self, tensors: Sequence[TensorLike], axis: int = ..., *, name: Optional[str] = ...) -> Tensor:
         """Joins tensors along an existing axis; they share dtype and rank and all other dims."""
+        ...
+    def conj(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """Complex conjugate x - iy; a real tensor is returned unchanged."""
+        ...
+    def conjugate(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """Complex conjugate x - iy; a real tensor is returned unchanged."""
         ...
     def constant(self, value: Any, dtype: Any = ..., name: Any = ...) -> Any:
         """A constant. Python floats become float32, ints int32 and bools bool unless dtype"""
@@ -410,6 +422,9 @@ class Graph:
     def fake_quantize(self, x: TensorLike, scale: TensorLike, zero_point: TensorLike, dtype: DTypeLike = ..., axis: Optional[int] = ..., *, name: Optional[str] = ...) -> Tensor:
         """dequantize(quantize(x)) in x's dtype (torch.fake_quantize_per_tensor_affine / per_channel_affine): the values x takes after int8 / uint8 quantization. Its gradient is straight through: dy where x / scale + zero_point rounds inside the dtype's range, 0 where it clamps; scale and zero_point get none."""
         ...
+    def fast_fourier_transform(self, x: TensorLike, axes: Optional[int | Sequence[int]] = ..., inverse: bool = ..., scaling_mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The discrete Fourier transform over `axes`: sum_n x[n] exp(-+ i 2pi k n / N), with '+' when inverse. A real input is taken as complex. numpy.fft.fftn(x, axes=axes) is the default; ifftn is inverse=True, scaling_mode='size'. complex64 (from float32) or complex128 (CPU)."""
+        ...
     def flatten(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Reshapes to 1-D."""
         ...
@@ -485,6 +500,9 @@ class Graph:
     def group_normalization(self, x: TensorLike, gamma: Optional[TensorLike] = ..., beta: Optional[TensorLike] = ..., num_groups: Optional[int] = ..., epsilon: float = ..., data_layout: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """Splits channels into num_groups groups and normalises each (sample, group) over its channels and spatial dims; gamma and beta are per channel. Needs static channel and spatial dims (the batch may be unknown)."""
         ...
+    def gru(self, source: TensorLike, recurrent_weight: TensorLike, input_weight: Optional[TensorLike] = ..., bias: Optional[TensorLike] = ..., init_state: Optional[TensorLike] = ..., mask: Optional[TensorLike] = ..., secondary_bias: Optional[TensorLike] = ..., reverse: bool = ..., bidirectional: bool = ..., reset_gate_first: bool = ..., reset_after: bool = ..., flip_z: bool = ..., update_gate_activation: str = ..., reset_gate_activation: str = ..., output_gate_activation: str = ..., *, name: Optional[str] = ...) -> Tensor:
+        """A GRU as MPSGraph's GRUWithSourceTensor: z, r = gate activations of x[t] W^T + b + (h[t-1] mask) R^T; c = (h[t-1] r mask) R_o^T, or with reset_after ((h[t-1] mask) R_o^T + secondary_bias) r; o = activation(c + (x[t] W^T + b)_o); h[t] = z h[t-1] + (1 - z) o (flip_z swaps z and 1 - z). PyTorch's GRU is reset_gate_first=True, reset_after=True, bias = b_ih + [b_hr, b_hz, 0], secondary_bias = b_hn. G = 3; secondary_bias (D*H). Shapes (D = 2 when bidirectional, else 1; G gates): source (T, N, I); recurrent_weight (G*H, H), or (2, G*H, H) bidirectional; input_weight (D*G*H, I), absent: the source is already (T, N, D*G*H); bias (D*G*H); init_state (N, D*H), zeros when absent; mask broadcasts to (N, D*H) and multiplies the state where it enters the recurrent product (dropout). Result (T, N, D*H): the state at every step. The backward direction's state at t has read source[t:] (as PyTorch's). Weights are laid out as PyTorch's weight_ih / weight_hh. Any float dtype. Gradients: through the unrolled steps (the sequence length must be known when they are built)."""
+        ...
     def hamming_distance(self, x: TensorLike, y: TensorLike, dtype: DTypeLike = ..., *, name: Optional[str] = ...) -> Tensor:
         """Bitwise Hamming distances between two sets of integer vectors (MPSGraph's HammingDistanceWithPrimaryTensor:secondaryTensor:resultDataType:): x (..., M, K) and y (..., N, K) give (..., M, N), the number of differing bits of x[..., m, :] and y[..., n, :]; batch dims broadcast. The result dtype is uint32 or uint16."""
         ...
@@ -493,6 +511,9 @@ class Graph:
         ...
     def hard_swish(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """x * hard_sigmoid(x) = x * clamp(x / 6 + 0.5, 0, 1)."""
+        ...
+    def hermitean_to_real_fft(self, x: TensorLike, axes: Optional[int | Sequence[int]] = ..., inverse: bool = ..., scaling_mode: str = ..., round_to_odd_hermitean: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The real signal whose half spectrum (m frequencies along the last of `axes`) is x: 2(m-1) points there, 2(m-1)+1 with round_to_odd_hermitean. numpy.fft.irfftn(x, s, axes) is inverse=True, scaling_mode='size'. The imaginary parts of the zero (and, for an even length, the Nyquist) frequency are ignored, as numpy does."""
         ...
     def identity(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Returns its input."""
@@ -505,6 +526,12 @@ class Graph:
         ...
     def im_to_col_gradient(self, dy: TensorLike, like: TensorLike, kernel_sizes: int | Sequence[int], strides: int | Sequence[int] = ..., dilation_rates: int | Sequence[int] = ..., padding: int | Sequence[int] = ..., *, name: Optional[str] = ...) -> Tensor:
         """col_to_im onto the image shape of `like` (the gradient of im_to_col, usable with unknown dims)."""
+        ...
+    def imag(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The imaginary part of a complex tensor (float32 for complex64), as numpy's imag."""
+        ...
+    def imaginary_part(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The imaginary part of a complex tensor (float32 for complex64), as numpy's imag."""
         ...
     def instance_normalization(self, x: TensorLike, gamma: Optional[TensorLike] = ..., beta: Optional[TensorLike] = ..., epsilon: float = ..., data_layout: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """Normalises each (sample, channel) over the spatial dims; gamma and beta are per channel."""
@@ -601,6 +628,9 @@ class Graph:
         ...
     def logsumexp(self, x: TensorLike, axes: Optional[int | Sequence[int]] = ..., keep_dims: bool = ..., *, name: Optional[str] = ...) -> Tensor:
         """log(sum(exp(x))) computed stably as max + log(sum(exp(x - max))); all -inf (or empty) gives -inf. Reduces over `axes` (all axes when omitted; negative axes count from the end); keep_dims keeps the reduced axes as size 1, as MPSGraph does by default."""
+        ...
+    def lstm(self, source: TensorLike, recurrent_weight: TensorLike, input_weight: Optional[TensorLike] = ..., bias: Optional[TensorLike] = ..., init_state: Optional[TensorLike] = ..., init_cell: Optional[TensorLike] = ..., mask: Optional[TensorLike] = ..., peephole: Optional[TensorLike] = ..., reverse: bool = ..., bidirectional: bool = ..., produce_cell: bool = ..., forget_gate_last: bool = ..., input_gate_activation: str = ..., forget_gate_activation: str = ..., cell_gate_activation: str = ..., output_gate_activation: str = ..., activation: str = ..., *, name: Optional[str] = ...) -> Tensor:
+        """An LSTM as MPSGraph's LSTMWithSourceTensor: [i, f, z, o] = gate activations of x[t] W^T + b + (h[t-1] mask) R^T + peephole * c[t-1]; c[t] = f c[t-1] + i z; h[t] = o g(c[t]). The default gate order [i, f, z, o] is PyTorch's [i, f, g, o] (pass bias = b_ih + b_hh). G = 4; init_cell (N, D*H); peephole (4H), or (2, 4H) bidirectional, applied to c[t-1] for every gate as Apple documents. Returns h, or (h, c) with produce_cell. Shapes (D = 2 when bidirectional, else 1; G gates): source (T, N, I); recurrent_weight (G*H, H), or (2, G*H, H) bidirectional; input_weight (D*G*H, I), absent: the source is already (T, N, D*G*H); bias (D*G*H); init_state (N, D*H), zeros when absent; mask broadcasts to (N, D*H) and multiplies the state where it enters the recurrent product (dropout). Result (T, N, D*H): the state at every step. The backward direction's state at t has read source[t:] (as PyTorch's). Weights are laid out as PyTorch's weight_ih / weight_hh. Any float dtype. Gradients: through the unrolled steps (the sequence length must be known when they are built)."""
         ...
     def matmul(self, x: TensorLike, y: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Matrix product with numpy matmul semantics: (..., M, K) @ (..., K, N) -> (..., M, N); batch dims broadcast; a 1-D operand is treated as a row (x) or column (y) vector and that dim is dropped from the result. Both inputs must have the same numeric dtype; integers wrap around."""
@@ -765,6 +795,15 @@ class Graph:
     def read_variable(self, variable: Any, name: Any = ...) -> Any:
         """The variable's value at the start of the run (MPSGraph's readVariable)."""
         ...
+    def real(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The real part of a complex tensor (float32 for complex64), as numpy's real."""
+        ...
+    def real_part(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
+        """The real part of a complex tensor (float32 for complex64), as numpy's real."""
+        ...
+    def real_to_hermitean_fft(self, x: TensorLike, axes: Optional[int | Sequence[int]] = ..., inverse: bool = ..., scaling_mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
+        """The Fourier transform of a real tensor over `axes`, keeping the n//2+1 unique frequencies of the last of them (the highest axis): numpy.fft.rfftn(x, axes=axes). inverse and scaling_mode as in fast_fourier_transform."""
+        ...
     def reciprocal(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """1/x."""
         ...
@@ -840,6 +879,9 @@ class Graph:
     def sample_grid(self, x: TensorLike, grid: TensorLike, mode: str = ..., padding_mode: str = ..., align_corners: bool = ..., *, name: Optional[str] = ...) -> Tensor:
         """Samples an NCHW image batch at normalised grid coordinates (torch's F.grid_sample, MPSGraph's sampleGrid...): grid (N, H_out, W_out, 2) holds (x, y) in [-1, 1], -1 and 1 being the centres (align_corners) or the outer edges of the corner pixels; the result is (N, C, H_out, W_out). mode 'bilinear' or 'nearest' (halves round to even, as torch); padding_mode 'zeros', 'border' (clamp to the edge) or 'reflection'. Differentiable with respect to x and the grid (nearest: x only)."""
         ...
+    def scaled_dot_product_attention(self, query: TensorLike, key: TensorLike, value: TensorLike, mask: Optional[TensorLike] = ..., scale: Optional[float] = ..., causal: bool = ..., *, name: Optional[str] = ...) -> Tensor:
+        """softmax(query @ key^T * scale + mask) @ value over the last two dims (MPSGraph's scaledDotProductAttentionWithQueryTensor:keyTensor:valueTensor:maskTensor:scale:, macOS 15; PyTorch's scaled_dot_product_attention). query (..., Hq, L, D), key (..., Hkv, S, D), value (..., Hkv, S, Dv) -> (..., Hq, L, Dv); grouped-query heads: Hkv divides Hq and query head h reads key/value head h // (Hq / Hkv). mask broadcasts to the scores (..., Hq, L, S): bool (True attends, as PyTorch) or additive of the query's dtype (-inf masks). causal: query i attends keys j <= i (PyTorch's is_causal; combines with a mask). scale defaults to 1/sqrt(D). A query that attends no key gives NaN, as softmax over only -inf does. The CPU kernel is blocked with an online softmax and never holds the L x S scores; gradients are those of the decomposition (recomputed scores)."""
+        ...
     def scatter(self, updates: TensorLike, indices: TensorLike, shape: Sequence[Optional[int]], axis: int = ..., batch_dims: int = ..., mode: str = ..., *, name: Optional[str] = ...) -> Tensor:
         """Scatters the slices of updates along axis of a zero result of `shape` at indices, the transpose of gather (MPSGraph's scatterWithUpdatesTensor:indicesTensor:shape:axis:mode:, which takes rank-1 indices and no batch_dims; here indices may have any rank). updates' shape: shape[:axis] + indices[batch_dims:] + shape[axis+1:]. Indices: int32 or int64 (unsigned too); a negative index counts from the end (-1 is the last), as MPSGraph; an index out of range raises GraphIndexError when the CPU runs the graph (MPSGraph does not check: see docs/metal.md). The result starts as data (zeros for the shape forms) and each update is combined into it by mode, in row-major order of the updates: repeated indices accumulate under 'add', 'sub', 'mul', 'div', 'min', 'max'; under 'set' the last one wins. Gradients w.r.t. data and updates in every mode ('set': only the update kept, which needs the updates' shape known when the gradient is built; 'min' / 'max': ties split dy evenly; 'mul': zero-safe)."""
         ...
@@ -864,7 +906,9 @@ class Graph:
     def selu(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """scale * elu(x, alpha) with the self-normalising constants."""
         ...
-    def set_cache_capacity(self, capacity: Any) -> Any: ...
+    def set_cache_capacity(self, capacity: Any) -> Any:
+        """Bounds Graph.run's executable cache (least recently used go first); at least 1."""
+        ...
     def set_variable(self, variable: Any, data: Any) -> Any:
         """Replaces the variable's value (same shape and dtype)."""
         ...
@@ -885,6 +929,9 @@ class Graph:
         ...
     def sin(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Sine."""
+        ...
+    def single_gate_rnn(self, source: TensorLike, recurrent_weight: TensorLike, input_weight: Optional[TensorLike] = ..., bias: Optional[TensorLike] = ..., init_state: Optional[TensorLike] = ..., mask: Optional[TensorLike] = ..., reverse: bool = ..., bidirectional: bool = ..., activation: str = ..., *, name: Optional[str] = ...) -> Tensor:
+        """A single-gate (Elman) RNN as MPSGraph's singleGateRNNWithSourceTensor: h[t] = activation(x[t] W^T + (h[t-1] mask) R^T + b). G = 1. Shapes (D = 2 when bidirectional, else 1; G gates): source (T, N, I); recurrent_weight (G*H, H), or (2, G*H, H) bidirectional; input_weight (D*G*H, I), absent: the source is already (T, N, D*G*H); bias (D*G*H); init_state (N, D*H), zeros when absent; mask broadcasts to (N, D*H) and multiplies the state where it enters the recurrent product (dropout). Result (T, N, D*H): the state at every step. The backward direction's state at t has read source[t:] (as PyTorch's). Weights are laid out as PyTorch's weight_ih / weight_hh. Any float dtype. Gradients: through the unrolled steps (the sequence length must be known when they are built)."""
         ...
     def sinh(self, x: TensorLike, *, name: Optional[str] = ...) -> Tensor:
         """Hyperbolic sine."""
