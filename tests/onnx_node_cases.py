@@ -49,7 +49,8 @@ UNSUPPORTED_REASONS = ("element type", "is not a tensor", "the model uses opset"
 # limits of supported operators, by the reason's text (the importer raises UnsupportedOperatorError
 # naming the node and this text)
 KNOWN_LIMITS = {
-    "mode 'cubic'": "Resize: cubic interpolation is not in the op library (nearest and linear are)",
+    "mode 'cubic'": "Resize, GridSample: cubic interpolation is not in the op library (nearest and linear are)",
+    "only 2-D sampling": "GridSample: volumetric (5-D) sampling is not in the op library",
     "antialias=1": "Resize: antialiased downsampling is not in the op library",
     "the axes attribute": "Resize: the axes attribute (resizing other than the two spatial dims of NCHW)",
     "'tf_crop_and_resize'": "Resize: crop-and-resize coordinates",

@@ -1575,6 +1575,32 @@ def _dyn_quant(cx, node, ins, a):
     return [y, scale, zp]
 
 
+# ---------------------------------------------------------------- linear algebra and sampling
+
+
+@op("Det", fold=False)
+def _det(cx, node, ins, a):
+    return cx.g.determinant(cx.t(ins[0]))
+
+
+_GRID_MODES = {"bilinear": "bilinear", "linear": "bilinear", "nearest": "nearest"}
+
+
+@op("GridSample", fold=False)
+def _grid_sample(cx, node, ins, a):
+    x, grid = cx.t(ins[0]), cx.t(ins[1])
+    mode = a.get("mode", "bilinear" if cx.opset < 20 else "linear")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    pad = a.get("padding_mode", "zeros")
+    pad = pad.decode() if isinstance(pad, bytes) else pad
+    if mode not in _GRID_MODES:
+        cx.unsupported(f"mode {mode!r} is not supported (bilinear/linear and nearest are)")
+    if x.ndim != 4:
+        cx.unsupported(f"only 2-D sampling (rank-4 input) is supported, got rank {x.ndim}")
+    return cx.g.sample_grid(x, grid, mode=_GRID_MODES[mode], padding_mode=pad,
+                            align_corners=bool(a.get("align_corners", 0)))
+
+
 # ---------------------------------------------------------------- control flow and recurrent nets
 
 from ._control import register as _register_control  # noqa: E402
@@ -1585,9 +1611,7 @@ for _name, _why in {
     "Attention": "scaled dot-product attention is not in the op library yet",
     "RotaryEmbedding": "not in the op library yet",
     "GRU": None, "LSTM": None, "RNN": None,
-    "Det": "matrix determinant is not in the op library yet",
     "NonMaxSuppression": "not in the op library yet",
-    "GridSample": "grid sampling is not in the op library yet",
     "AffineGrid": "grid sampling is not in the op library yet",
     "DFT": "FFT and complex numbers are not in the op library yet",
     "STFT": "FFT and complex numbers are not in the op library yet",
