@@ -10,6 +10,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/mg-gpu}
 mkdir -p "$OUT"
 SITE=${SITE:-/tmp/mg-site}
+rm -rf "$SITE"  # pip --target does not replace a package already there: a warm machine kept the old build
 export CUDACXX=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 export MPSGRAPH_CACHE_DIR=${MPSGRAPH_CACHE_DIR:-/tmp/mg-cache}
 {

@@ -214,12 +214,16 @@ class CudaProgram final : public Program {
       return -1;
     };
     auto nbytes_of = [](const TensorType& t) { return size_t(num_elements(t.shape)) * dtype_size(t.dtype); };
-    // refuse float64 before anything is compiled: no silent fallback
+    // refuse float64 and complex before anything is compiled: no silent fallback
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
-      for (auto& t : n.outputs)
-        if (t.dtype == DType::Float64)
-          raise(ErrorKind::Type, n.op->name, n.name, "float64 is not supported on the cuda backend (it runs on the cpu only)");
+      for (auto& t : n.outputs) {
+        if (t.dtype == DType::Float64 || t.dtype == DType::Complex128)
+          raise(ErrorKind::Type, n.op->name, n.name,
+                std::string(dtype_name(t.dtype)) + " is not supported on the cuda backend (it runs on the cpu only)");
+        if (t.dtype == DType::Complex64)
+          raise(ErrorKind::NotImplemented, n.op->name, n.name, "complex64 has no cuda kernels yet (it runs on the cpu)");
+      }
     }
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));

@@ -126,7 +126,8 @@ std::vector<ValueRef> expand_attention(Graph& g, const std::vector<ValueRef>& in
     ValueRef lower = call(g, "band_part", {ones_like(g, s)}, {{"num_lower", int64_t(-1)}, {"num_upper", int64_t(0)}});
     s = call(g, "select", {bin(g, "not_equal", lower, k(g, 0, q)), s, neg_inf});
   }
-  ValueRef p = call(g, "softmax", {s}, {{"axis", int64_t(-1)}});
+  // no keys: the product with the empty value matrix gives zeros; softmax over nothing has no max
+  ValueRef p = ks[size_t(r - 2)] == 0 ? s : call(g, "softmax", {s}, {{"axis", int64_t(-1)}});
   return std::vector<ValueRef>{bin(g, "matrix_multiplication", p, v)};
 }
 
