@@ -232,6 +232,14 @@ TensorData from_dlpack_capsule(py::handle capobj) {
   if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost && !on_cuda)
     dlpack_fail(ErrorKind::Value, "gave a tensor on device type " + std::to_string(t->device.device_type) +
                                       ": mpsgraph takes cpu and cuda tensors");
+  if (on_cuda) {  // only where the cuda backend runs: nothing else could read the memory
+    try {
+      backend_for(Device{DeviceKind::CUDA, t->device.device_id});
+    } catch (const GraphError& e) {
+      dlpack_fail(ErrorKind::Value, "gave a tensor on device type 2 (cuda:" + std::to_string(t->device.device_id) +
+                                        "), which cannot be used here: " + e.what());
+    }
+  }
   auto dt = from_dl_dtype(t->dtype);
   if (!dt)
     dlpack_fail(ErrorKind::Type, "gave an unsupported dtype (code " + std::to_string(t->dtype.code) + ", bits " +
