@@ -20,7 +20,8 @@ RandomUniformAttrs decode_random_uniform(const Attrs& a) { return {get_attr<int6
 
 int64_t seed_of(const Attrs& a, int64_t salt) {
   int64_t s = a.count("seed") ? std::get<int64_t>(a.at("seed")) : 0;
-  return s * 2654435761LL + salt;  // decorrelates the draws inside one composite
+  // decorrelates the draws inside one composite; wraps (in unsigned arithmetic: no signed overflow)
+  return int64_t(uint64_t(s) * 2654435761ULL + uint64_t(salt));
 }
 
 ValueRef uniform_like(Graph& g, ValueRef like, DType dtype, int64_t seed) {
