@@ -20,3 +20,18 @@ def pytest_report_header(config):
                 f"devices: {', '.join(str(d) for d in mg.devices())}"]
     except Exception as e:  # pragma: no cover - shows why every test will fail
         return [f"mpsgraph cannot be imported: {e!r}"]
+
+
+import contextlib  # noqa: E402
+
+
+@contextlib.contextmanager
+def cpu_decompositions():
+    """Graphs compiled inside run every composite on the CPU as its decomposition, even where the
+    CPU has a kernel for it: the decomposition is the reference a composite kernel is tested against."""
+    from mpsgraph import _core
+    _core._set_cpu_composite_kernels(False)
+    try:
+        yield
+    finally:
+        _core._set_cpu_composite_kernels(True)

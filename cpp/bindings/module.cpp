@@ -743,6 +743,8 @@ PYBIND11_MODULE(_core, m) {
         "Caps the threads the CPU backend (its kernels and BLAS) uses; n <= 0 restores the default "
         "(every hardware thread).");
   m.def("get_num_threads", [] { return cpu::num_threads(); }, "Threads the CPU backend uses.");
+  m.def("_set_cpu_composite_kernels", &cpu::set_composite_kernels, py::arg("on"),
+        "Testing: off runs every composite on the CPU as its decomposition (graphs compiled after the call).");
   m.def("_cpu_isa", [] { return std::string(cpu::vmath::isa()); }, "The ISA the CPU's vectorised math runs on.");
 
   py::class_<TensorData>(m, "TensorData", py::buffer_protocol())

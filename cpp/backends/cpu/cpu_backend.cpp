@@ -562,6 +562,8 @@ class CpuEvaluator final : public ConstantEvaluator {
   }
 };
 
+std::atomic<bool> composite_kernels_on{true};
+
 class CpuBackend final : public Backend {
  public:
   DeviceKind kind() const override { return DeviceKind::CPU; }
@@ -571,7 +573,7 @@ class CpuBackend final : public Backend {
   // a composite with a kernel of its own runs natively: a loop's gradient (one kernel with a
   // tape; its decomposition recomputes states), attention (blocked, never the L x S scores)
   bool implements_composite(const Node& node) const override {
-    return find_kernel(node.op->name) != nullptr;
+    return composite_kernels_on.load(std::memory_order_relaxed) && find_kernel(node.op->name) != nullptr;
   }
   std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
                                                          const std::vector<std::shared_ptr<const Array>>& inputs) override {
@@ -587,6 +589,8 @@ class CpuBackend final : public Backend {
 const RegisterBackend registered(DeviceKind::CPU, make_cpu_backend);
 
 }  // namespace
+
+void set_composite_kernels(bool on) { composite_kernels_on.store(on); }
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 

@@ -9,5 +9,8 @@ namespace mg::cpu {
 // they were compiled with but run on at most n threads.
 void set_num_threads(int n);
 int num_threads();  // the current cap
+// Off: the CPU runs every composite as its decomposition, even where it has a kernel; tests
+// use it to check a composite kernel against its decomposition (the reference).
+void set_composite_kernels(bool on);
 
 }  // namespace mg::cpu
