@@ -688,9 +688,7 @@ def _shl(a, b, bits, signed):
 
 
 def _shr(a, b, bits, signed):
-    if b < 0:
-        return 0
-    if b >= bits:
+    if b < 0 or b >= bits:  # numpy: a negative amount is a huge one, the sign fills the result
         return -1 if a < 0 else 0
     return a >> b
 

@@ -19,9 +19,6 @@ import numpy as np
 
 # case name -> why it fails (an operator claimed supported, a case it does not pass)
 KNOWN_FAILURES = {
-    "test_bitshift_right_int32_negative_shift": "the CPU kernel of bitwise_right_shift gives 0, not -1, for a "
-                                                "negative value shifted by a negative amount (README: -1)",
-    "test_bitshift_right_int8_negative_shift": "as test_bitshift_right_int32_negative_shift",
     "test_training_dropout": "random: mpsgraph's Philox stream is not numpy's, so the dropped elements differ",
     "test_training_dropout_default": "random: as test_training_dropout",
     "test_training_dropout_default_mask": "random: as test_training_dropout",

@@ -32,8 +32,8 @@ struct Shl {
 struct Shr {
   template <class T> T operator()(T x, T y) const {
     if constexpr (std::is_signed_v<T>) {
-      if (y < 0) return 0;
-      if (uint64_t(y) >= sizeof(T) * 8) return x < 0 ? T(-1) : T(0);
+      // a negative amount counts as a huge one, as numpy: the sign fills the result
+      if (y < 0 || uint64_t(y) >= sizeof(T) * 8) return x < 0 ? T(-1) : T(0);
     } else if (uint64_t(y) >= sizeof(T) * 8) return 0;
     return T(x >> y);
   }

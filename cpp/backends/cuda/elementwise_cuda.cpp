@@ -239,7 +239,7 @@ const std::unordered_map<std::string, OpExpr>& table() {
       {"bitwise_left_shift",
        {2, {"", "((y < 0 || (u64)y >= sizeof(C) * 8) ? C(0) : C((u64)x << y))", "(((u64)y >= sizeof(C) * 8) ? C(0) : C((u64)x << y))", ""}, false}},
       {"bitwise_right_shift",
-       {2, {"", "(y < 0 ? C(0) : (u64)y >= sizeof(C) * 8 ? (x < 0 ? C(-1) : C(0)) : C(x >> y))", "(((u64)y >= sizeof(C) * 8) ? C(0) : C(x >> y))", ""}, false}},
+       {2, {"", "((y < 0 || (u64)y >= sizeof(C) * 8) ? (x < 0 ? C(-1) : C(0)) : C(x >> y))", "(((u64)y >= sizeof(C) * 8) ? C(0) : C(x >> y))", ""}, false}},
       {"clamp", {3, {"mg_minf(mg_maxf(x, y), z)", "(x > y ? (x < z ? x : z) : (y < z ? y : z))", "(x > y ? (x < z ? x : z) : (y < z ? y : z))", ""}, false}},
   };
   return t;

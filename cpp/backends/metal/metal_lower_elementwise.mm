@@ -270,16 +270,14 @@ T float_modulo(LowerCtx& c, T x, T y) {
 T shift(LowerCtx& c, T x, T y, DType t, bool left) {
   T zero = c.k_int(0, t);
   T width = c.k_int(dtype_bits(t), t);
-  T too_big = c.ge(y, width);
-  T bad = is_signed(t) ? c.lor(too_big, c.lt(y, zero)) : too_big;
+  // a negative amount counts as a huge one (numpy)
+  T bad = is_signed(t) ? c.lor(c.ge(y, width), c.lt(y, zero)) : c.ge(y, width);
   T ys = c.sel(bad, zero, y);
   T r = left ? [c.g bitwiseLeftShiftWithPrimaryTensor:x secondaryTensor:ys name:nil]
              : [c.g bitwiseRightShiftWithPrimaryTensor:x secondaryTensor:ys name:nil];
   T big_value = zero;
   if (!left && is_signed(t)) big_value = c.sel(c.lt(x, zero), c.k_int(-1, t), zero);  // sign fill
-  r = c.sel(too_big, big_value, r);
-  if (is_signed(t)) r = c.sel(c.lt(y, zero), zero, r);
-  return r;
+  return c.sel(bad, big_value, r);
 }
 
 // log1p and expm1: MPSGraph has neither. Both are composed without relying on exact
