@@ -508,7 +508,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     globals()["DEV"] = a.device
     torch, jax = _torch(), _jax()
-    env = {"mpsgraph": mg.__version__, "device": mg.Device(DEV).description}
+    import os
+    env = {"mpsgraph": mg.__version__, "device": mg.Device(DEV).description,
+           "MPSGRAPH_CUDNN": os.environ.get("MPSGRAPH_CUDNN", "")}
     if torch:
         env["torch"] = torch.__version__
         env["gpu"] = torch.cuda.get_device_name(0)
