@@ -88,7 +88,11 @@ def _jax():
 
 
 def on_gpu(a):
-    return mg.TensorData(np.ascontiguousarray(a)).to(DEV)
+    a = np.ascontiguousarray(a)
+    if a.dtype.name == "bfloat16" and DEV.startswith("cuda"):  # no buffer protocol for it: through PyTorch's DLPack
+        import torch
+        return mg.TensorData(torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).cuda())
+    return mg.TensorData(a).to(DEV)
 
 
 def mg_dtype(name):
@@ -182,78 +186,86 @@ def w_dispatch100(torch, jax):
     return "chain of 100 elementwise ops (x*1.0001, +0.0001) on 1024 float32", fns
 
 
+def _training_peers(torch, jax, fns, torch_loss, torch_params, jax_loss, jax_params, data):
+    """Adds PyTorch eager, torch.compile and JAX (jit) SGD steps (lr 0.01) of the given losses:
+    torch_loss() over torch_params; jax_loss(params, *data) over jax_params."""
+    if torch:
+        opt = torch.optim.SGD(torch_params, lr=0.01)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            lv = torch_loss()
+            lv.backward()
+            opt.step()
+            return lv
+
+        fns["torch"] = (step, torch.cuda.synchronize)
+        fns["torch.compile"] = (torch.compile(step), torch.cuda.synchronize)
+    if jax:
+        @jax.jit
+        def jstep(ps, *d):
+            lv, gr = jax.value_and_grad(jax_loss)(ps, *d)
+            return jax.tree_util.tree_map(lambda u, v: u - 0.01 * v, ps, gr), lv
+
+        jd = [jax.numpy.asarray(v) for v in data]
+        state = {"p": jax_params}
+
+        def run_j():
+            state["p"], lv = jstep(state["p"], *jd)
+            lv.block_until_ready()
+
+        fns["jax"] = (run_j, None)
+
+
+def _jax_xent(jax, logits, onehot):
+    return -jax.numpy.mean(jax.numpy.sum(onehot * jax.nn.log_softmax(logits), axis=-1))
+
+
 def w_mlp(batch):
     """MLP 64-128-64-10 training step (forward, softmax cross-entropy, backward, SGD)."""
     def w(torch, jax):
         rng = np.random.default_rng(0)
         xb = rng.standard_normal((batch, 64)).astype(np.float32)
         yb = np.eye(10, dtype=np.float32)[rng.integers(0, 10, batch)]
-        sizes = [64, 128, 64, 10]
-        init = [(rng.normal(0, np.sqrt(2 / i), (i, o)).astype(np.float32), np.zeros(o, np.float32))
-                for i, o in zip(sizes[:-1], sizes[1:])]
+        dims = [64, 128, 64, 10]
+        ws = [rng.normal(0, np.sqrt(2 / i), (i, o)).astype(np.float32) for i, o in zip(dims, dims[1:])]
+        bs = [np.zeros(o, np.float32) for o in dims[1:]]
+        last = len(ws) - 1
+
         g = mg.Graph()
-        x, t = g.placeholder((None, 64)), g.placeholder((None, 10))
-        params, h = [], x
-        for k, (w0, b0) in enumerate(init):
-            wv, bv = g.variable(w0), g.variable(b0)
-            params += [wv, bv]
-            h = h @ wv + bv
-            if k < len(init) - 1:
-                h = g.relu(h)
+        x, t = g.placeholder((batch, 64)), g.placeholder((batch, 10))
+        mw, mb = [g.variable(v) for v in ws], [g.variable(v) for v in bs]
+        h = x
+        for k in range(len(ws)):
+            h = h @ mw[k] + mb[k]
+            h = h if k == last else g.relu(h)
         loss = g.softmax_cross_entropy(h, t, reduction="mean")
-        ops = mg.optimizers.SGD(lr=0.01).minimize(g, loss, params)
-        exe = g.compile({x: ((batch, 64), mg.float32), t: ((batch, 10), mg.float32)}, [loss], target_operations=ops,
-                        device=DEV)
+        exe = g.compile({x: ((batch, 64), mg.float32), t: ((batch, 10), mg.float32)}, [loss],
+                        target_operations=mg.optimizers.SGD(lr=0.01).minimize(g, loss, mw + mb), device=DEV)
         tx, ty = on_gpu(xb), on_gpu(yb)
         fns = {"mpsgraph": (lambda: exe.run([tx, ty]), None)}
+        tw = tb = txb = tyb = None
         if torch:
-            layers = []
-            for k, (w0, b0) in enumerate(init):
-                lin = torch.nn.Linear(w0.shape[0], w0.shape[1])
-                with torch.no_grad():
-                    lin.weight.copy_(torch.from_numpy(w0.T.copy()))
-                    lin.bias.copy_(torch.from_numpy(b0))
-                layers.append(lin)
-                if k < len(init) - 1:
-                    layers.append(torch.nn.ReLU())
-            net = torch.nn.Sequential(*layers).cuda()
-            opt = torch.optim.SGD(net.parameters(), lr=0.01)
+            tw = [torch.from_numpy(v).cuda().requires_grad_() for v in ws]
+            tb = [torch.from_numpy(v).cuda().requires_grad_() for v in bs]
             txb, tyb = torch.from_numpy(xb).cuda(), torch.from_numpy(yb).cuda()
 
-            def step():
-                opt.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.cross_entropy(net(txb), tyb)
-                loss.backward()
-                opt.step()
-                return loss
+        def torch_loss():
+            a = txb
+            for k in range(len(tw)):
+                a = torch.addmm(tb[k], a, tw[k])
+                a = a if k == last else torch.relu(a)
+            return torch.nn.functional.cross_entropy(a, tyb)
 
-            fns["torch"] = (step, torch.cuda.synchronize)
-            fns["torch.compile"] = (torch.compile(step), torch.cuda.synchronize)
-        if jax:
-            jnp = jax.numpy
-            jp = [(jnp.asarray(w0), jnp.asarray(b0)) for w0, b0 in init]
-            jxb, jyb = jnp.asarray(xb), jnp.asarray(yb)
+        def jax_loss(ps, xv, yv):
+            a = xv
+            for k, (wv, bv) in enumerate(ps):
+                a = a @ wv + bv
+                a = a if k == last else jax.nn.relu(a)
+            return _jax_xent(jax, a, yv)
 
-            def lossf(ps, xv, yv):
-                h = xv
-                for k, (wv, bv) in enumerate(ps):
-                    h = h @ wv + bv
-                    if k < len(ps) - 1:
-                        h = jax.nn.relu(h)
-                return -jnp.mean(jnp.sum(yv * jax.nn.log_softmax(h), axis=-1))
-
-            @jax.jit
-            def jstep(ps, xv, yv):
-                lv, gr = jax.value_and_grad(lossf)(ps, xv, yv)
-                return jax.tree_util.tree_map(lambda a, b: a - 0.01 * b, ps, gr), lv
-
-            state = {"p": jp}
-
-            def run_j():
-                state["p"], lv = jstep(state["p"], jxb, jyb)
-                lv.block_until_ready()
-
-            fns["jax"] = (run_j, None)
+        jp = [(jax.numpy.asarray(u), jax.numpy.asarray(v)) for u, v in zip(ws, bs)] if jax else None
+        _training_peers(torch, jax, fns, torch_loss, (tw or []) + (tb or []), jax_loss, jp, [xb, yb])
         return f"MLP 64-128-64-10 training step (SGD), batch {batch}", fns
     return w
 
@@ -363,7 +375,8 @@ def _jax_net(jax, layers, dtype):
                 h = jax.nn.relu(h)
             elif kind == "maxpool":
                 k, s, pd = p["k"], p["s"], p["p"]
-                h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 1, k, k), (1, 1, s, s), [(0, 0), (0, 0), (pd, pd), (pd, pd)])
+                h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 1, k, k), (1, 1, s, s),
+                                      [(0, 0), (0, 0), (pd, pd), (pd, pd)])
             elif kind == "block":
                 y = run(h, p["body"])
                 h = jax.nn.relu(y + (run(h, p["down"]) if p["down"] else h))
@@ -409,7 +422,8 @@ def w_resnet18(batch, dtype="float32"):
             f = _jax_net(jax, layers, dtype)
             jx = jax.numpy.asarray(np_cast(x, dtype))
             fns["jax"] = (lambda: f(jx).block_until_ready(), None)
-        return f"ResNet-18 inference (torchvision layers, BatchNorm as scale/shift), batch {batch}, 224x224, {dtype}", fns
+        return (f"ResNet-18 inference (torchvision layers, BatchNorm as scale/shift), batch {batch}, 224x224, "
+                f"{dtype}", fns)
     return w
 
 
@@ -438,48 +452,28 @@ def w_small_cnn(torch, jax):
                     target_operations=ops, device=DEV)
     tx, ty = on_gpu(xb), on_gpu(yb)
     fns = {"mpsgraph": (lambda: exe.run([tx, ty]), None)}
+    tw = txb = tyb = None
     if torch:
-        F = torch.nn.functional
         tw = [torch.from_numpy(a).cuda().requires_grad_() for a in (w1, w2, w3)]
         txb, tyb = torch.from_numpy(xb).cuda(), torch.from_numpy(yb).cuda()
-        opt = torch.optim.SGD(tw, lr=0.01)
 
-        def step():
-            opt.zero_grad(set_to_none=True)
-            h = F.max_pool2d(F.relu(F.conv2d(txb, tw[0], padding=1)), 2)
-            h = F.max_pool2d(F.relu(F.conv2d(h, tw[1], padding=1)), 2)
-            loss = F.cross_entropy(h.reshape(batch, -1) @ tw[2], tyb)
-            loss.backward()
-            opt.step()
-            return loss
+    def torch_loss():
+        F = torch.nn.functional
+        a = F.max_pool2d(F.relu(F.conv2d(txb, tw[0], padding=1)), 2)
+        a = F.max_pool2d(F.relu(F.conv2d(a, tw[1], padding=1)), 2)
+        return F.cross_entropy(a.reshape(batch, -1) @ tw[2], tyb)
 
-        fns["torch"] = (step, torch.cuda.synchronize)
-        fns["torch.compile"] = (torch.compile(step), torch.cuda.synchronize)
-    if jax:
-        jnp, lax = jax.numpy, jax.lax
+    def jax_loss(ps, xv, yv):
+        lax = jax.lax
+        a = xv
+        for wv in ps[:2]:
+            a = lax.conv_general_dilated(a, wv, (1, 1), [(1, 1), (1, 1)], dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                         precision=lax.Precision.HIGHEST)
+            a = lax.reduce_window(jax.nn.relu(a), -np.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+        return _jax_xent(jax, a.reshape(batch, -1) @ ps[2], yv)
 
-        def lossf(ps, xv, yv):
-            h = xv
-            for wv in ps[:2]:
-                h = lax.conv_general_dilated(h, wv, (1, 1), [(1, 1), (1, 1)], dimension_numbers=("NCHW", "OIHW", "NCHW"),
-                                             precision=lax.Precision.HIGHEST)
-                h = lax.reduce_window(jax.nn.relu(h), -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
-            h = h.reshape(batch, -1) @ ps[2]
-            return -jnp.mean(jnp.sum(yv * jax.nn.log_softmax(h), axis=-1))
-
-        @jax.jit
-        def jstep(ps, xv, yv):
-            lv, gr = jax.value_and_grad(lossf)(ps, xv, yv)
-            return [a - 0.01 * b for a, b in zip(ps, gr)], lv
-
-        state = {"p": [jnp.asarray(a) for a in (w1, w2, w3)]}
-        jxb, jyb = jnp.asarray(xb), jnp.asarray(yb)
-
-        def run_j():
-            state["p"], lv = jstep(state["p"], jxb, jyb)
-            lv.block_until_ready()
-
-        fns["jax"] = (run_j, None)
+    jp = [jax.numpy.asarray(a) for a in (w1, w2, w3)] if jax else None
+    _training_peers(torch, jax, fns, torch_loss, tw or [], jax_loss, jp, [xb, yb])
     return "small CNN training step (2 conv3x3 + maxpool, fc), 32x32, batch 128, SGD", fns
 
 

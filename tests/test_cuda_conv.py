@@ -29,7 +29,7 @@ def conv_ref(x, w, strides, dil, pads, groups):
     N, C = x.shape[:2]
     O = w.shape[0]
     Cg, Og = C // groups, O // groups
-    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(max(pads[2 * i], 0), max(pads[2 * i + 1], 0)) for i in range(k)])
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[2 * i], pads[2 * i + 1]) for i in range(k)])
     out = [(x.shape[2 + i] + pads[2 * i] + pads[2 * i + 1] - dil[i] * (w.shape[2 + i] - 1) - 1) // strides[i] + 1
            for i in range(k)]
     y = np.zeros((N, O, *out))
@@ -39,7 +39,8 @@ def conv_ref(x, w, strides, dil, pads, groups):
             acc = np.zeros(N)
             for tap in itertools.product(*[range(n) for n in w.shape[2:]]):
                 idx = tuple(pos[i] * strides[i] + tap[i] * dil[i] for i in range(k))
-                acc += xp[(slice(None), slice(gi * Cg, (gi + 1) * Cg)) + idx] @ w[(o, slice(None)) + tap].astype(np.float64)
+                xs = xp[(slice(None), slice(gi * Cg, (gi + 1) * Cg)) + idx]
+                acc += xs @ w[(o, slice(None)) + tap].astype(np.float64)
             y[(slice(None), o) + pos] = acc
     return y
 
@@ -64,14 +65,19 @@ def _conv_graph(xs, ws, dtype, strides, dil, pads, groups):
     return g, x, w, y
 
 
+def _conv_setup(case, dtype, seed):
+    xs, ws, strides, dil, pads, groups = case
+    rng = np.random.default_rng(seed)
+    xv = _np(rng.standard_normal(xs), dtype)
+    wv = _np(rng.standard_normal(ws), dtype)
+    return rng, xv, wv, _conv_graph(xs, ws, dtype, strides, dil, pads, groups)
+
+
 @pytest.mark.parametrize("case", CASES, ids=range(len(CASES)))
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_convolution_forward(case, dtype):
     xs, ws, strides, dil, pads, groups = case
-    rng = np.random.default_rng(0)
-    xv = _np(rng.standard_normal(xs), dtype)
-    wv = _np(rng.standard_normal(ws), dtype)
-    g, x, w, y = _conv_graph(xs, ws, dtype, strides, dil, pads, groups)
+    rng, xv, wv, (g, x, w, y) = _conv_setup(case, dtype, 0)
     r = g.run({x: xv, w: wv}, [y], device="cuda")[y].numpy().astype(np.float64)
     ref = conv_ref(xv.astype(np.float64), wv.astype(np.float64), strides, dil, pads, groups)
     rtol, atol = TOL[dtype]
@@ -81,11 +87,8 @@ def test_convolution_forward(case, dtype):
 @pytest.mark.parametrize("case", CASES, ids=range(len(CASES)))
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_convolution_gradients_match_cpu(case, dtype):
-    xs, ws, strides, dil, pads, groups = case
-    rng = np.random.default_rng(1)
-    xv = _np(rng.standard_normal(xs), dtype)
-    wv = _np(rng.standard_normal(ws), dtype)
-    g, x, w, y = _conv_graph(xs, ws, dtype, strides, dil, pads, groups)
+    xs = case[0]
+    rng, xv, wv, (g, x, w, y) = _conv_setup(case, dtype, 1)
     dy = g.placeholder(tuple(g.run({x: xv, w: wv}, [y], device="cpu")[y].numpy().shape), mg.as_dtype(dtype))
     loss = g.reduction_sum(y * dy, axes=list(range(len(xs))))
     gx, gw = g.gradients(loss, [x, w])
@@ -130,11 +133,12 @@ def test_pooling_matches_cpu(case, dtype):
     x = g.placeholder(shape, mg.as_dtype(dtype))
     outs = _pool_ops(g, x, k, s, d, p, ceil)
     # gradients of every pooling (max's scatter, avg's and sum's)
-    dys = [g.placeholder(tuple(g.run({x: xv}, [o], device="cpu")[o].numpy().shape), mg.as_dtype(dtype)) for o in outs[:1]]
-    loss = (g.reduction_sum(outs[0] * dys[0], axes=list(range(len(shape)))) + g.reduction_sum(outs[3] * 0.5, axes=list(range(len(shape))))
-            + g.reduction_sum(outs[4], axes=list(range(len(shape)))) + g.reduction_sum(outs[5] * 0.25, axes=list(range(len(shape)))))
+    dy = g.placeholder(tuple(g.run({x: xv}, [outs[0]], device="cpu")[outs[0]].numpy().shape), mg.as_dtype(dtype))
+    axes = list(range(len(shape)))
+    loss = (g.reduction_sum(outs[0] * dy, axes=axes) + g.reduction_sum(outs[3] * 0.5, axes=axes)
+            + g.reduction_sum(outs[4], axes=axes) + g.reduction_sum(outs[5] * 0.25, axes=axes))
     (gx,) = g.gradients(loss, [x])
-    feeds = {x: xv, dys[0]: _np(rng.standard_normal(dys[0].shape), dtype)}
+    feeds = {x: xv, dy: _np(rng.standard_normal(dy.shape), dtype)}
     targets = outs + [gx]
     cpu = g.run(feeds, targets, device="cpu")
     gpu = g.run(feeds, targets, device="cuda")

@@ -260,12 +260,15 @@ std::string direct_source(Kind kind, DType dt) {
   const std::string S = storage_type(dt);
   auto ld = [&](const std::string& e) { return load_expr(dt, e); };
   std::string src = prelude() + kConvDevice;
+  // k(G g, const S* a, const S* b, S* out), a grid-stride loop of i over `total`
+  auto head = [&](const char* a, const char* b, const char* out, const char* total) {
+    return "extern \"C\" __global__ void k(G g, const " + S + "* __restrict__ " + a + ", const " + S + "* __restrict__ " +
+           b + ", " + S + "* __restrict__ " + out + ") {\n  const i64 total = " + total + ";\n" +
+           "  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {\n";
+  };
   switch (kind) {
     case Kind::Forward:
-      src += "extern \"C\" __global__ void k(G g, const " + S + "* __restrict__ x, const " + S + "* __restrict__ w, " + S +
-             "* __restrict__ y) {\n"
-             "  const i64 total = g.N * g.O * g.P;\n"
-             "  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {\n"
+      src += head("x", "w", "y", "g.N * g.O * g.P") +
              "    const i64 p = i % g.P, no = i / g.P, o = no % g.O, n = no / g.O, grp = o / g.Og;\n"
              "    const " + S + "* xb = x + (n * g.C + grp * g.Cg) * g.in_plane;\n"
              "    const " + S + "* wb = w + o * g.Cg * g.ksz;\n"
@@ -279,10 +282,7 @@ std::string direct_source(Kind kind, DType dt) {
              "    y[i] = " + store_expr(dt, "acc") + ";\n  }\n}\n";
       break;
     case Kind::Data:
-      src += "extern \"C\" __global__ void k(G g, const " + S + "* __restrict__ dy, const " + S + "* __restrict__ w, " + S +
-             "* __restrict__ dx) {\n"
-             "  const i64 total = g.N * g.C * g.in_plane;\n"
-             "  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {\n"
+      src += head("dy", "w", "dx", "g.N * g.C * g.in_plane") +
              "    const i64 ip = i % g.in_plane, nc = i / g.in_plane, c = nc % g.C, n = nc / g.C, grp = c / g.Cg, cl = c % g.Cg;\n"
              "    float acc = 0.f;\n"
              "    for (i64 kt = 0; kt < g.ksz; ++kt) {\n"

@@ -158,35 +158,25 @@ LaunchFn launcher(const std::string& src, const PoolGeom& g, int64_t n, std::vec
   };
 }
 
-int linear_mode(const Node& n) {
-  switch (typed_attrs<ops::PoolingAttrs>(n).divisor) {
-    case ops::PoolDivisor::None: return 0;
-    case ops::PoolDivisor::ValidTaps: return 1;
-    case ops::PoolDivisor::PaddedTaps: return 2;
-  }
-  return 0;
-}
+// 0: sum, 1: average over the taps inside the input, 2: inside the padded input (the enum's order).
+int linear_mode(const Node& n) { return static_cast<int>(typed_attrs<ops::PoolingAttrs>(n).divisor); }
 
-// Kernel sources by (dtype, variant).
+// Kernel sources by (dtype, variant): `k(PG g, params)` with the argmax of each output's
+// window over `src` in best/arg.
+std::string over_outputs(DType dt, const std::string& params, const std::string& src) {
+  return header(dt) + "extern \"C\" __global__ void k(PG g, " + params + ") {\n" + kForOutputs +
+         "    float best; i64 arg;\n    ARGMAX(g, w, (" + src + " + b * g.in_plane), best, arg);\n";
+}
 std::string max_forward_src(DType dt, const std::string& it) {  // it: index type, "" without
-  return header(dt) + "extern \"C\" __global__ void k(PG g, const S* __restrict__ x, S* __restrict__ y, " +
-         (it.empty() ? "i32" : it) + "* __restrict__ ind) {\n" + kForOutputs +
-         "    float best; i64 arg; const S* xb = x + b * g.in_plane;\n"
-         "    ARGMAX(g, w, xb, best, arg);\n"
+  return over_outputs(dt, "const S* __restrict__ x, S* __restrict__ y, " + (it.empty() ? "i32" : it) + "* __restrict__ ind", "x") +
          "    y[i] = " + store_expr(dt, "best") + ";\n" + (it.empty() ? "" : "    ind[i] = (" + it + ")arg;\n") + "  }\n}\n";
 }
 std::string gather_src(DType dt) {
-  return header(dt) + "extern \"C\" __global__ void k(PG g, const S* __restrict__ x, const S* __restrict__ s, S* __restrict__ y) {\n" +
-         kForOutputs +
-         "    float best; i64 arg;\n"
-         "    ARGMAX(g, w, (s + b * g.in_plane), best, arg);\n"
+  return over_outputs(dt, "const S* __restrict__ x, const S* __restrict__ s, S* __restrict__ y", "s") +
          "    y[i] = arg < 0 ? " + store_expr(dt, "0.f") + " : x[b * g.in_plane + arg];\n  }\n}\n";
 }
 std::string argmax_src(DType dt) {
-  return header(dt) + "extern \"C\" __global__ void k(PG g, const S* __restrict__ s, i64* __restrict__ args) {\n" + kForOutputs +
-         "    float best; i64 arg;\n"
-         "    ARGMAX(g, w, (s + b * g.in_plane), best, arg);\n"
-         "    args[i] = arg;\n  }\n}\n";
+  return over_outputs(dt, "const S* __restrict__ s, i64* __restrict__ args", "s") + "    args[i] = arg;\n  }\n}\n";
 }
 std::string max_scatter_src(DType dt) {
   return header(dt) + "extern \"C\" __global__ void k(PG g, const S* __restrict__ dy, const i64* __restrict__ args, S* __restrict__ dx) {\n" +
