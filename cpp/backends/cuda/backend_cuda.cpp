@@ -156,6 +156,8 @@ const KernelFactory* find_kernel(const std::string& op) {
     register_reduction_kernels();
     register_shape_kernels();
     register_matmul_kernels();
+    register_convolution_kernels();
+    register_pooling_kernels();
     return true;
   }();
   (void)done;

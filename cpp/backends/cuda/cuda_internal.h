@@ -60,6 +60,8 @@ void register_elementwise_kernels();
 void register_reduction_kernels();
 void register_shape_kernels();
 void register_matmul_kernels();
+void register_convolution_kernels();
+void register_pooling_kernels();
 
 // ---- NVRTC ----
 

@@ -1,0 +1,273 @@
+// CUDA pooling primitives (max_pooling_nd(_return_indices, _gradient, _gather),
+// avg/sum_pooling_nd(_gradient)) as generated kernels with the CPU kernels' semantics (see
+// core/ops/pooling_geom.h): the k pooled dims trail, padding and output sizes come from
+// ops::pool_dims, windows are walked over their taps inside the input in row-major order, the
+// first maximum wins and a NaN sticks, an empty window gives -inf (max, index -1) or 0.
+//
+// Forward ops: one thread per output. Gradients gather instead of scattering (no atomics, the
+// same order as the CPU's scatter): one thread per source element visits the outputs whose
+// windows hold it in row-major order; the max gradient first stores each window's argmax in
+// scratch. float16/bfloat16 compute in float32, the gradients round to the storage type after
+// each addition as the CPU's scatter does.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_internal.h"
+#include "core/error.h"
+#include "core/ops/pooling_attrs.h"
+#include "core/registry.h"
+#include "core/typed_attrs.h"
+
+namespace mg::cuda {
+
+namespace {
+
+constexpr int kMaxK = 8;
+struct PoolGeom {
+  int64_t batch = 0, in_plane = 1, out_plane = 1;
+  int32_t k = 0;
+  int64_t in[kMaxK] = {}, out[kMaxK] = {}, ker[kMaxK] = {}, st[kMaxK] = {}, dil[kMaxK] = {}, pb[kMaxK] = {}, pa[kMaxK] = {};
+};
+
+const char* kPoolDevice = R"(
+struct PG { i64 batch, in_plane, out_plane; int k; i64 in[8], out[8], ker[8], st[8], dil[8], pb[8], pa[8]; };
+__device__ __forceinline__ i64 imin(i64 a, i64 b) { return a < b ? a : b; }
+__device__ __forceinline__ i64 imax(i64 a, i64 b) { return a > b ? a : b; }
+__device__ __forceinline__ i64 cdiv(i64 a, i64 b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+__device__ __forceinline__ i64 fdiv(i64 a, i64 b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+// The taps of output q's window inside the input: per dim the first one's offset, their count,
+// the offset step, and the count inside the padded input (the include_zero_pad divisor).
+struct Win { i64 first[8], n[8], step[8], npad[8]; bool empty; };
+__device__ __forceinline__ void make_win(const PG& g, i64 q, Win& w) {
+  i64 mul = 1; w.empty = false;
+  for (int d = g.k - 1; d >= 0; --d) {
+    const i64 o = q % g.out[d]; q /= g.out[d];
+    const i64 K = g.ker[d], dl = g.dil[d], n = g.in[d], start = o * g.st[d] - g.pb[d];
+    const i64 t0 = start < 0 ? imin(K, cdiv(-start, dl)) : 0;
+    const i64 t1 = start < n ? imin(K, cdiv(n - start, dl)) : 0;
+    w.first[d] = (start + t0 * dl) * mul; w.n[d] = t1 - t0 > 0 ? t1 - t0 : 0; w.step[d] = dl * mul;
+    const i64 np = imin(K, cdiv(n + g.pa[d] - start, dl));
+    w.npad[d] = np > 0 ? np : 0;
+    if (w.n[d] <= 0) w.empty = true;
+    mul *= n;
+  }
+}
+__device__ __forceinline__ double win_div(const PG& g, const Win& w, bool pad) {
+  double r = 1;
+  for (int d = 0; d < g.k; ++d) r *= (double)(pad ? w.npad[d] : w.n[d]);
+  return r;
+}
+// Runs BODY with `off` at each tap of window w (row-major).
+#define FOR_WINDOW(g, w, BODY) { \
+  i64 cnt[8], off = 0; \
+  for (int d = 0; d < g.k; ++d) { cnt[d] = 0; off += w.first[d]; } \
+  if (!w.empty) for (;;) { \
+    BODY; \
+    int d = g.k - 1; \
+    for (; d >= 0; --d) { off += w.step[d]; if (++cnt[d] < w.n[d]) break; off -= w.step[d] * w.n[d]; cnt[d] = 0; } \
+    if (d < 0) break; } }
+// Runs BODY with `q` at each output (in the plane) whose window holds source position ip,
+// in row-major order.
+#define FOR_COVERING(g, ip, BODY) { \
+  i64 lo[8], hi[8], cur[8], rem = ip; bool none = false; \
+  for (int d = g.k - 1; d >= 0; --d) { \
+    const i64 pos = rem % g.in[d]; rem /= g.in[d]; \
+    const i64 a = pos + g.pb[d]; \
+    lo[d] = imax((i64)0, cdiv(a - (g.ker[d] - 1) * g.dil[d], g.st[d])); \
+    hi[d] = imin(g.out[d] - 1, fdiv(a, g.st[d])); \
+    if (lo[d] > hi[d]) none = true; cur[d] = lo[d]; } \
+  if (!none) for (;;) { \
+    bool hit = true; i64 q = 0; \
+    rem = ip; \
+    for (int d = g.k - 1; d >= 0; --d) { const i64 pos = rem % g.in[d]; rem /= g.in[d]; \
+      if ((pos + g.pb[d] - cur[d] * g.st[d]) % g.dil[d] != 0) hit = false; } \
+    for (int d = 0; d < g.k; ++d) q = q * g.out[d] + cur[d]; \
+    if (hit) { BODY; } \
+    int d = g.k - 1; \
+    for (; d >= 0; --d) { if (++cur[d] <= hi[d]) break; cur[d] = lo[d]; } \
+    if (d < 0) break; } }
+// The first maximum in window order (a NaN wins); -1 for an empty window.
+#define ARGMAX(g, w, X, best, arg) { \
+  bool first = true; best = -__int_as_float(0x7f800000); arg = -1; \
+  FOR_WINDOW(g, w, { const float v = LD(X[off]); \
+    if (first || v > best || v != v) { best = v; arg = off; } first = false; }) }
+)";
+
+std::string header(DType dt) {
+  std::string h = prelude() + "typedef " + storage_type(dt) + " S;\n#define LD(e) " + load_expr(dt, "(e)") + "\n";
+  // the CPU's scatters add in the storage type
+  h += dt == DType::Float32 ? "#define ROUND(e) (e)\n" : "#define ROUND(e) " + load_expr(dt, store_expr(dt, "(e)")) + "\n";
+  return h + kPoolDevice;
+}
+
+const char* kForOutputs =
+    "  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < g.batch * g.out_plane; i += (i64)gridDim.x * blockDim.x) {\n"
+    "    const i64 b = i / g.out_plane; Win w; make_win(g, i % g.out_plane, w);\n";
+const char* kForSources =
+    "  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < g.batch * g.in_plane; i += (i64)gridDim.x * blockDim.x) {\n"
+    "    const i64 b = i / g.in_plane, ip = i % g.in_plane;\n";
+
+PoolGeom make_geom(const KernelCtx& c, const Shape& src) {
+  const ops::PoolSpec& s = typed_attrs<ops::PoolingAttrs>(c.node).window;
+  const std::string& op = c.node.op->name;
+  PoolGeom g;
+  g.k = int32_t(s.k());
+  if (g.k < 1 || g.k > kMaxK || src.size() < s.k()) raise(ErrorKind::Runtime, op, c.node.name, "bad pooling plan");
+  const size_t lead = src.size() - s.k();
+  g.batch = 1;
+  for (size_t i = 0; i < lead; ++i) g.batch *= src[i];
+  std::vector<int64_t> in(src.begin() + int64_t(lead), src.end());
+  std::vector<ops::PoolDim> dims;
+  const std::string err = ops::pool_dims(s, in, dims);
+  if (!err.empty()) raise(ErrorKind::Value, op, c.node.name, err);
+  for (size_t d = 0; d < s.k(); ++d) {
+    g.in[d] = in[d];
+    g.out[d] = dims[d].out;
+    g.ker[d] = s.kernel[d];
+    g.st[d] = s.stride[d];
+    g.dil[d] = s.dilation[d];
+    g.pb[d] = dims[d].before;
+    g.pa[d] = dims[d].after;
+    g.in_plane *= in[d];
+    g.out_plane *= dims[d].out;
+  }
+  return g;
+}
+
+void check_dtype(const KernelCtx& c, DType dt) {
+  if (dt != DType::Float32 && dt != DType::Float16 && dt != DType::BFloat16)
+    raise(ErrorKind::Type, c.node.op->name, c.node.name, std::string("no cuda kernel for dtype ") + dtype_name(dt));
+}
+
+// A kernel `k(PG g, pointers...)` over `n` threads; `ptrs` picks inputs (>= 0) and outputs
+// (-1 - index) in order.
+LaunchFn launcher(const std::string& src, const PoolGeom& g, int64_t n, std::vector<int> ptrs) {
+  Kernel kern = nvrtc_kernel(src, "k");
+  return [kern, g, n, ptrs](cudaStream_t s, const void* const* in, void* const* out) {
+    if (n == 0) return;
+    PoolGeom geom = g;
+    const void* p[4] = {};
+    void* args[5] = {&geom};
+    for (size_t i = 0; i < ptrs.size(); ++i) {
+      p[i] = ptrs[i] >= 0 ? in[ptrs[i]] : out[-1 - ptrs[i]];
+      args[1 + i] = &p[i];
+    }
+    launch(kern, std::min<int64_t>((n + 255) / 256, int64_t(1) << 20), 256, 0, s, args);
+  };
+}
+
+// 0: sum, 1: average over the taps inside the input, 2: inside the padded input (the enum's order).
+int linear_mode(const Node& n) { return static_cast<int>(typed_attrs<ops::PoolingAttrs>(n).divisor); }
+
+// Kernel sources by (dtype, variant): `k(PG g, params)` with the argmax of each output's
+// window over `src` in best/arg.
+std::string over_outputs(DType dt, const std::string& params, const std::string& src) {
+  return header(dt) + "extern \"C\" __global__ void k(PG g, " + params + ") {\n" + kForOutputs +
+         "    float best; i64 arg;\n    ARGMAX(g, w, (" + src + " + b * g.in_plane), best, arg);\n";
+}
+std::string max_forward_src(DType dt, const std::string& it) {  // it: index type, "" without
+  return over_outputs(dt, "const S* __restrict__ x, S* __restrict__ y, " + (it.empty() ? "i32" : it) + "* __restrict__ ind", "x") +
+         "    y[i] = " + store_expr(dt, "best") + ";\n" + (it.empty() ? "" : "    ind[i] = (" + it + ")arg;\n") + "  }\n}\n";
+}
+std::string gather_src(DType dt) {
+  return over_outputs(dt, "const S* __restrict__ x, const S* __restrict__ s, S* __restrict__ y", "s") +
+         "    y[i] = arg < 0 ? " + store_expr(dt, "0.f") + " : x[b * g.in_plane + arg];\n  }\n}\n";
+}
+std::string argmax_src(DType dt) {
+  return over_outputs(dt, "const S* __restrict__ s, i64* __restrict__ args", "s") + "    args[i] = arg;\n  }\n}\n";
+}
+std::string max_scatter_src(DType dt) {
+  return header(dt) + "extern \"C\" __global__ void k(PG g, const S* __restrict__ dy, const i64* __restrict__ args, S* __restrict__ dx) {\n" +
+         kForSources +
+         "    float acc = 0.f;\n"
+         "    FOR_COVERING(g, ip, { const i64 o = b * g.out_plane + q; if (args[o] == ip) acc = ROUND(acc + LD(dy[o])); });\n"
+         "    dx[i] = " + store_expr(dt, "acc") + ";\n  }\n}\n";
+}
+std::string linear_forward_src(DType dt, int mode) {
+  std::string src = header(dt) + "extern \"C\" __global__ void k(PG g, const S* __restrict__ x, S* __restrict__ y) {\n" +
+                    kForOutputs +
+                    "    float acc = 0.f; const S* xb = x + b * g.in_plane;\n"
+                    "    FOR_WINDOW(g, w, { acc += LD(xb[off]); });\n";
+  if (mode)
+    src += std::string("    const double dv = w.empty ? 0.0 : win_div(g, w, ") + (mode == 2 ? "true" : "false") +
+           ");\n    acc = dv > 0 ? acc / (float)dv : 0.f;\n";
+  return src + "    y[i] = " + store_expr(dt, "acc") + ";\n  }\n}\n";
+}
+std::string linear_gradient_src(DType dt, int mode) {
+  std::string body = "const i64 o = b * g.out_plane + q; float gv = LD(dy[o]);";
+  if (mode)
+    body += std::string(" Win w; make_win(g, q, w); const double dv = win_div(g, w, ") + (mode == 2 ? "true" : "false") +
+            "); if (dv > 0) acc = ROUND(acc + gv / (float)dv);";
+  else
+    body += " acc = ROUND(acc + gv);";
+  return header(dt) + "extern \"C\" __global__ void k(PG g, const S* __restrict__ dy, S* __restrict__ dx) {\n" + kForSources +
+         "    float acc = 0.f;\n    FOR_COVERING(g, ip, { " + body + " });\n" + "    dx[i] = " + store_expr(dt, "acc") +
+         ";\n  }\n}\n";
+}
+
+LaunchFn max_forward(const KernelCtx& c) {
+  const DType dt = c.in[0].dtype;
+  check_dtype(c, dt);
+  const PoolGeom g = make_geom(c, c.in[0].shape);
+  const bool with_idx = c.out.size() > 1;
+  return launcher(max_forward_src(dt, with_idx ? storage_type(c.out[1].dtype) : ""), g, g.batch * g.out_plane,
+                  {0, -1, with_idx ? -2 : -1});
+}
+
+LaunchFn max_gather(const KernelCtx& c) {  // (x, source): x at the source window's argmax
+  const DType dt = c.in[0].dtype;
+  check_dtype(c, dt);
+  const PoolGeom g = make_geom(c, c.in[1].shape);
+  return launcher(gather_src(dt), g, g.batch * g.out_plane, {0, 1, -1});
+}
+
+LaunchFn max_gradient(const KernelCtx& c) {  // (dy, source)
+  const DType dt = c.in[0].dtype;
+  check_dtype(c, dt);
+  const PoolGeom g = make_geom(c, c.in[1].shape);
+  const int64_t n_out = g.batch * g.out_plane, n_in = g.batch * g.in_plane;
+  if (n_out == 0) {
+    const int32_t es = int32_t(dtype_size(dt));
+    return [n_in, es](cudaStream_t s, const void* const*, void* const* out) {
+      if (n_in) fill_bytes(out[0], n_in, es, 0, s);
+    };
+  }
+  const size_t slot = c.scratch(size_t(n_out) * sizeof(int64_t));
+  LaunchFn a = launcher(argmax_src(dt), g, n_out, {1, -1 - int(slot)});
+  LaunchFn sc = launcher(max_scatter_src(dt), g, n_in, {0, -1 - int(slot), -1});
+  return [a, sc](cudaStream_t s, const void* const* in, void* const* out) {
+    a(s, in, out);
+    sc(s, in, out);
+  };
+}
+
+LaunchFn linear_forward(const KernelCtx& c) {
+  const DType dt = c.in[0].dtype;
+  check_dtype(c, dt);
+  const PoolGeom g = make_geom(c, c.in[0].shape);
+  return launcher(linear_forward_src(dt, linear_mode(c.node)), g, g.batch * g.out_plane, {0, -1});
+}
+
+LaunchFn linear_gradient(const KernelCtx& c) {  // (dy, source)
+  const DType dt = c.in[0].dtype;
+  check_dtype(c, dt);
+  const PoolGeom g = make_geom(c, c.in[1].shape);
+  return launcher(linear_gradient_src(dt, linear_mode(c.node)), g, g.batch * g.in_plane, {0, -1});
+}
+
+}  // namespace
+
+void register_pooling_kernels() {
+  register_kernel("max_pooling_nd", max_forward);
+  register_kernel("max_pooling_nd_return_indices", max_forward);
+  register_kernel("max_pooling_nd_gather", max_gather);
+  register_kernel("max_pooling_nd_gradient", max_gradient);
+  register_kernel("avg_pooling_nd", linear_forward);
+  register_kernel("sum_pooling_nd", linear_forward);
+  register_kernel("avg_pooling_nd_gradient", linear_gradient);
+  register_kernel("sum_pooling_nd_gradient", linear_gradient);
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,191 @@
+"""Convolution and pooling primitives on cuda:0 (cuDNN where it takes the geometry, generated
+direct kernels otherwise: asymmetric padding, more than 3 spatial dims, zero-size tensors).
+Forward convolutions are checked against a numpy brute-force reference; gradients and pooling
+against the CPU backend (itself checked against numpy and PyTorch by the conformance table).
+Skips where no GPU is present."""
+import itertools
+
+import numpy as np
+import pytest
+
+import mpsgraph as mg
+
+HAS_GPU = mg.Device("cuda:0").available
+pytestmark = pytest.mark.skipif(not HAS_GPU, reason=f"no CUDA GPU here: {mg.Device('cuda:0').unavailable_reason}")
+
+TOL = {"float32": (2e-4, 2e-4), "float16": (2e-2, 2e-2), "bfloat16": (8e-2, 8e-2)}
+
+
+def _np(a, dtype):
+    if dtype == "bfloat16":
+        import ml_dtypes
+        return a.astype(ml_dtypes.bfloat16)
+    return a.astype(dtype)
+
+
+def conv_ref(x, w, strides, dil, pads, groups):
+    """Cross-correlation in float64 by brute force over output positions and taps."""
+    k = x.ndim - 2
+    N, C = x.shape[:2]
+    O = w.shape[0]
+    Cg, Og = C // groups, O // groups
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[2 * i], pads[2 * i + 1]) for i in range(k)])
+    out = [(x.shape[2 + i] + pads[2 * i] + pads[2 * i + 1] - dil[i] * (w.shape[2 + i] - 1) - 1) // strides[i] + 1
+           for i in range(k)]
+    y = np.zeros((N, O, *out))
+    for o in range(O):
+        gi = o // Og
+        for pos in itertools.product(*[range(n) for n in out]):
+            acc = np.zeros(N)
+            for tap in itertools.product(*[range(n) for n in w.shape[2:]]):
+                idx = tuple(pos[i] * strides[i] + tap[i] * dil[i] for i in range(k))
+                xs = xp[(slice(None), slice(gi * Cg, (gi + 1) * Cg)) + idx]
+                acc += xs @ w[(o, slice(None)) + tap].astype(np.float64)
+            y[(slice(None), o) + pos] = acc
+    return y
+
+
+CASES = [  # (source shape, weights shape, strides, dilation, padding, groups)
+    ((2, 4, 9, 8), (6, 4, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 1),      # cuDNN
+    ((2, 4, 9, 8), (6, 2, 3, 2), [2, 1], [1, 2], [1, 1, 0, 0], 2),      # grouped, strided, dilated
+    ((1, 3, 7, 7), (3, 1, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 3),      # depthwise
+    ((2, 3, 8, 7), (4, 3, 2, 3), [1, 2], [1, 1], [0, 1, 2, 0], 1),      # asymmetric padding: direct kernels
+    ((2, 3, 11), (5, 3, 4), [2], [2], [1, 1], 1),                       # 1-d
+    ((1, 2, 5, 4, 6), (3, 2, 2, 3, 2), [1, 2, 1], [1, 1, 2], [1, 1, 0, 0, 1, 1], 1),  # 3-d
+    ((1, 2, 3, 4, 3, 4), (2, 2, 2, 1, 2, 2), [1, 1, 1, 1], [1] * 4, [0] * 8, 1),  # 4-d: direct kernels
+    ((0, 3, 5, 5), (4, 3, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 1),      # empty batch
+]
+
+
+def _conv_graph(xs, ws, dtype, strides, dil, pads, groups):
+    g = mg.Graph()
+    dt = mg.as_dtype(dtype)
+    x, w = g.placeholder(xs, dt), g.placeholder(ws, dt)
+    y = g.convolution(x, w, strides=strides, dilation_rates=dil, padding=pads, groups=groups)
+    return g, x, w, y
+
+
+def _conv_setup(case, dtype, seed):
+    xs, ws, strides, dil, pads, groups = case
+    rng = np.random.default_rng(seed)
+    xv = _np(rng.standard_normal(xs), dtype)
+    wv = _np(rng.standard_normal(ws), dtype)
+    return rng, xv, wv, _conv_graph(xs, ws, dtype, strides, dil, pads, groups)
+
+
+@pytest.mark.parametrize("case", CASES, ids=range(len(CASES)))
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_convolution_forward(case, dtype):
+    xs, ws, strides, dil, pads, groups = case
+    rng, xv, wv, (g, x, w, y) = _conv_setup(case, dtype, 0)
+    r = g.run({x: xv, w: wv}, [y], device="cuda")[y].numpy().astype(np.float64)
+    ref = conv_ref(xv.astype(np.float64), wv.astype(np.float64), strides, dil, pads, groups)
+    rtol, atol = TOL[dtype]
+    np.testing.assert_allclose(r, ref, rtol=rtol, atol=atol * max(1.0, np.sqrt(np.prod(ws[1:]))))
+
+
+@pytest.mark.parametrize("case", CASES, ids=range(len(CASES)))
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_convolution_gradients_match_cpu(case, dtype):
+    xs = case[0]
+    rng, xv, wv, (g, x, w, y) = _conv_setup(case, dtype, 1)
+    dy = g.placeholder(tuple(g.run({x: xv, w: wv}, [y], device="cpu")[y].numpy().shape), mg.as_dtype(dtype))
+    loss = g.reduction_sum(y * dy, axes=list(range(len(xs))))
+    gx, gw = g.gradients(loss, [x, w])
+    dyv = _np(rng.standard_normal(dy.shape), dtype)
+    feeds = {x: xv, w: wv, dy: dyv}
+    cpu = g.run(feeds, [gx, gw], device="cpu")
+    gpu = g.run(feeds, [gx, gw], device="cuda")
+    rtol, atol = TOL[dtype]
+    scale = max(1.0, np.sqrt(np.prod(dy.shape)))
+    for t in (gx, gw):
+        np.testing.assert_allclose(gpu[t].numpy().astype(np.float64), cpu[t].numpy().astype(np.float64), rtol=rtol,
+                                   atol=atol * scale)
+
+
+POOLS = [  # (shape, kernel, strides, dilation, padding, ceil_mode)
+    ((2, 3, 9, 8), [3, 3], [2, 2], [1, 1], [1, 1, 1, 1], False),
+    ((2, 3, 9, 8), [3, 2], [2, 3], [2, 1], [1, 0, 0, 1], True),
+    ((1, 2, 7, 7), [7, 7], [1, 1], [1, 1], [0, 0, 0, 0], False),    # global
+    ((4, 10), [3], [2], [1], [1, 1], True),                          # 1-d
+    ((1, 2, 4, 5, 6), [2, 3, 2], [2, 1, 2], [1, 1, 2], [0, 1, 1, 0, 1, 1], False),  # 3-d
+    ((0, 3, 6, 6), [2, 2], [2, 2], [1, 1], [0, 0, 0, 0], False),    # empty
+]
+
+
+def _pool_ops(g, x, k, s, d, p, ceil):
+    a = dict(kernel_sizes=k, strides=s, dilation_rates=d, padding=p, ceil_mode=ceil)
+    vals, idx = g.max_pooling_nd_return_indices(x, **a)
+    return [g.max_pooling_nd(x, **a), vals, idx, g.avg_pooling_nd(x, **a),
+            g.avg_pooling_nd(x, include_zero_pad=True, **a), g.sum_pooling_nd(x, **a)]
+
+
+@pytest.mark.parametrize("case", POOLS, ids=range(len(POOLS)))
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_pooling_matches_cpu(case, dtype):
+    shape, k, s, d, p, ceil = case
+    rng = np.random.default_rng(2)
+    n = int(np.prod(shape))
+    xv = _np((rng.permutation(n).reshape(shape) * 0.37 - n * 0.15) / max(n, 1), dtype)  # distinct values
+    if n > 4:
+        xv.reshape(-1)[3] = np.nan  # a NaN wins its windows
+    g = mg.Graph()
+    x = g.placeholder(shape, mg.as_dtype(dtype))
+    outs = _pool_ops(g, x, k, s, d, p, ceil)
+    # gradients of every pooling (max's scatter, avg's and sum's)
+    dy = g.placeholder(tuple(g.run({x: xv}, [outs[0]], device="cpu")[outs[0]].numpy().shape), mg.as_dtype(dtype))
+    axes = list(range(len(shape)))
+    loss = (g.reduction_sum(outs[0] * dy, axes=axes) + g.reduction_sum(outs[3] * 0.5, axes=axes)
+            + g.reduction_sum(outs[4], axes=axes) + g.reduction_sum(outs[5] * 0.25, axes=axes))
+    (gx,) = g.gradients(loss, [x])
+    feeds = {x: xv, dy: _np(rng.standard_normal(dy.shape), dtype)}
+    targets = outs + [gx]
+    cpu = g.run(feeds, targets, device="cpu")
+    gpu = g.run(feeds, targets, device="cuda")
+    rtol, atol = TOL[dtype]
+    for t in targets:
+        a, b = gpu[t].numpy(), cpu[t].numpy()
+        if a.dtype.kind in "iu":
+            np.testing.assert_array_equal(a, b)
+        else:
+            np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol)
+
+
+def test_max_pooling_gather_and_gradient_primitives():
+    rng = np.random.default_rng(3)
+    shape = (2, 3, 6, 7)
+    xv = rng.standard_normal(shape).astype(np.float32)
+    sv = rng.permutation(int(np.prod(shape))).reshape(shape).astype(np.float32)
+    g = mg.Graph()
+    x, src = g.placeholder(shape), g.placeholder(shape)
+    a = dict(kernel_sizes=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1])
+    gathered = g.max_pooling_nd_gather(x, src, **a)
+    pooled = g.max_pooling_nd(src, **a)
+    dy = g.placeholder(tuple(g.run({src: sv}, [pooled], device="cpu")[pooled].numpy().shape))
+    scattered = g.max_pooling_nd_gradient(dy, src, **a)
+    feeds = {x: xv, src: sv, dy: rng.standard_normal(dy.shape).astype(np.float32)}
+    cpu = g.run(feeds, [gathered, scattered], device="cpu")
+    gpu = g.run(feeds, [gathered, scattered], device="cuda")
+    for t in (gathered, scattered):
+        np.testing.assert_array_equal(gpu[t].numpy(), cpu[t].numpy())
+
+
+def test_convolution_is_captured_and_replayed():
+    """A training step with convolutions replays (CUDA graph) and keeps matching the CPU."""
+    rng = np.random.default_rng(4)
+    xv = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+    w0 = rng.standard_normal((5, 3, 3, 3)).astype(np.float32) * 0.1
+
+    def step_results(device):
+        g = mg.Graph()
+        x = g.placeholder((4, 3, 8, 8))
+        w = g.variable(w0)
+        y = g.max_pooling_2d(g.relu(g.convolution_2d(x, w, padding=[1, 1, 1, 1], data_layout="NCHW",
+                                                     weights_layout="OIHW")), kernel_sizes=[2, 2], strides=[2, 2],
+                             data_layout="NCHW")
+        loss = g.reduction_sum(y * y, axes=[0, 1, 2, 3])
+        ops = mg.optimizers.SGD(lr=0.001).minimize(g, loss, [w])
+        exe = g.compile({x: ((4, 3, 8, 8), mg.float32)}, [loss], target_operations=ops, device=device)
+        return [float(np.asarray(exe.run([xv])[0].numpy()).reshape(-1)[0]) for _ in range(4)]
+
+    np.testing.assert_allclose(step_results("cuda"), step_results("cpu"), rtol=1e-4)
