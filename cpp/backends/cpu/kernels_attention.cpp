@@ -1,27 +1,29 @@
-// CPU kernel of scaled_dot_product_attention (core/ops/attention.cpp).
+// CPU kernels of scaled_dot_product_attention and its gradient (core/ops/attention.cpp).
 //
-// Flash-attention style: each task takes a block of query rows of one (batch, head) and walks
-// the keys in blocks, keeping per row the running maximum, the running sum of exponentials and
-// the unnormalised output (an online softmax), so memory is O(block) and never L x S. Blocks
-// are converted to the compute type once (float for half/bfloat16); the key block is stored
-// transposed so that the score and the output loops both run over contiguous memory. Each
-// thread owns a slice of the scratch space and takes tasks round-robin.
+// Flash-attention style: a task takes a block of query rows of one (batch, head) and walks the
+// keys in blocks, keeping per row the running maximum, the running sum of exponentials and the
+// unnormalised output (an online softmax), so memory is O(block) and never L x S. Blocks are
+// converted to the compute type once (float for half/bfloat16); the products of blocks run
+// through single-threaded BLAS and the exponentials through the vectorised exp (vec_math.h).
+// Each thread owns a slice of the scratch space and takes tasks round-robin.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/elementwise_util.h"
+#include "backends/cpu/vec_math.h"
 #include "core/ops/attention_attrs.h"
 
 namespace mg::cpu {
 
 namespace {
 
-constexpr int64_t kBlockQ = 32, kBlockK = 64;
-
+constexpr int64_t kBlockQ = 64, kBlockK = 64;
 struct AttentionPlan {
   int64_t bh = 0, hq = 1, hk = 1, L = 0, S = 0, D = 0, Dv = 0;
   double scale = 1.0;
@@ -36,14 +38,12 @@ struct AttentionPlan {
   size_t per_thread = 0;            // compute-type elements per thread
 };
 
-// Scales a row of raw scores q.k (keys j0 .. j0 + nk of query `row` of (batch, head) bh) and
-// applies the mask and causality.
+// Masks a row of scaled scores (keys j0 .. j0 + nk of query `row` of (batch, head) bh).
 template <class S>
 void mask_scores(const AttentionPlan& p, const void* mask, int64_t bh, int64_t row, int64_t j0, int64_t nk,
                  typename Num<S>::C* s) {
   using C = typename Num<S>::C;
-  const C neg_inf = -std::numeric_limits<C>::infinity(), scale = C(p.scale);
-  for (int64_t j = 0; j < nk; ++j) s[j] *= scale;
+  const C neg_inf = -std::numeric_limits<C>::infinity();
   if (p.mask) {
     const int64_t base = p.mask_off[size_t(bh)] + row * p.mask_sl + j0 * p.mask_ss;
     for (int64_t j = 0; j < nk; ++j) {
@@ -59,6 +59,93 @@ void mask_scores(const AttentionPlan& p, const void* mask, int64_t bh, int64_t r
     for (int64_t j = std::max<int64_t>(0, row + 1 - j0); j < nk; ++j) s[j] = neg_inf;
 }
 
+// C (M, N) = alpha op(A) op(B) + beta C on the calling thread; empty products are BLAS-safe.
+template <class C>
+void tile_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, C alpha, const C* A, int64_t lda, const C* B,
+               int64_t ldb, C beta, C* out, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) out[i * ldc + j] = beta == C(0) ? C(0) : beta * out[i * ldc + j];
+    return;
+  }
+  blas_call(ta, tb, M, N, K, alpha, A, std::max<int64_t>(1, lda), B, std::max<int64_t>(1, ldb), beta, out,
+            std::max<int64_t>(1, ldc));
+}
+
+// s[j] = exp(s[j] - shift) (tmp: n elements of scratch).
+template <class C>
+void exp_shifted(C* s, C shift, int64_t n, C* tmp) {
+  for (int64_t j = 0; j < n; ++j) tmp[j] = s[j] - shift;
+  if constexpr (std::is_same_v<C, float>) {
+    static const vmath::ArrayFn vexp = vmath::array_fn(vmath::Fn::Exp);
+    vexp(tmp, s, n);
+  } else {
+    for (int64_t j = 0; j < n; ++j) s[j] = std::exp(tmp[j]);
+  }
+}
+
+// Rows [n0, n0 + n) of a (rows, width) tensor of type S as compute-type values.
+template <class S>
+void load_rows(const S* x, int64_t n0, int64_t n, int64_t width, typename Num<S>::C* to) {
+  const S* from = x + n0 * width;
+  for (int64_t e = 0; e < n * width; ++e) to[e] = Num<S>::ld(from[e]);
+}
+
+// Per-thread buffers of the online softmax over one block of query rows.
+size_t row_block_elements(const AttentionPlan& p) {
+  return size_t(kBlockQ * p.D + kBlockK * (p.D + p.Dv) + kBlockQ * kBlockK + kBlockK + kBlockQ * p.Dv + 2 * kBlockQ);
+}
+template <class C>
+struct RowBlock {
+  C *qb, *kb, *vb, *sb, *tmp, *acc, *m, *l;
+  RowBlock(C* at, const AttentionPlan& p)
+      : qb(at), kb(qb + kBlockQ * p.D), vb(kb + kBlockK * p.D), sb(vb + kBlockK * p.Dv), tmp(sb + kBlockQ * kBlockK),
+        acc(tmp + kBlockK), m(acc + kBlockQ * p.Dv), l(m + kBlockQ) {}
+};
+
+// The online softmax of query rows i0 .. i0 + nq of (batch, head) bh: per row the maximum m and
+// the sum of exponentials l relative to it, and with `values` the unnormalised output acc.
+template <class S>
+void attend_rows(const AttentionPlan& p, const S* q, const S* kk, const S* v, const void* mask, int64_t bh,
+                 int64_t i0, int64_t nq, bool values, RowBlock<typename Num<S>::C>& b) {
+  using C = typename Num<S>::C;
+  const int64_t L = p.L, Sk = p.S, D = p.D, Dv = p.Dv;
+  const int64_t kvh = (bh / p.hq) * p.hk + (bh % p.hq) / (p.hq / p.hk);
+  const C neg_inf = -std::numeric_limits<C>::infinity();
+  load_rows(q, bh * L + i0, nq, D, b.qb);
+  std::fill(b.m, b.m + nq, neg_inf);
+  std::fill(b.l, b.l + nq, C(0));
+  if (values) std::fill(b.acc, b.acc + nq * Dv, C(0));
+  const int64_t kend = p.causal ? std::min(Sk, i0 + nq) : Sk;
+  for (int64_t j0 = 0; j0 < kend; j0 += kBlockK) {
+    const int64_t nk = std::min(kBlockK, kend - j0);
+    load_rows(kk, kvh * Sk + j0, nk, D, b.kb);
+    tile_gemm(false, true, nq, nk, D, C(p.scale), b.qb, D, b.kb, D, C(0), b.sb, kBlockK);
+    if (values) load_rows(v, kvh * Sk + j0, nk, Dv, b.vb);
+    for (int64_t i = 0; i < nq; ++i) {
+      C* s = b.sb + i * kBlockK;
+      mask_scores<S>(p, mask, bh, i0 + i, j0, nk, s);
+      C mb = neg_inf;
+      for (int64_t j = 0; j < nk; ++j) mb = std::max(mb, s[j]);
+      const C mnew = std::max(b.m[i], mb);
+      if (mnew == neg_inf) {  // every key so far is masked: nothing to add
+        std::fill(s, s + nk, C(0));
+        continue;
+      }
+      const C alpha = std::exp(b.m[i] - mnew);
+      exp_shifted(s, mnew, nk, b.tmp);
+      C li = b.l[i] * alpha;
+      for (int64_t j = 0; j < nk; ++j) li += s[j];
+      b.l[i] = li;
+      b.m[i] = mnew;
+      if (values)
+        for (int64_t e = 0; e < Dv; ++e) b.acc[i * Dv + e] *= alpha;
+    }
+    if (values) tile_gemm(false, false, nq, Dv, nk, C(1), b.sb, kBlockK, b.vb, Dv, C(1), b.acc, Dv);
+  }
+}
+
 template <class S>
 void run_attention(const AttentionPlan& p, const void* const* in, void* const* out) {
   using C = typename Num<S>::C;
@@ -68,68 +155,19 @@ void run_attention(const AttentionPlan& p, const void* const* in, void* const* o
   const void* mask = p.mask ? in[3] : nullptr;
   S* o = static_cast<S*>(out[0]);
   C* scratch = static_cast<C*>(out[p.scratch]);
-  const int64_t L = p.L, Sk = p.S, D = p.D, Dv = p.Dv, group = p.hq / p.hk;
+  const int64_t L = p.L, Sk = p.S, Dv = p.Dv;
   const int64_t qblocks = (L + kBlockQ - 1) / kBlockQ, tasks = p.bh * qblocks;
-  const C neg_inf = -std::numeric_limits<C>::infinity();
   parallel_for(p.threads, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      C* qb = scratch + size_t(t) * p.per_thread;
-      C* kb = qb + kBlockQ * D;
-      C* vb = kb + kBlockK * D;
-      C* sb = vb + kBlockK * Dv;
-      C* acc = sb + kBlockQ * kBlockK;
-      C* m = acc + kBlockQ * Dv;
-      C* l = m + kBlockQ;
+      RowBlock<C> b(scratch + size_t(t) * p.per_thread, p);
       for (int64_t task = t; task < tasks; task += p.threads) {
         const int64_t bh = task / qblocks, i0 = (task % qblocks) * kBlockQ, nq = std::min(kBlockQ, L - i0);
-        const int64_t kvh = (bh / p.hq) * p.hk + (bh % p.hq) / group;
-        const S* qp = q + (bh * L + i0) * D;
-        const S* kp = kk + kvh * Sk * D;
-        const S* vp = v + kvh * Sk * Dv;
-        for (int64_t x = 0; x < nq * D; ++x) qb[x] = Num<S>::ld(qp[x]);
-        std::fill(acc, acc + nq * Dv, C(0));
-        std::fill(m, m + nq, neg_inf);
-        std::fill(l, l + nq, C(0));
-        const int64_t kend = p.causal ? std::min(Sk, i0 + nq) : Sk;
-        for (int64_t j0 = 0; j0 < kend; j0 += kBlockK) {
-          const int64_t nk = std::min(kBlockK, kend - j0);
-          for (int64_t j = 0; j < nk; ++j)  // transposed (D x block): the score loop runs along keys
-            for (int64_t d = 0; d < D; ++d) kb[d * kBlockK + j] = Num<S>::ld(kp[(j0 + j) * D + d]);
-          for (int64_t x = 0; x < nk * Dv; ++x) vb[x] = Num<S>::ld(vp[j0 * Dv + x]);
-          for (int64_t i = 0; i < nq; ++i) {
-            C* s = sb + i * kBlockK;
-            const C* qr = qb + i * D;
-            const int64_t row = i0 + i;
-            std::fill(s, s + nk, C(0));
-            for (int64_t d = 0; d < D; ++d) {
-              const C qd = qr[d];
-              const C* kr = kb + d * kBlockK;
-              for (int64_t j = 0; j < nk; ++j) s[j] += qd * kr[j];
-            }
-            mask_scores<S>(p, mask, bh, row, j0, nk, s);
-            C mb = neg_inf;
-            for (int64_t j = 0; j < nk; ++j) mb = std::max(mb, s[j]);
-            const C mnew = std::max(m[i], mb);
-            if (mnew == neg_inf) continue;  // every key so far is masked
-            const C alpha = std::exp(m[i] - mnew);
-            C* a = acc + i * Dv;
-            C li = l[i] * alpha;
-            for (int64_t d = 0; d < Dv; ++d) a[d] *= alpha;
-            for (int64_t j = 0; j < nk; ++j) {
-              const C e = std::exp(s[j] - mnew);
-              li += e;
-              const C* vr = vb + j * Dv;
-              for (int64_t d = 0; d < Dv; ++d) a[d] += e * vr[d];
-            }
-            l[i] = li;
-            m[i] = mnew;
-          }
-        }
+        attend_rows<S>(p, q, kk, v, mask, bh, i0, nq, true, b);
         S* op = o + (bh * L + i0) * Dv;
         for (int64_t i = 0; i < nq; ++i) {
           // no keys: an empty sum (zeros); keys but all masked: softmax of only -inf (NaN)
-          const C inv = Sk == 0 ? C(0) : l[i] > 0 ? C(1) / l[i] : std::numeric_limits<C>::quiet_NaN();
-          for (int64_t d = 0; d < Dv; ++d) op[i * Dv + d] = Num<S>::st(Sk == 0 ? C(0) : acc[i * Dv + d] * inv);
+          const C inv = Sk == 0 ? C(0) : b.l[i] > 0 ? C(1) / b.l[i] : std::numeric_limits<C>::quiet_NaN();
+          for (int64_t d = 0; d < Dv; ++d) op[i * Dv + d] = Num<S>::st(Sk == 0 ? C(0) : b.acc[i * Dv + d] * inv);
         }
       }
     }
@@ -188,7 +226,7 @@ KernelFn make_attention(const KernelCtx& c) {
   AttentionPlan p = plan_attention(c, 3);
   const int64_t tasks = p.bh * ((p.L + kBlockQ - 1) / kBlockQ);
   p.threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), tasks)));
-  p.per_thread = size_t(kBlockQ * p.D + kBlockK * p.D + kBlockK * p.Dv + kBlockQ * kBlockK + kBlockQ * p.Dv + 2 * kBlockQ);
+  p.per_thread = row_block_elements(p);
   return dispatch_float(c, "scaled_dot_product_attention", c.in[0].dtype, [&](auto s) -> KernelFn {
     using S = decltype(s);
     p.scratch = c.scratch(p.per_thread * size_t(p.threads) * sizeof(typename Num<S>::C));
@@ -199,12 +237,12 @@ KernelFn make_attention(const KernelCtx& c) {
 
 
 // The gradient (FlashAttention-2's backward). Pass 1, over (batch, head, query block): each
-// row's log-sum-exp of its scores (one pass over the keys, the online softmax without values)
-// and delta = rowsum(dout * out). Pass 2, one task per (batch, key/value head): for each key
-// block, over the group's query heads and query blocks, recompute P = exp(scores - lse), then
-// dV += P^T dO, dP = dO V^T, dS = P (dP - delta), dQ += dS K scale, dK += dS^T Q scale; dK and
-// dV of the block are thus summed over the group in one place and dQ stays in the task's own
-// float buffer. Memory is O(blocks + group x L x D); the L x S scores never exist.
+// row's log-sum-exp (the forward's online softmax without the values) and delta = rowsum(dout *
+// out). Pass 2, one task per (batch, key/value head): for each key block, over the group's query
+// heads and query blocks, recompute P = exp(scores - lse), then dV += P^T dO, dP = dO V^T,
+// dS = P (dP - delta), dQ += dS K scale, dK += dS^T Q scale; dK and dV of the block are thus
+// summed over the group in one place and dQ stays in the task's own float buffer. Memory is
+// O(blocks + group x L x D); the L x S scores never exist.
 struct GradScratch {
   size_t lse = 0, task = 0, mask = 0;  // scratch indices: lse + delta (2 bh L), per thread, mask partials
   size_t per_thread = 0;
@@ -235,82 +273,44 @@ void run_attention_gradient(const AttentionPlan& p, const GradScratch& gs, const
   const int64_t qblocks = (L + kBlockQ - 1) / kBlockQ, rows_tasks = p.bh * qblocks;
   parallel_for(p.threads, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      C* qb = scratch + size_t(t) * gs.per_thread;
-      C* kt = qb + kBlockQ * D;
-      C* sb = kt + kBlockK * D;
+      RowBlock<C> b(scratch + size_t(t) * gs.per_thread, p);
       for (int64_t task = t; task < rows_tasks; task += p.threads) {
         const int64_t bh = task / qblocks, i0 = (task % qblocks) * kBlockQ, nq = std::min(kBlockQ, L - i0);
-        const int64_t kvh = (bh / p.hq) * p.hk + (bh % p.hq) / group;
-        for (int64_t x = 0; x < nq * D; ++x) qb[x] = Num<S>::ld(q[(bh * L + i0) * D + x]);
-        C* m = lse + bh * L + i0;
-        C* l = delta + bh * L + i0;  // the running sums, until delta replaces them
-        std::fill(m, m + nq, neg_inf);
-        std::fill(l, l + nq, C(0));
-        const int64_t kend = p.causal ? std::min(Sk, i0 + nq) : Sk;
-        for (int64_t j0 = 0; j0 < kend; j0 += kBlockK) {
-          const int64_t nk = std::min(kBlockK, kend - j0);
-          for (int64_t j = 0; j < nk; ++j)
-            for (int64_t d = 0; d < D; ++d) kt[d * kBlockK + j] = Num<S>::ld(kk[(kvh * Sk + j0 + j) * D + d]);
-          for (int64_t i = 0; i < nq; ++i) {
-            C* s = sb + i * kBlockK;
-            std::fill(s, s + nk, C(0));
-            for (int64_t d = 0; d < D; ++d) {
-              const C qd = qb[i * D + d];
-              const C* kr = kt + d * kBlockK;
-              for (int64_t j = 0; j < nk; ++j) s[j] += qd * kr[j];
-            }
-            mask_scores<S>(p, mask, bh, i0 + i, j0, nk, s);
-            C mb = neg_inf;
-            for (int64_t j = 0; j < nk; ++j) mb = std::max(mb, s[j]);
-            const C mnew = std::max(m[i], mb);
-            if (mnew == neg_inf) continue;
-            C li = l[i] * std::exp(m[i] - mnew);
-            for (int64_t j = 0; j < nk; ++j) li += std::exp(s[j] - mnew);
-            l[i] = li;
-            m[i] = mnew;
-          }
-        }
+        attend_rows<S>(p, q, kk, v, mask, bh, i0, nq, false, b);
         for (int64_t i = 0; i < nq; ++i) {
+          const int64_t row = bh * L + i0 + i;
           // a row that attends no key: lse -inf, so P = exp(-inf + inf) is NaN as in the decomposition
-          m[i] = l[i] > 0 ? m[i] + std::log(l[i]) : neg_inf;
+          lse[row] = b.l[i] > 0 ? b.m[i] + std::log(b.l[i]) : neg_inf;
           C dl = 0;
-          const int64_t at = (bh * L + i0 + i) * Dv;
-          for (int64_t e = 0; e < Dv; ++e) dl += Num<S>::ld(dout[at + e]) * Num<S>::ld(o[at + e]);
-          l[i] = dl;
+          for (int64_t e = 0; e < Dv; ++e) dl += Num<S>::ld(dout[row * Dv + e]) * Num<S>::ld(o[row * Dv + e]);
+          delta[row] = dl;
         }
       }
     }
   });
 
-  const int64_t batches = p.bh / p.hq, kv_tasks = batches * p.hk;
+  const int64_t kv_tasks = p.bh / p.hq * p.hk;
   if (mparts) std::fill(mparts, mparts + size_t(gs.mask_parts) * size_t(p.mask_size), C(0));
   parallel_for(p.threads, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       C* qb = scratch + size_t(t) * gs.per_thread;
       C* dob = qb + kBlockQ * D;
       C* kb = dob + kBlockQ * Dv;
-      C* kt = kb + kBlockK * D;
-      C* vt = kt + kBlockK * D;
-      C* pb = vt + kBlockK * Dv;
+      C* vb = kb + kBlockK * D;
+      C* pb = vb + kBlockK * Dv;
       C* dsb = pb + kBlockQ * kBlockK;
-      C* dkb = dsb + kBlockQ * kBlockK;
+      C* tmp = dsb + kBlockQ * kBlockK;
+      C* dkb = tmp + kBlockK;
       C* dvb = dkb + kBlockK * D;
       C* dqb = dvb + kBlockK * Dv;  // group x L x D
       C* mp = mparts ? mparts + (gs.mask_parts > 1 ? size_t(t) * size_t(p.mask_size) : 0) : nullptr;
-      for (int64_t task = t; task < kv_tasks; task += p.threads) {
-        const int64_t b = task / p.hk, kvh = task;  // kvh: (batch, key/value head) flattened
-        const int64_t bh0 = b * p.hq + (task % p.hk) * group;
+      for (int64_t kvh = t; kvh < kv_tasks; kvh += p.threads) {  // kvh: (batch, key/value head) flattened
+        const int64_t bh0 = (kvh / p.hk) * p.hq + (kvh % p.hk) * group;
         std::fill(dqb, dqb + group * L * D, C(0));
         for (int64_t j0 = 0; j0 < Sk; j0 += kBlockK) {
           const int64_t nk = std::min(kBlockK, Sk - j0);
-          for (int64_t j = 0; j < nk; ++j) {
-            for (int64_t d = 0; d < D; ++d) {
-              const C x = Num<S>::ld(kk[(kvh * Sk + j0 + j) * D + d]);
-              kb[j * D + d] = x;
-              kt[d * kBlockK + j] = x;
-            }
-            for (int64_t e = 0; e < Dv; ++e) vt[e * kBlockK + j] = Num<S>::ld(v[(kvh * Sk + j0 + j) * Dv + e]);
-          }
+          load_rows(kk, kvh * Sk + j0, nk, D, kb);
+          load_rows(v, kvh * Sk + j0, nk, Dv, vb);
           std::fill(dkb, dkb + nk * D, C(0));
           std::fill(dvb, dvb + nk * Dv, C(0));
           for (int64_t gi = 0; gi < group; ++gi) {
@@ -318,46 +318,26 @@ void run_attention_gradient(const AttentionPlan& p, const GradScratch& gs, const
             // causal: query blocks that end before the key block see none of its keys
             for (int64_t i0 = p.causal ? (j0 / kBlockQ) * kBlockQ : 0; i0 < L; i0 += kBlockQ) {
               const int64_t nq = std::min(kBlockQ, L - i0);
-              for (int64_t x = 0; x < nq * D; ++x) qb[x] = Num<S>::ld(q[(bh * L + i0) * D + x]);
-              for (int64_t x = 0; x < nq * Dv; ++x) dob[x] = Num<S>::ld(dout[(bh * L + i0) * Dv + x]);
+              load_rows(q, bh * L + i0, nq, D, qb);
+              load_rows(dout, bh * L + i0, nq, Dv, dob);
+              tile_gemm(false, true, nq, nk, D, scale, qb, D, kb, D, C(0), pb, kBlockK);      // scores
+              tile_gemm(false, true, nq, nk, Dv, C(1), dob, Dv, vb, Dv, C(0), dsb, kBlockK);  // dP = dO V^T
               for (int64_t i = 0; i < nq; ++i) {
                 const int64_t row = i0 + i;
                 C* pr = pb + i * kBlockK;
                 C* dsr = dsb + i * kBlockK;
-                std::fill(pr, pr + nk, C(0));
-                std::fill(dsr, dsr + nk, C(0));
-                for (int64_t d = 0; d < D; ++d) {
-                  const C qd = qb[i * D + d];
-                  const C* kr = kt + d * kBlockK;
-                  for (int64_t j = 0; j < nk; ++j) pr[j] += qd * kr[j];
-                }
                 mask_scores<S>(p, mask, bh, row, j0, nk, pr);
-                const C li = lse[bh * L + row];
-                for (int64_t j = 0; j < nk; ++j) pr[j] = std::exp(pr[j] - li);
-                for (int64_t e = 0; e < Dv; ++e) {  // dP = dO V^T
-                  const C de = dob[i * Dv + e];
-                  const C* vr = vt + e * kBlockK;
-                  for (int64_t j = 0; j < nk; ++j) dsr[j] += de * vr[j];
-                }
+                exp_shifted(pr, lse[bh * L + row], nk, tmp);
                 const C di = delta[bh * L + row];
                 for (int64_t j = 0; j < nk; ++j) dsr[j] = pr[j] * (dsr[j] - di);
                 if (mp) {
                   const int64_t base = p.mask_off[size_t(bh)] + row * p.mask_sl + j0 * p.mask_ss;
                   for (int64_t j = 0; j < nk; ++j) mp[base + j * p.mask_ss] += dsr[j];
                 }
-                C* dqr = dqb + (gi * L + row) * D;
-                for (int64_t j = 0; j < nk; ++j) {
-                  const C pj = pr[j], dsj = dsr[j] * scale;
-                  const C* kr = kb + j * D;
-                  C* dkr = dkb + j * D;
-                  C* dvr = dvb + j * Dv;
-                  const C* qr = qb + i * D;
-                  const C* dor = dob + i * Dv;
-                  for (int64_t d = 0; d < D; ++d) dqr[d] += dsj * kr[d];
-                  for (int64_t d = 0; d < D; ++d) dkr[d] += dsj * qr[d];
-                  for (int64_t e = 0; e < Dv; ++e) dvr[e] += pj * dor[e];
-                }
               }
+              tile_gemm(true, false, nk, Dv, nq, C(1), pb, kBlockK, dob, Dv, C(1), dvb, Dv);  // dV += P^T dO
+              tile_gemm(true, false, nk, D, nq, scale, dsb, kBlockK, qb, D, C(1), dkb, D);    // dK += dS^T Q
+              tile_gemm(false, false, nq, D, nk, scale, dsb, kBlockK, kb, D, C(1), dqb + (gi * L + i0) * D, D);
             }
           }
           for (int64_t x = 0; x < nk * D; ++x) dk[(kvh * Sk + j0) * D + x] = Num<S>::st(dkb[x]);
@@ -381,8 +361,8 @@ KernelFn make_attention_gradient(const KernelCtx& c) {
   const int64_t group = p.hk > 0 ? p.hq / p.hk : 1, kv_tasks = p.hk > 0 ? p.bh / p.hq * p.hk : 0;
   const int64_t tasks = std::max(p.bh * ((p.L + kBlockQ - 1) / kBlockQ), kv_tasks);
   p.threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), tasks)));
-  gs.per_thread = size_t(2 * kBlockQ * (p.D + p.Dv) + kBlockK * (3 * p.D + 2 * p.Dv) + 2 * kBlockQ * kBlockK +
-                         group * p.L * p.D);
+  gs.per_thread = std::max(row_block_elements(p), size_t(kBlockQ * (p.D + p.Dv) + 2 * kBlockK * (p.D + p.Dv) +
+                                                         2 * kBlockQ * kBlockK + kBlockK + group * p.L * p.D));
   const bool dmask = c.out.size() > 3;
   gs.mask_parts = dmask ? (p.mask_shared ? p.threads : 1) : 0;
   return dispatch_float(c, "scaled_dot_product_attention_gradient", c.in[0].dtype, [&](auto s) -> KernelFn {
