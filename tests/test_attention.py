@@ -289,3 +289,20 @@ def test_backward_never_allocates_the_score_matrix():
     assert int(total) < scores // 4, r.stdout
     assert int(grown) < scores // 4, r.stdout
     assert np.isfinite(float(dq_sum)) and float(dq_sum) > 0
+
+
+@pytest.mark.parametrize("threads", [1, 0])
+@pytest.mark.parametrize("mask_shape", [(40, 1), (1, 300), (40, 300)])
+def test_gradient_one_head_split_over_keys(threads, mask_shape):
+    """Fewer (batch, key/value head) pairs than threads: the kernel splits the keys into ranges
+    (each with its own d query part, summed at the end); masks broadcast along the keys are
+    accumulated per thread. Same results as the decomposition with one thread or all."""
+    shapes = ((1, 1, 40, 16), (1, 1, 300, 16), (1, 1, 300, 8))
+    try:
+        mg.set_num_threads(threads)
+        _, _, _, kernel, dec = _kernel_and_decomposition(
+            lambda: _grad_graph(shapes, "float32", "float32", mask_shape, True), np.float32)
+    finally:
+        mg.set_num_threads(0)
+    for a, b in zip(kernel, dec):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)

@@ -238,14 +238,16 @@ KernelFn make_attention(const KernelCtx& c) {
 
 // The gradient (FlashAttention-2's backward). Pass 1, over (batch, head, query block): each
 // row's log-sum-exp (the forward's online softmax without the values) and delta = rowsum(dout *
-// out). Pass 2, one task per (batch, key/value head): for each key block, over the group's query
-// heads and query blocks, recompute P = exp(scores - lse), then dV += P^T dO, dP = dO V^T,
-// dS = P (dP - delta), dQ += dS K scale, dK += dS^T Q scale; dK and dV of the block are thus
-// summed over the group in one place and dQ stays in the task's own float buffer. Memory is
-// O(blocks + group x L x D); the L x S scores never exist.
+// out). Pass 2, one task per (batch, key/value head, range of key blocks): for each key block,
+// over the group's query heads and query blocks, recompute P = exp(scores - lse), then dV +=
+// P^T dO, dP = dO V^T, dS = P (dP - delta), dQ += dS K scale, dK += dS^T Q scale; dK and dV of
+// the block are thus summed over the group in one place, and each key range accumulates its own
+// float dQ, summed at the end (the ranges split the keys only when there are fewer (batch, key/
+// value head) pairs than threads). Memory is O(blocks + splits x L x D); never L x S.
 struct GradScratch {
-  size_t lse = 0, task = 0, mask = 0;  // scratch indices: lse + delta (2 bh L), per thread, mask partials
+  size_t lse = 0, task = 0, dq = 0, mask = 0;  // scratch: lse + delta (2 bh L), per thread, dQ parts, mask parts
   size_t per_thread = 0;
+  int64_t splits = 1;  // key ranges per (batch, key/value head)
   int mask_parts = 0;
 };
 
@@ -266,6 +268,7 @@ void run_attention_gradient(const AttentionPlan& p, const GradScratch& gs, const
   C* delta = lse + p.bh * p.L;
   C* scratch = static_cast<C*>(out[gs.task]);
   C* mparts = gs.mask_parts ? static_cast<C*>(out[gs.mask]) : nullptr;
+  C* dqp = static_cast<C*>(out[gs.dq]);
   const int64_t L = p.L, Sk = p.S, D = p.D, Dv = p.Dv, group = p.hq / p.hk;
   const C neg_inf = -std::numeric_limits<C>::infinity();
   const C scale = C(p.scale);
@@ -289,7 +292,7 @@ void run_attention_gradient(const AttentionPlan& p, const GradScratch& gs, const
     }
   });
 
-  const int64_t kv_tasks = p.bh / p.hq * p.hk;
+  const int64_t kv_tasks = p.bh / p.hq * p.hk, kblocks = (Sk + kBlockK - 1) / kBlockK;
   if (mparts) std::fill(mparts, mparts + size_t(gs.mask_parts) * size_t(p.mask_size), C(0));
   parallel_for(p.threads, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -302,13 +305,15 @@ void run_attention_gradient(const AttentionPlan& p, const GradScratch& gs, const
       C* tmp = dsb + kBlockQ * kBlockK;
       C* dkb = tmp + kBlockK;
       C* dvb = dkb + kBlockK * D;
-      C* dqb = dvb + kBlockK * Dv;  // group x L x D
       C* mp = mparts ? mparts + (gs.mask_parts > 1 ? size_t(t) * size_t(p.mask_size) : 0) : nullptr;
-      for (int64_t kvh = t; kvh < kv_tasks; kvh += p.threads) {  // kvh: (batch, key/value head) flattened
+      for (int64_t task = t; task < kv_tasks * gs.splits; task += p.threads) {
+        const int64_t kvh = task / gs.splits, split = task % gs.splits;  // kvh: (batch, key/value head)
         const int64_t bh0 = (kvh / p.hk) * p.hq + (kvh % p.hk) * group;
+        C* dqb = dqp + (split * p.bh + bh0) * L * D;  // the group's query heads, this key range's part
         std::fill(dqb, dqb + group * L * D, C(0));
-        for (int64_t j0 = 0; j0 < Sk; j0 += kBlockK) {
-          const int64_t nk = std::min(kBlockK, Sk - j0);
+        const int64_t jend = std::min(Sk, (split + 1) * kblocks / gs.splits * kBlockK);
+        for (int64_t j0 = split * kblocks / gs.splits * kBlockK; j0 < jend; j0 += kBlockK) {
+          const int64_t nk = std::min(kBlockK, jend - j0);
           load_rows(kk, kvh * Sk + j0, nk, D, kb);
           load_rows(v, kvh * Sk + j0, nk, Dv, vb);
           std::fill(dkb, dkb + nk * D, C(0));
@@ -343,8 +348,15 @@ void run_attention_gradient(const AttentionPlan& p, const GradScratch& gs, const
           for (int64_t x = 0; x < nk * D; ++x) dk[(kvh * Sk + j0) * D + x] = Num<S>::st(dkb[x]);
           for (int64_t x = 0; x < nk * Dv; ++x) dv[(kvh * Sk + j0) * Dv + x] = Num<S>::st(dvb[x]);
         }
-        for (int64_t x = 0; x < group * L * D; ++x) dq[bh0 * L * D + x] = Num<S>::st(dqb[x]);
       }
+    }
+  });
+  const int64_t nq = p.bh * L * D;
+  parallel_for(nq, 1 << 14, [&](int64_t x0, int64_t x1) {
+    for (int64_t x = x0; x < x1; ++x) {
+      C sum = dqp[x];
+      for (int64_t split = 1; split < gs.splits; ++split) sum += dqp[split * nq + x];
+      dq[x] = Num<S>::st(sum);
     }
   });
   if (dmask)
@@ -358,18 +370,23 @@ void run_attention_gradient(const AttentionPlan& p, const GradScratch& gs, const
 KernelFn make_attention_gradient(const KernelCtx& c) {
   AttentionPlan p = plan_attention(c, 5);
   GradScratch gs;
-  const int64_t group = p.hk > 0 ? p.hq / p.hk : 1, kv_tasks = p.hk > 0 ? p.bh / p.hq * p.hk : 0;
-  const int64_t tasks = std::max(p.bh * ((p.L + kBlockQ - 1) / kBlockQ), kv_tasks);
+  const int64_t kv_tasks = p.hk > 0 ? p.bh / p.hq * p.hk : 0;
+  const int64_t kblocks = (p.S + kBlockK - 1) / kBlockK;
+  if (kv_tasks > 0 && kv_tasks < num_threads())
+    gs.splits = std::max<int64_t>(1, std::min(kblocks, (num_threads() + kv_tasks - 1) / kv_tasks));
+  const int64_t tasks = std::max(p.bh * ((p.L + kBlockQ - 1) / kBlockQ), kv_tasks * gs.splits);
   p.threads = int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), tasks)));
   gs.per_thread = std::max(row_block_elements(p), size_t(kBlockQ * (p.D + p.Dv) + 2 * kBlockK * (p.D + p.Dv) +
-                                                         2 * kBlockQ * kBlockK + kBlockK + group * p.L * p.D));
+                                                         2 * kBlockQ * kBlockK + kBlockK));
   const bool dmask = c.out.size() > 3;
-  gs.mask_parts = dmask ? (p.mask_shared ? p.threads : 1) : 0;
+  // key ranges of one (batch, key/value head) share the elements of a mask broadcast along the keys
+  gs.mask_parts = dmask ? (p.mask_shared || gs.splits > 1 ? p.threads : 1) : 0;
   return dispatch_float(c, "scaled_dot_product_attention_gradient", c.in[0].dtype, [&](auto s) -> KernelFn {
     using S = decltype(s);
     const size_t cs = sizeof(typename Num<S>::C);
     gs.lse = c.scratch(size_t(2 * p.bh * p.L) * cs);
     gs.task = c.scratch(gs.per_thread * size_t(p.threads) * cs);
+    gs.dq = c.scratch(size_t(gs.splits * p.bh * p.L * p.D) * cs);
     gs.mask = c.scratch(size_t(gs.mask_parts) * size_t(p.mask_size) * cs);
     return [p, gs](const void* const* in, void* const* out) { run_attention_gradient<S>(p, gs, in, out); };
   });
