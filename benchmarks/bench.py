@@ -299,6 +299,38 @@ def w_depthwise(device, shape=(8, 144, 56, 56)):
     return {"mpsgraph": lambda: exe.run([td])}, f"MobileNet depthwise 3x3 conv of {shape} NCHW float32"
 
 
+def _attention_data(b, h, L, d):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((b, h, L, d)).astype(np.float32) for _ in range(4)]  # q, k, v, output weights
+
+
+def w_attention_train(device, b=1, h=8, L=2048, d=64):
+    """Causal attention forward + backward (d query, d key, d value of sum(w * attention)) at a long
+    sequence: the CPU runs the blocked forward and gradient kernels."""
+    data = _attention_data(b, h, L, d)
+    g = mg.Graph()
+    q, k, v, w = (g.placeholder((b, h, L, d), mg.float32) for _ in range(4))
+    y = g.scaled_dot_product_attention(q, k, v, causal=True)
+    grads = g.gradients(g.reduction_sum(y * w, axes=[0, 1, 2, 3]), [q, k, v])
+    exe = g.compile({t: ((b, h, L, d), mg.float32) for t in (q, k, v, w)}, [grads[t] for t in (q, k, v)],
+                    device=device)
+    tds = [mg.TensorData(a) for a in data]
+    return {"mpsgraph": lambda: exe.run(tds)}, f"causal attention fwd+bwd (B, H, L, D) = {(b, h, L, d)} float32"
+
+
+def torch_attention_train(b=1, h=8, L=2048, d=64):
+    """w_attention_train's peer: torch.nn.functional.scaled_dot_product_attention and autograd."""
+    import torch
+    q, k, v, w = (torch.from_numpy(a) for a in _attention_data(b, h, L, d))
+    q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+
+    def step():
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return torch.autograd.grad((y * w).sum(), [q, k, v])
+
+    return step
+
+
 def add_torch_peer(name, fns, device):
     """Same computation in PyTorch (CPU) where installed, for the simple workloads."""
     try:
@@ -341,6 +373,8 @@ def add_torch_peer(name, fns, device):
         x = torch.from_numpy(rng.standard_normal((8, 144, 56, 56)).astype(np.float32))
         w = torch.from_numpy(rng.standard_normal((144, 1, 3, 3)).astype(np.float32))
         fns["torch"] = lambda: torch.nn.functional.conv2d(x, w, padding=1, groups=144)
+    elif name == "attention_train":
+        fns["torch"] = torch_attention_train()
     elif name in ("rnn_loop", "rnn_loop_grad"):
         xs_np, w_np = _rnn_data()
         xs = torch.from_numpy(xs_np)
@@ -398,7 +432,8 @@ WORKLOADS = {"elementwise": w_elementwise, "matmul": w_matmul, "reduction": w_re
              "onnx_resnet18_b1": _onnx_workload("resnet18", 1), "onnx_resnet18_b8": _onnx_workload("resnet18", 8),
              "onnx_mobilenetv2_b1": _onnx_workload("mobilenet_v2", 1),
              "onnx_mobilenetv2_b8": _onnx_workload("mobilenet_v2", 8),
-             "chain16m": w_chain16m, "relu6": w_relu6, "maxpool": w_maxpool, "depthwise": w_depthwise}
+             "chain16m": w_chain16m, "relu6": w_relu6, "maxpool": w_maxpool, "depthwise": w_depthwise,
+             "attention_train": w_attention_train}
 WORKLOADS.update({name: _unary_workload(op) for name, (op, _) in _UNARY.items()})
 
 

@@ -139,3 +139,58 @@ row("scaled_dot_product_attention_mask_vs_torch", _sdpa_bool_mask, TorchRef(_tor
     [c for c in _MASKED if not c.attrs.get("causal")], doms=(_QKV, _QKV, _QKV, _KeepFirst()),
     input_dtypes=lambda d: (d, d, d, "bool"), tol=_TOL, covers=("scaled_dot_product_attention",),
     grad=Grad(wrt=(0, 1, 2), cases=()))
+
+
+# the gradient node itself (what the forward's gradient rule emits): d query, d key, d value (and
+# d mask) of sum(output_gradient * attention(...)), against torch.autograd; its own gradient
+# (second order, through its decomposition) by finite differences and torch's double backward
+def _sdpa_grad(g, q, k, v, dout, *m, **a):
+    mask = m[0] if m else None
+    out = g.scaled_dot_product_attention(q, k, v, mask=mask, **{n: x for n, x in a.items() if n != "mask_gradient"})
+    return g.scaled_dot_product_attention_gradient(q, k, v, out, dout, mask=mask, **a)
+
+
+def _torch_sdpa_grad(q, k, v, dout, *m, mask_gradient=False, **a):
+    torch = torch_module()
+    q, k, v = (t.detach().clone().requires_grad_(True) if not t.requires_grad else t for t in (q, k, v))
+    mask = m[0] if m else None
+    if mask is not None and mask_gradient and not mask.requires_grad:
+        mask = mask.detach().clone().requires_grad_(True)
+    wrt = (q, k, v) + ((mask,) if mask_gradient else ())
+    attn = mask
+    if mask is not None and a.get("causal"):  # torch refuses is_causal with a mask: fold it in
+        a = {**a, "causal": False}
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+        attn = mask & keep if mask.dtype == torch.bool else mask.masked_fill(~keep, float("-inf"))
+    y = _torch_sdpa(q, k, v, attn, **a)
+    return torch.autograd.grad(y, wrt, dout, create_graph=True)
+
+
+_GRAD_CASES = [
+    Case(((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 4), (2, 3, 5, 4)), label="bhld"),
+    Case(((2, 4, 5, 8), (2, 2, 7, 8), (2, 2, 7, 6), (2, 4, 5, 6)), label="gqa"),
+    Case(((1, 6, 40, 4), (1, 2, 70, 4), (1, 2, 70, 5), (1, 6, 40, 5)), {"causal": True}, label="gqa causal long"),
+    Case(((1, 2, 100, 8), (1, 2, 100, 8), (1, 2, 100, 8), (1, 2, 100, 8)), {"causal": True}, label="long causal"),
+    Case(((2, 3, 4), (2, 5, 4), (2, 5, 4), (2, 3, 4)), {"scale": 0.3}, label="scale"),
+    Case(((5, 4), (7, 4), (7, 3), (5, 3)), label="rank2"),
+]
+row("scaled_dot_product_attention_gradient", _sdpa_grad, TorchRef(_torch_sdpa_grad), ("float32", "float64"),
+    _GRAD_CASES, doms=_QKV, tol=_TOL, covers=("scaled_dot_product_attention_gradient",),
+    grad=Grad(wrt=(0, 1, 2, 3), cases=("bhld", "gqa"), vjp=False))
+
+_GRAD_MASKED = [
+    Case(((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 4), (2, 3, 5, 4), (5, 6)), label="mask (L, S)"),
+    Case(((2, 4, 5, 4), (2, 2, 6, 4), (2, 2, 6, 4), (2, 4, 5, 4), (4, 5, 6)), label="gqa mask per head"),
+    Case(((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 4), (2, 3, 5, 4), (2, 1, 5, 6)), label="mask per batch"),
+    Case(((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 4), (2, 3, 5, 4), (1, 6)), label="mask per key"),
+    Case(((1, 1, 40, 8), (1, 1, 130, 8), (1, 1, 130, 8), (1, 1, 40, 8), (40, 130)), {"causal": True},
+         label="long causal"),
+]
+row("scaled_dot_product_attention_gradient_bool_mask", _sdpa_grad, TorchRef(_torch_sdpa_grad),
+    ("float32", "float64"), _GRAD_MASKED, doms=(_QKV, _QKV, _QKV, _QKV, _KeepFirst()),
+    input_dtypes=lambda d: (d, d, d, d, "bool"), tol=_TOL, covers=("scaled_dot_product_attention_gradient",))
+# an additive mask's own gradient: the scores' gradient summed over the dims the mask broadcasts along
+row("scaled_dot_product_attention_gradient_mask", _sdpa_grad, TorchRef(_torch_sdpa_grad), ("float32", "float64"),
+    [Case(c.shapes, {**c.attrs, "mask_gradient": True}, label=c.label) for c in _GRAD_MASKED],
+    doms=_QKV, tol=_TOL, covers=("scaled_dot_product_attention_gradient",),
+    grad=Grad(wrt=(0, 1, 2, 3, 4), cases=("mask (L, S)",), vjp=False))

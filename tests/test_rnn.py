@@ -54,12 +54,21 @@ def test_lstm_outputs_and_static_shapes():
     assert h.shape == c.shape == (None, 2, 4)
 
 
-def test_gradient_needs_a_known_sequence_length():
+@pytest.mark.parametrize("op, G", [("single_gate_rnn", 1), ("lstm", 4), ("gru", 3)])
+@pytest.mark.parametrize("T, H", [(None, 4), (5, None)])
+def test_gradient_needs_a_known_sequence_length_and_hidden_size(op, G, T, H):
+    """gradients() unrolls the layer when it is called: T and H must be known then (documented);
+    the error names the op, both dims and what to do, and the graph stays usable."""
     g = mg.Graph()
-    x, R = _ph(g, (None, 2, 4)), _ph(g, (4, 4))
-    y = g.single_gate_rnn(x, R)
-    with pytest.raises(mg.GraphValueError, match=r"\[single_gate_rnn\].*sequence length.*must be known"):
-        g.gradients(g.reduction_sum(y, axes=[0, 1, 2]), [R])
+    x, R = _ph(g, (T, 2, G * 4)), _ph(g, (G * 4, H))
+    y = getattr(g, op)(x, R)
+    loss = g.reduction_sum(y, axes=[0, 1, 2])
+    with pytest.raises(mg.GraphValueError, match=rf"\[{op}\].*sequence length \(dim 0 of source \({T}, 2, {G * 4}\)\)"
+                       rf".*hidden size.*must be known.*gradients\(\) unrolls"):
+        g.gradients(loss, [R])
+    x2, R2 = _ph(g, (5, 2, G * 4)), _ph(g, (G * 4, 4))
+    d = g.gradients(g.reduction_sum(getattr(g, op)(x2, R2), axes=[0, 1, 2]), [R2])[R2]
+    assert d.shape == (G * 4, 4)
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/array.h"
+#include "core/autodiff.h"
 #include "core/ops/attention_attrs.h"
 #include "core/ops/common.h"
 
@@ -20,6 +21,7 @@ AttentionAttrs decode_attention(const Attrs& a) {
   r.has_scale = has_attr(a, "scale");
   if (r.has_scale) r.scale = get_attr<double>(a, "scale");
   r.causal = get_attr<bool>(a, "causal");
+  if (has_attr(a, "mask_gradient")) r.mask_gradient = get_attr<bool>(a, "mask_gradient");
   return r;
 }
 
@@ -131,6 +133,81 @@ std::vector<ValueRef> expand_attention(Graph& g, const std::vector<ValueRef>& in
   return std::vector<ValueRef>{bin(g, "matrix_multiplication", p, v)};
 }
 
+
+// Gradient inputs: query, key, value, output, output gradient, mask?; the mask is last so that
+// the five always-present inputs keep their positions.
+constexpr size_t kGradMask = 5;
+
+// (dq, dk, dv) of the inputs' types, and the mask's gradient when asked for (a float mask).
+std::vector<TensorType> infer_attention_gradient(InferCtx& c) {
+  std::vector<TensorType> fwd_in{c.in[0], c.in[1], c.in[2]};
+  std::vector<char> absent{0, 0, 0, 0};
+  if (c.present(kGradMask)) fwd_in.push_back(c.in[kGradMask]);
+  else absent[3] = 1;
+  Attrs fwd_attrs = c.attrs;
+  fwd_attrs.erase("mask_gradient");
+  InferCtx fc(c.op, c.node, fwd_in, fwd_attrs);
+  fc.absent = absent;
+  TensorType out = infer_attention(fc)[0];
+  auto differs = [&](const Shape& s) {
+    if (s.size() != out.shape.size()) return true;
+    for (size_t d = 0; d < s.size(); ++d)
+      if (dims_differ(s[d], out.shape[d])) return true;
+    return false;
+  };
+  for (size_t i = 3; i <= 4; ++i)
+    if (c.in[i].dtype != out.dtype || differs(c.in[i].shape))
+      c.fail(ErrorKind::Value, std::string(i == 3 ? "output" : "output gradient") + " " + type_str(c.in[i]) +
+                                   " does not match the attention's output " + type_str(out));
+  std::vector<TensorType> r{c.in[0], c.in[1], c.in[2]};
+  if (c.b("mask_gradient")) {
+    if (!c.present(kGradMask) || c.in[kGradMask].dtype == DType::Bool)
+      c.fail(ErrorKind::Value, "mask_gradient needs a float (additive) mask");
+    r.push_back(c.in[kGradMask]);
+  }
+  return r;
+}
+
+// The vector-Jacobian product of the forward decomposition: recomputes the L x S scores; the
+// reference the CPU kernel is tested against, and what second order differentiates.
+std::vector<ValueRef> expand_attention_gradient(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
+  Attrs fa = a;
+  fa.erase("mask_gradient");
+  std::vector<ValueRef> fwd_in{in[0], in[1], in[2]};
+  const bool has_mask = in.size() > kGradMask && in[kGradMask].valid();
+  if (has_mask) fwd_in.push_back(in[kGradMask]);
+  const int32_t first = int32_t(g.size());
+  std::vector<ValueRef> outs = expand_attention(g, fwd_in, fa);
+  std::vector<ValueRef> wrt{in[0], in[1], in[2]};
+  const bool dmask = get_attr<bool>(a, "mask_gradient");
+  if (dmask) wrt.push_back(in[kGradMask]);
+  std::vector<ValueRef> d = vjp(g, outs, {in[4]}, wrt, first);
+  for (size_t i = 0; i < d.size(); ++i)
+    if (!d[i].valid()) d[i] = zeros_like(g, wrt[i]);
+  return d;
+}
+
+// One gradient node: the CPU runs it blocked (never the L x S scores); elsewhere it expands.
+std::vector<ValueRef> grad_attention(GradCtx& c) {
+  const bool float_mask = c.node.inputs.size() > 3 && c.g.type(c.x(3)).dtype != DType::Bool;
+  const bool dmask = float_mask && c.wants(3);
+  Attrs a = c.node.attrs;
+  a["mask_gradient"] = dmask;
+  std::vector<ValueRef> in{c.x(0), c.x(1), c.x(2), c.y(0), c.dy[0]};
+  in.push_back(c.node.inputs.size() > 3 ? c.x(3) : ValueRef{});
+  std::vector<ValueRef> d = c.g.add("scaled_dot_product_attention_gradient", in, a);
+  std::vector<ValueRef> r{d[0], d[1], d[2]};
+  if (c.node.inputs.size() > 3) r.push_back(dmask ? d[3] : ValueRef{});
+  return r;
+}
+
+std::vector<AttrSpec> attention_attrs(bool gradient) {
+  std::vector<AttrSpec> r{optional_attr("scale", AttrKind::Float, "scores multiplier; default 1/sqrt(head size)"),
+                          attr("causal", AttrKind::Bool, false, "mask keys after the query's position")};
+  if (gradient) r.push_back(attr("mask_gradient", AttrKind::Bool, false, "also return the (float) mask's gradient"));
+  return r;
+}
+
 }  // namespace
 
 void register_attention_ops() {
@@ -143,15 +220,29 @@ void register_attention_ops() {
                       "(True attends, as PyTorch) or additive of the query's dtype (-inf masks). causal: query i "
                       "attends keys j <= i (PyTorch's is_causal; combines with a mask). scale defaults to "
                       "1/sqrt(D). A query that attends no key gives NaN, as softmax over only -inf does. The CPU "
-                      "kernel is blocked with an online softmax and never holds the L x S scores; gradients are "
-                      "those of the decomposition (recomputed scores).",
+                      "kernel is blocked with an online softmax and never holds the L x S scores; the gradient is one "
+                      "scaled_dot_product_attention_gradient node.",
                .inputs = {{"query"}, {"key"}, {"value"}, {"mask", false, true}},
-               .attrs = {optional_attr("scale", AttrKind::Float, "scores multiplier; default 1/sqrt(head size)"),
-                         attr("causal", AttrKind::Bool, false, "mask keys after the query's position")},
+               .attrs = attention_attrs(false),
                .decode = attr_decoder(decode_attention),
                .infer = infer_attention,
+               .grad = grad_attention,
                .family = "attention",
                .expand = expand_attention});
+  register_op({.name = "scaled_dot_product_attention_gradient",
+               .doc = "Gradients of scaled_dot_product_attention(query, key, value, mask, scale, causal) given its "
+                      "output and the output's gradient: (d query, d key, d value), and d mask when mask_gradient "
+                      "(a float mask; summed over the dims it broadcasts along). Key/value gradients are summed over "
+                      "the query heads of their group. The CPU kernel recomputes the probabilities block by block "
+                      "from each row's log-sum-exp (FlashAttention-2's backward) and never holds the L x S scores; "
+                      "the decomposition (and so second order) is the forward decomposition's gradient.",
+               .inputs = {{"query"}, {"key"}, {"value"}, {"output"}, {"output_gradient"}, {"mask", false, true}},
+               .attrs = attention_attrs(true),
+               .decode = attr_decoder(decode_attention),
+               .infer = infer_attention_gradient,
+               .multi_output = true,
+               .family = "attention",
+               .expand = expand_attention_gradient});
 }
 
 }  // namespace mg::ops

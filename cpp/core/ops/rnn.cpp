@@ -181,7 +181,8 @@ std::vector<ValueRef> expand_rnn(Graph& g, const std::vector<ValueRef>& in, cons
   if (T < 0 || H < 0)
     raise(ErrorKind::Value, name_of(kind), "",
           "the sequence length (dim 0 of source " + shape_str(xs) + ") and the hidden size (last dim of "
-          "recurrent_weight " + shape_str(rs) + ") must be known to unroll the layer");
+          "recurrent_weight " + shape_str(rs) + ") must be known to unroll the layer; gradients() unrolls it "
+          "when called, so build the layer whose gradient is taken with placeholders of known T and H");
   if (T == 0) {
     if (xs[1] < 0) raise(ErrorKind::Value, name_of(kind), "", "an empty sequence needs a known batch, got " + shape_str(xs));
     ValueRef z = call(g, "zeros", {}, {{"shape", Shape{0, xs[1], D * H}}, {"dtype", g.type(in[0]).dtype}});
@@ -291,7 +292,8 @@ const char* kShapesDoc =
     "init_state (N, D*H), zeros when absent; mask broadcasts to (N, D*H) and multiplies the state where it enters "
     "the recurrent product (dropout). Result (T, N, D*H): the state at every step. The backward direction's "
     "state at t has read source[t:] (as PyTorch's). Weights are laid out as PyTorch's weight_ih / weight_hh. Any "
-    "float dtype. Gradients: through the unrolled steps (the sequence length must be known when they are built).";
+    "float dtype. Gradients: through the unrolled steps (the sequence length T and hidden size H must be known "
+    "when gradients() is called).";
 
 void register_rnn_op(Cell kind, std::string doc, std::vector<AttrSpec> extra, RNNAttrs (*decode)(const Attrs&)) {
   std::vector<AttrSpec> attrs = common_attrs();
