@@ -63,27 +63,15 @@ std::vector<MPSGraphTensor*> lower_sample_grid(LowerCtx& c) {
   if (c.in[0] == nil) return {c.fill(0.0, c.out())};
   const ops::SampleGridAttrs& a = typed_attrs<ops::SampleGridAttrs>(c.node);
   if (@available(macOS 13.2, *)) {
-    if (a.nearest)
-      return {[c.g sampleGridWithSourceTensor:c.in[0]
-                             coordinateTensor:c.in[1]
-                                       layout:MPSGraphTensorNamedDataLayoutNCHW
-                         normalizeCoordinates:YES
-                          relativeCoordinates:NO
-                                 alignCorners:a.align_corners
-                                  paddingMode:MPSGraphPaddingModeZero
-                          nearestRoundingMode:MPSGraphResizeNearestRoundingModeRoundToEven
-                                constantValue:0.0
-                                         name:nil]};
-    return {[c.g sampleGridWithSourceTensor:c.in[0]
-                           coordinateTensor:c.in[1]
-                                     layout:MPSGraphTensorNamedDataLayoutNCHW
-                       normalizeCoordinates:YES
-                        relativeCoordinates:NO
-                               alignCorners:a.align_corners
-                                paddingMode:MPSGraphPaddingModeZero
-                               samplingMode:MPSGraphResizeBilinear
-                              constantValue:0.0
-                                       name:nil]};
+    MPSGraphTensor *x = c.in[0], *grid = c.in[1];
+    const MPSGraphTensorNamedDataLayout nchw = MPSGraphTensorNamedDataLayoutNCHW;
+    if (a.nearest)  // halves round to even, as torch's nearbyint
+      return {[c.g sampleGridWithSourceTensor:x coordinateTensor:grid layout:nchw normalizeCoordinates:YES
+                          relativeCoordinates:NO alignCorners:a.align_corners paddingMode:MPSGraphPaddingModeZero
+                          nearestRoundingMode:MPSGraphResizeNearestRoundingModeRoundToEven constantValue:0.0 name:nil]};
+    return {[c.g sampleGridWithSourceTensor:x coordinateTensor:grid layout:nchw normalizeCoordinates:YES
+                        relativeCoordinates:NO alignCorners:a.align_corners paddingMode:MPSGraphPaddingModeZero
+                               samplingMode:MPSGraphResizeBilinear constantValue:0.0 name:nil]};
   }
   c.needs_macos("13.2", "sample_grid (MPSGraph's sampleGridWithSourceTensor:)");
 }
