@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/array.h"
 #include "core/ops/common.h"
 #include "core/ops/linalg_attrs.h"
 
@@ -288,6 +289,14 @@ std::vector<ValueRef> expand_triangular_solve(Graph& g, const std::vector<ValueR
   return {to(g, left ? x : mt(g, x), t)};
 }
 
+// The column (m, 1) of row numbers 0 .. m-1 (int32, the dtype of reduction_arg_maximum).
+ValueRef row_iota(Graph& g, int64_t m) {
+  auto a = Array::empty(DType::Int32, {m, 1});
+  auto* p = static_cast<int32_t*>(a->data());
+  for (int64_t i = 0; i < m; ++i) p[i] = int32_t(i);
+  return g.constant(a);
+}
+
 // LU with partial pivoting (the first largest |pivot|, as LAPACK's getrf): the pivots of each
 // elimination step and the sign of the row permutation, as (..., 1, n) and (..., 1, 1). An exactly
 // zero column is skipped (its pivot is 0), as getrf does, so a singular matrix has a zero pivot.
@@ -297,12 +306,15 @@ std::pair<ValueRef, ValueRef> lu_pivots(Graph& g, ValueRef a, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
     const int64_t m = n - j;
     if (m > 1) {
-      // swap row 0 and the pivot row p: S += (e0 - ep) (S[p] - S[0])
-      ValueRef p = call(g, "reduction_arg_maximum", {un(g, "absolute", sl(g, a, -1, 0, 1))}, {{"axis", int64_t(-2)}, {"keep_dims", false}});
-      ValueRef ep = call(g, "one_hot", {p}, {{"depth", m}, {"axis", int64_t(-2)}, {"dtype", g.type(a).dtype}});
+      // swap row 0 and the pivot row p: S += (u0 - ep) (S[p] - S[0]), ep = (iota == p) (elementwise,
+      // so every backend with the elementwise family runs it)
+      const DType ct = g.type(a).dtype;
+      ValueRef iota = row_iota(g, m);
+      ValueRef p = call(g, "reduction_arg_maximum", {un(g, "absolute", sl(g, a, -1, 0, 1))}, {{"axis", int64_t(-2)}});
+      ValueRef ep = to(g, bin(g, "equal", iota, p), ct);
       ValueRef e0 = sl(g, ep, -2, 0, 1);  // 1 where no swap
       ValueRef diff = bin(g, "subtraction", mm(g, mt(g, ep), a), sl(g, a, -2, 0, 1));
-      ValueRef unit0 = call(g, "one_hot", {zeros_like(g, p)}, {{"depth", m}, {"axis", int64_t(-2)}, {"dtype", g.type(a).dtype}});
+      ValueRef unit0 = to(g, bin(g, "equal", iota, k(g, 0.0, iota)), ct);
       a = bin(g, "addition", a, bin(g, "multiplication", bin(g, "subtraction", unit0, ep), diff));
       ValueRef s = bin(g, "subtraction", bin(g, "multiplication", e0, k(g, 2.0, e0)), k(g, 1.0, e0));
       sign = sign.valid() ? bin(g, "multiplication", sign, s) : s;
