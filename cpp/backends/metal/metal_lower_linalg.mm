@@ -4,7 +4,7 @@
 // float32 as they are); solve is inverse(a) @ b, which is less accurate than the CPU's LU solve
 // for ill-conditioned a. MPSGraph has no LU, Cholesky or triangular solve: cholesky,
 // triangular_solve, determinant and log_determinant run as their core decompositions (unrolled
-// column loops of matmuls, slices and elementwise ops, up to 64 x 64; larger ones raise
+// column loops of matmuls, slices and elementwise ops, up to 128 x 128; larger ones raise
 // NotImplemented naming the op and n); docs/metal.md lists them.
 #include "backends/metal/metal_internal.h"
 

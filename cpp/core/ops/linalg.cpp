@@ -7,7 +7,7 @@
 // definite NaN (as JAX; numpy and torch raise).
 //
 // cholesky, triangular_solve, determinant and log_determinant are composites: the CPU runs its
-// LAPACK kernels, other backends (Metal, CUDA) their decompositions, unrolled up to 64 x 64.
+// LAPACK kernels, other backends (Metal, CUDA) their decompositions, unrolled up to 128 x 128.
 //
 // Gradients are written with these ops, matrix_multiplication and band_part, so second order works.
 // Ops that read only a triangle of a matrix (cholesky, triangular_solve) have gradients confined to
@@ -201,10 +201,16 @@ std::vector<ValueRef> grad_log_determinant(GradCtx& c) {
 // Unrolled over the columns of a static n x n matrix with the public builder ops, so a backend
 // runs them from matrix multiplication, slices and elementwise ops. The graph grows with n: above
 // kMaxUnrolled the decomposition refuses (the CPU's LAPACK kernel runs any size).
-constexpr int64_t kMaxUnrolled = 64;
+constexpr int64_t kMaxUnrolled = 128;
 
-int64_t unrolled_size(Graph& g, ValueRef a, const char* op) {
-  const int64_t n = g.type(a).shape.back();
+// The matrix size n of input a, every input's dims known (specialisation expands a composite only
+// then; a picture of a graph with unknown dims leaves it folded).
+int64_t unrolled_size(Graph& g, const std::vector<ValueRef>& in, const char* op) {
+  for (ValueRef v : in)
+    if (!shape_known(g.type(v).shape))
+      raise(ErrorKind::NotImplemented, op, "",
+            "the decomposition unrolls over the matrix size, which must be known: got " + type_str(g.type(v)));
+  const int64_t n = g.type(in[0]).shape.back();
   if (n > kMaxUnrolled)
     raise(ErrorKind::NotImplemented, op, "",
           "a " + std::to_string(n) + "x" + std::to_string(n) +
@@ -234,7 +240,7 @@ ValueRef to(Graph& g, ValueRef v, DType t) {
 std::vector<ValueRef> expand_cholesky(Graph& g, const std::vector<ValueRef>& in, const Attrs& attrs) {
   const bool upper = get_attr<bool>(attrs, "upper");
   const DType t = g.type(in[0]).dtype;
-  const int64_t n = unrolled_size(g, in[0], "cholesky");
+  const int64_t n = unrolled_size(g, in, "cholesky");
   if (n == 0) return {zeros_like(g, in[0])};
   ValueRef a = to(g, upper ? mt(g, in[0]) : in[0], compute_type(t));
   ValueRef l, ok;
@@ -259,7 +265,7 @@ std::vector<ValueRef> expand_triangular_solve(Graph& g, const std::vector<ValueR
   bool upper = get_attr<bool>(attrs, "upper");
   const bool left = get_attr<bool>(attrs, "left"), unit = get_attr<bool>(attrs, "unit_diagonal");
   const DType t = g.type(in[0]).dtype;
-  const int64_t n = unrolled_size(g, in[0], "triangular_solve");
+  const int64_t n = unrolled_size(g, in, "triangular_solve");
   const Shape &as = g.type(in[0]).shape, &bs = g.type(in[1]).shape;
   Shape out = *broadcast_shapes(batch_of(as, 2), batch_of(bs, 2));
   Shape a_shape = out, b_shape = out;
@@ -343,7 +349,7 @@ ValueRef reduce_matrix(Graph& g, const char* op, ValueRef v) {
 // det = sign(P) prod(pivots); 1 for 0x0 matrices.
 std::vector<ValueRef> expand_determinant(Graph& g, const std::vector<ValueRef>& in, const Attrs&) {
   const DType t = g.type(in[0]).dtype;
-  const int64_t n = unrolled_size(g, in[0], "determinant");
+  const int64_t n = unrolled_size(g, in, "determinant");
   if (n == 0) return {reduce_matrix(g, "reduction_product", in[0])};
   auto [pivots, sign] = lu_pivots(g, to(g, in[0], compute_type(t)), n);
   return {to(g, squeeze_matrix(g, bin(g, "multiplication", sign, call(g, "reduction_product", {pivots}, {{"axes", std::vector<int64_t>{-1}}}))), t)};
@@ -352,7 +358,7 @@ std::vector<ValueRef> expand_determinant(Graph& g, const std::vector<ValueRef>& 
 // (sign(P) prod(sign(pivots)), sum(log|pivots|)): (0, -inf) with a zero pivot, NaN with a NaN one.
 std::vector<ValueRef> expand_log_determinant(Graph& g, const std::vector<ValueRef>& in, const Attrs&) {
   const DType t = g.type(in[0]).dtype;
-  const int64_t n = unrolled_size(g, in[0], "log_determinant");
+  const int64_t n = unrolled_size(g, in, "log_determinant");
   if (n == 0) {
     ValueRef one = reduce_matrix(g, "reduction_product", in[0]);
     return {one, reduce_matrix(g, "reduction_sum", in[0])};
