@@ -91,7 +91,8 @@ def test_every_registered_elementwise_op_has_a_row():
 
 
 # the families whose ops are all rows of the table, with gradient checks where differentiable
-NN_FAMILIES = ("activation", "nn", "normalization", "convolution", "pooling", "resize", "optimizer", "random")
+NN_FAMILIES = ("activation", "nn", "normalization", "convolution", "pooling", "resize", "optimizer", "random",
+               "attention", "rnn", "linalg", "image", "fft")
 
 
 def _family_ops(families):

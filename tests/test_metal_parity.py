@@ -65,7 +65,7 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "instance_normalization", "group_normalization", "leaky_relu", "stochastic_gradient_descent", "adam", "adamw",
     "convolution_2d", "convolution_3d", "avg_pooling_2d", "avg_pooling_4d",
     "scaled_dot_product_attention", "single_gate_rnn", "lstm", "gru",
-    "matrix_inverse", "solve", "hamming_distance", "stencil"}
+    "matrix_inverse", "solve", "hamming_distance", "stencil", "dequantize", "sample_grid"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -1190,6 +1190,56 @@ def test_quantization_and_sample_grid_compositions():
                                   g.dequantize_lut(g.cast(g.quantize(a, 0.05, 0.0, dtype="uint8"), "uint8"), t),
                                   g.sample_grid(a, gr), g.sample_grid(a, gr, mode="nearest", padding_mode="reflection")],
            [x, grid, scale, lut])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_dequantize_native_and_composed_forms(dtype):
+    """int8 / uint8 x with a zero point of its own dtype is MPSGraph's dequantize (per axis and per
+    tensor); a float zero point or an int32 x is the decomposition's arithmetic."""
+    rng = np.random.default_rng(21)
+    q8 = rng.integers(-128, 128, size=(2, 3, 5)).astype(np.int8)
+    u8 = rng.integers(0, 256, size=(4, 3)).astype(np.uint8)
+    i32 = rng.integers(-1000, 1000, size=(3, 4)).astype(np.int32)
+    scale = np.array([0.05, 0.1, 0.02], np.float32)
+    z8, zu = np.array([3, -7, 0], np.int8), np.array([120], np.uint8)
+
+    def build(g, a, b, c, s, z, w):
+        return [g.dequantize(a, s, z, axis=1, dtype=dtype), g.dequantize(a, g.slice(s, 0, 1, 1), g.slice(z, 0, 0, 1),
+                                                                         dtype=dtype),
+                g.dequantize(b, s, w, axis=-1, dtype=dtype), g.dequantize(b, g.constant(np.array([0.25], np.float32)), w, dtype=dtype),
+                g.dequantize(a, s, 2.5, axis=1, dtype=dtype), g.dequantize(c, 0.01, 4.0, dtype=dtype)]
+    _check(build, [q8, u8, i32, scale, z8, zu], {"float32": (1e-6, 1e-7), "float16": (1e-3, 1e-3)}[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("align", [False, True])
+def test_sample_grid_native_and_composed_forms(dtype, align):
+    """zeros padding (bilinear, nearest) is MPSGraph's sampleGrid; border and reflection are the
+    decomposition. The grid reaches past [-1, 1] and lands on pixel centres and halves."""
+    x = _rand((2, 3, 5, 4), dtype, 22)
+    grid = _rand((2, 4, 6, 2), "float32", 23, -1.3, 1.3)
+    grid[0, 0, :, 0] = np.linspace(-1, 1, 6)  # exact centres / edges for either align_corners
+    grid = grid.astype(dtype)
+    _check(lambda g, a, gr: [g.sample_grid(a, gr, align_corners=align),
+                             g.sample_grid(a, gr, mode="nearest", align_corners=align),
+                             g.sample_grid(a, gr, padding_mode="border", align_corners=align),
+                             g.sample_grid(a, gr, mode="nearest", padding_mode="reflection", align_corners=align)],
+           [x, grid], _TOL16[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_linalg_decompositions_match_lapack(dtype):
+    """cholesky, triangular_solve, determinant and log_determinant run on Metal as their unrolled
+    decompositions (the CPU keeps LAPACK)."""
+    rng = np.random.default_rng(24)
+    m = rng.uniform(-1, 1, (3, 5, 5))
+    spd = (m @ np.swapaxes(m, -1, -2) + 5 * np.eye(5)).astype(dtype)
+    a = (rng.uniform(-0.3, 0.3, (3, 5, 5)) + np.eye(5) * np.array([1, -1, 1, 1, -1])).astype(dtype)
+    b = rng.uniform(-1, 1, (5, 2)).astype(dtype)
+    _check(lambda g, s, x, y: [g.cholesky(s), g.cholesky(s, upper=True), g.triangular_solve(x, y, upper=False),
+                               g.triangular_solve(x, g.swap_axes(y, 0, 1), upper=True, left=False),
+                               g.determinant(x), *g.log_determinant(x)],
+           [spd, a, b], {"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-2)}[dtype])
 
 
 @pytest.mark.parametrize("boundary", ["zero", "clamp_to_edge", "reflect", "symmetric", "periodic"])

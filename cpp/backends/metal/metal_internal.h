@@ -194,6 +194,7 @@ void register_gather_lowerings();
 void register_sort_lowerings();
 void register_linalg_lowerings();
 void register_image_lowerings();
+void register_quantization_lowerings();
 void register_control_flow_lowerings();
 void register_nn_lowerings();
 void register_fft_lowerings();  // after elementwise: extends absolute and cast to complex

@@ -104,6 +104,7 @@ void ensure_registered() {
     register_sort_lowerings();
     register_linalg_lowerings();
     register_image_lowerings();
+    register_quantization_lowerings();
     register_control_flow_lowerings();
     register_nn_lowerings();
     register_fft_lowerings();

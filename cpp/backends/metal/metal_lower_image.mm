@@ -1,14 +1,23 @@
-// Lowerings of the image family (core/ops/image.cpp). sample_grid is a composite (its
-// decomposition's ops are lowered); hamming_distance is MPSGraph's HammingDistanceWithPrimary
-// Tensor:secondaryTensor:resultDataType: (macOS 13); stencil is stencilWithSourceTensor:
-// weightsTensor:descriptor: (macOS 12) with the padding resolved to explicit values, in float32
-// for bfloat16. im_to_col, col_to_im and non_maximum_suppression are not lowered: Apple documents
-// neither the column layout of imToCol / colToIm nor the result of its NMS (docs/metal.md).
+// Lowerings of the image family (core/ops/image.cpp). hamming_distance is MPSGraph's
+// HammingDistanceWithPrimaryTensor:secondaryTensor:resultDataType: (macOS 13); stencil is
+// stencilWithSourceTensor:weightsTensor:descriptor: (macOS 12) with the padding resolved to
+// explicit values, in float32 for bfloat16.
+//
+// sample_grid (a composite) is MPSGraph's sampleGridWithSourceTensor:... (macOS 13.2) in the form
+// PyTorch's MPS backend used for F.grid_sample: NCHW, normalised absolute (x, y) coordinates,
+// bilinear or nearest with round-to-even, zero padding, either align_corners, float32 / float16.
+// Border padding (PyTorch refused it) and reflection (MPSGraph documents neither how often far
+// coordinates are reflected nor how bilinear weights meet a reflected border) are not claimed:
+// they run as the decomposition, as do bfloat16 and macOS before 13.2.
+//
+// im_to_col, col_to_im and non_maximum_suppression are not lowered: Apple documents neither the
+// column layout of imToCol / colToIm nor the result of its NMS (docs/metal.md).
 #include <cstdint>
 #include <vector>
 
 #include "backends/metal/metal_internal.h"
 #include "core/ops/image_attrs.h"
+#include "core/typed_attrs.h"
 
 namespace mg::metal {
 
@@ -41,9 +50,36 @@ MPSGraphPaddingMode boundary_mode(ops::StencilBoundary b) {
   }
 }
 
+bool claim_sample_grid(const Node& n) {
+  const DType t = n.outputs.at(0).dtype;
+  if (t != DType::Float32 && t != DType::Float16) return false;
+  if (typed_attrs<ops::SampleGridAttrs>(n).padding != ops::GridPadding::Zeros) return false;
+  if (@available(macOS 13.2, *)) return true;
+  return false;
+}
+
+std::vector<MPSGraphTensor*> lower_sample_grid(LowerCtx& c) {
+  // an empty image (H or W of 0) with a non-empty grid: every sample falls in the zero padding
+  if (c.in[0] == nil) return {c.fill(0.0, c.out())};
+  const ops::SampleGridAttrs& a = typed_attrs<ops::SampleGridAttrs>(c.node);
+  if (@available(macOS 13.2, *)) {
+    MPSGraphTensor *x = c.in[0], *grid = c.in[1];
+    const MPSGraphTensorNamedDataLayout nchw = MPSGraphTensorNamedDataLayoutNCHW;
+    if (a.nearest)  // halves round to even, as torch's nearbyint
+      return {[c.g sampleGridWithSourceTensor:x coordinateTensor:grid layout:nchw normalizeCoordinates:YES
+                          relativeCoordinates:NO alignCorners:a.align_corners paddingMode:MPSGraphPaddingModeZero
+                          nearestRoundingMode:MPSGraphResizeNearestRoundingModeRoundToEven constantValue:0.0 name:nil]};
+    return {[c.g sampleGridWithSourceTensor:x coordinateTensor:grid layout:nchw normalizeCoordinates:YES
+                        relativeCoordinates:NO alignCorners:a.align_corners paddingMode:MPSGraphPaddingModeZero
+                               samplingMode:MPSGraphResizeBilinear constantValue:0.0 name:nil]};
+  }
+  c.needs_macos("13.2", "sample_grid (MPSGraph's sampleGridWithSourceTensor:)");
+}
+
 }  // namespace
 
 void register_image_lowerings() {
+  register_composite_lowering("sample_grid", claim_sample_grid, lower_sample_grid);
   register_lowering("hamming_distance", [](LowerCtx& c) {
     if (@available(macOS 13.0, *)) {
       MPSDataType rt = mps_dtype(c.out().dtype, c.op, c.node.name);

@@ -3,8 +3,9 @@
 // matrix_inverse is MPSGraph's inverseOfTensor: (macOS 13), in float32 for bfloat16 (float16 and
 // float32 as they are); solve is inverse(a) @ b, which is less accurate than the CPU's LU solve
 // for ill-conditioned a. MPSGraph has no LU, Cholesky or triangular solve: cholesky,
-// triangular_solve, determinant and log_determinant are not lowered (the backend raises
-// NotImplemented naming the op); docs/metal.md lists them.
+// triangular_solve, determinant and log_determinant run as their core decompositions (unrolled
+// column loops of matmuls, slices and elementwise ops, up to 128 x 128; larger ones raise
+// NotImplemented naming the op and n); docs/metal.md lists them.
 #include "backends/metal/metal_internal.h"
 
 namespace mg::metal {

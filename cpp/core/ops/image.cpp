@@ -150,6 +150,13 @@ std::vector<ValueRef> grad_col_to_im(GradCtx& c) {
 
 // ---- sample_grid ----
 
+SampleGridAttrs decode_sample_grid(const Attrs& a) {
+  const std::string& p = get_attr<std::string>(a, "padding_mode");
+  return {get_attr<std::string>(a, "mode") == "nearest",
+          p == "border" ? GridPadding::Border : p == "reflection" ? GridPadding::Reflection : GridPadding::Zeros,
+          get_attr<bool>(a, "align_corners")};
+}
+
 std::vector<TensorType> infer_sample_grid(InferCtx& c) {
   require_class(c, 0, kFloat);
   c.same_dtype(0, 1);
@@ -451,6 +458,7 @@ void register_image_ops() {
                               "'zeros', 'border' or 'reflection'"),
                          attr("align_corners", AttrKind::Bool, false,
                               "-1 and 1 are the centres of the corner pixels (else their outer edges)")},
+               .decode = attr_decoder(decode_sample_grid),
                .infer = infer_sample_grid,
                .aliases = {"grid_sample"},
                .family = "image",

@@ -13,6 +13,14 @@ struct ImToColAttrs {
   std::vector<int64_t> image;                     // col_to_im: output (height, width); empty for im_to_col
 };
 
+// sample_grid (torch's grid_sample).
+enum class GridPadding { Zeros, Border, Reflection };
+struct SampleGridAttrs {
+  bool nearest = false;  // else bilinear
+  GridPadding padding = GridPadding::Zeros;
+  bool align_corners = false;
+};
+
 // stencil: a 4-D window over the last 4 dims of x.
 enum class StencilReduction { Sum, Product, Min, Max };
 enum class StencilBoundary { Constant, Zero, ClampToEdge, Reflect, Symmetric, Periodic, AntiPeriodic };

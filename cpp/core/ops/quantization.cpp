@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/ops/common.h"
+#include "core/ops/quantization_attrs.h"
 
 namespace mg::ops {
 
@@ -92,6 +93,10 @@ std::vector<TensorType> infer_dequantize_lut(InferCtx& c) {
     c.fail(ErrorKind::Value, "the leading dims of 'lut' " + shape_str(ls) + " do not broadcast against x " +
                                  shape_str(c.in[0].shape));
   return {{c.in[1].dtype, *out}};
+}
+
+QuantAttrs decode_quant(const Attrs& a) {
+  return {get_attr<DType>(a, "dtype"), has_attr(a, "axis") ? get_attr<int64_t>(a, "axis") : int64_t(-1)};
 }
 
 // ---- decompositions ----
@@ -193,6 +198,7 @@ void register_quantization_ops() {
                       "The integer result carries no gradient; use fake_quantize for a straight-through one.",
                .inputs = kQuantInputs,
                .attrs = quant_attrs(DType::Int8, "int8 or uint8"),
+               .decode = attr_decoder(decode_quant),
                .infer = infer_quantize,
                .differentiable = Differentiable::No,
                .family = "quantization",
@@ -204,6 +210,7 @@ void register_quantization_ops() {
                       "scale and a floating-point zero_point.",
                .inputs = kDequantInputs,
                .attrs = quant_attrs(DType::Float32, "the floating-point result dtype"),
+               .decode = attr_decoder(decode_quant),
                .infer = infer_dequantize,
                .family = "quantization",
                .expand = expand_dequantize});
@@ -214,6 +221,7 @@ void register_quantization_ops() {
                       "clamps; scale and zero_point get none.",
                .inputs = kQuantInputs,
                .attrs = quant_attrs(DType::Int8, "int8 or uint8: the range quantized to"),
+               .decode = attr_decoder(decode_quant),
                .infer = infer_fake_quantize,
                .grad = grad_fake_quantize,
                .family = "quantization",
