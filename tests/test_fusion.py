@@ -227,3 +227,54 @@ def test_random_dags_fused_equal_unfused(case, seed):
         plain, _ = compile_run(build, arrays, False)
     for a, b in zip(fused, plain):
         np.testing.assert_array_equal(a, b)
+
+
+# ---------------- the training step: variable updates and pass-through gradients ----------------
+
+def test_variable_updates_in_place_never_touch_held_values():
+    """A run's assign overwrites the value the previous run stored when nothing else holds it;
+    a value held from Python (or borrowed from numpy by set_variable) is never written."""
+    g = mg.Graph()
+    v = g.variable(np.zeros(5000, np.float32))
+    p = g.placeholder((5000,), mg.float32)
+    op = g.assign(v, v * 0.5 + p)
+    exe = g.compile({p: ((5000,), mg.float32)}, [], target_operations=[op], device="cpu")
+    x = np.linspace(-1, 1, 5000).astype(np.float32)
+    ref = np.zeros(5000, np.float32)
+    held, ptrs = [], []
+    for k in range(6):
+        exe.run([x])
+        ref = ref * np.float32(0.5) + x
+        if k == 2:
+            held.append((v.value.numpy(), ref.copy()))  # a Python view of this run's value
+        np.testing.assert_array_equal(v.value.numpy(), ref)
+        ptrs.append(v.value.data_ptr)
+    assert ptrs[4] == ptrs[5]  # updated in place: no allocation per run
+    kept, expect = held[0]
+    np.testing.assert_array_equal(kept, expect)  # later runs did not write into the held value
+    user = np.ones(5000, np.float32)
+    g.set_variable(v, user)
+    exe.run([x])
+    exe.run([x])
+    np.testing.assert_array_equal(user, np.ones(5000, np.float32))
+    np.testing.assert_array_equal(v.value.numpy(), (np.float32(0.5) + x) * np.float32(0.5) + x)
+
+
+def test_same_shape_sum_to_like_is_a_view_and_bias_gradients_are_right():
+    """Gradients of same-shape operands pass sum_to_like through without a copy; bias
+    gradients (broadcast operands) are still column sums."""
+    rng = np.random.default_rng(5)
+    x, b = rand((64, 30), np.float32, rng), rand((30,), np.float32, rng)
+    g = mg.Graph()
+    px, pb = g.placeholder(x.shape, mg.float32), g.placeholder(b.shape, mg.float32)
+    h = g.relu(px + pb)
+    loss = g.reduction_sum(h * px, axes=None, keep_dims=False)
+    grads = g.gradients(loss, [px, pb])
+    exe = g.compile({px: (x.shape, mg.float32), pb: (b.shape, mg.float32)}, [grads[px], grads[pb]], device="cpu")
+    dx, db = (r.numpy() for r in exe.run([x, b]))
+    x64, b64 = x.astype(np.float64), b.astype(np.float64)
+    on = (x64 + b64) > 0
+    np.testing.assert_allclose(dx, np.where(on, x64, 0) + np.maximum(x64 + b64, 0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(db, np.where(on, x64, 0).sum(axis=0), rtol=1e-5, atol=1e-5)
+    assert all(e["storage"] == "view" for e in exe.memory_plan()
+               if e["op"] == "sum_to_like" and e["nbytes"] == x.nbytes)
