@@ -415,6 +415,7 @@ class CpuProgram final : public Program {
         const TensorType& ty = g.type(sg.targets[t]);
         copies_.push_back({slot_of.at(sg.targets[t]), int(t), size_t(num_elements(ty.shape)) * dtype_size(ty.dtype)});
       }
+    for (auto& a : assigns_) assign_reads_var_ = assign_reads_var_ || slots_[size_t(a.slot)].kind == SlotKind::Var;
     plan_memory();
     ptr_.resize(slots_.size());
     for (size_t s = 0; s < slots_.size(); ++s) {
@@ -454,13 +455,13 @@ class CpuProgram final : public Program {
     }
     for (auto& c : copies_)
       if (c.nbytes) std::memcpy(outputs[size_t(c.out)]->data(), ptr_[size_t(c.slot)], c.nbytes);
-    held.clear();  // this run's reads are over
     for (auto& a : assigns_) {  // assigns land when the run completes
-      {  // the value this program stored last time, if nothing else holds it or its memory: overwrite it
+      if (!assign_reads_var_) {  // the value this program stored last time, if only the store (and this run) hold it: overwrite
         std::lock_guard<std::mutex> l(vars_->mu);
         std::shared_ptr<Array>& cur = vars_->slots.at(size_t(a.var)).value;
         const bool mine = cur && a.last.lock() == cur;
-        if (mine && cur.use_count() == 1 && cur->buffer.use_count() == 1) {
+        const long ours = 1 + long(std::count(held.begin(), held.end(), cur));
+        if (mine && cur.use_count() == ours && cur->buffer.use_count() == 1) {
           if (cur->nbytes()) std::memcpy(cur->data(), ptr_[size_t(a.slot)], cur->nbytes());
           continue;
         }
@@ -540,6 +541,7 @@ class CpuProgram final : public Program {
     TensorType type;
     std::weak_ptr<Array> last;  // the value the previous run stored
   };
+  bool assign_reads_var_ = false;  // an assign stores a variable's value as read (a swap): never in place
   std::shared_ptr<VariableStore> vars_;
   std::vector<Slot> slots_;
   std::vector<Step> steps_;

@@ -159,45 +159,71 @@ void load_tile(const InputDesc& d, const void* p, int64_t t, int64_t m, float* r
 inline float max_nan(float x, float y) { return (x != x || y != y) ? (x != x ? x : y) : (x > y ? x : y); }
 inline float min_nan(float x, float y) { return (x != x || y != y) ? (x != x ? x : y) : (x < y ? x : y); }
 
+// A scalar operand (sa / sb) is read as one value; the loops stay vectorisable.
 template <class F>
-inline void un(float* r, const float* a, int64_t m, F f) {
+inline void un(float* r, const float* a, bool sa, int64_t m, F f) {
+  if (sa) {
+    std::fill(r, r + m, f(a[0]));
+    return;
+  }
   for (int64_t j = 0; j < m; ++j) r[j] = f(a[j]);
 }
 template <class F>
-inline void bin(float* r, const float* a, const float* b, int64_t m, F f) {
-  for (int64_t j = 0; j < m; ++j) r[j] = f(a[j], b[j]);
+inline void bin(float* r, const float* a, bool sa, const float* b, bool sb, int64_t m, F f) {
+  if (!sa && !sb) {
+    for (int64_t j = 0; j < m; ++j) r[j] = f(a[j], b[j]);
+  } else if (sa && !sb) {
+    const float va = a[0];
+    for (int64_t j = 0; j < m; ++j) r[j] = f(va, b[j]);
+  } else if (!sa) {
+    const float vb = b[0];
+    for (int64_t j = 0; j < m; ++j) r[j] = f(a[j], vb);
+  } else {
+    std::fill(r, r + m, f(a[0], b[0]));
+  }
 }
 
-void run_instr(const Instr& in, float* r, const float* a, const float* b, const float* c, int64_t m) {
+inline void vec_fn(vmath::Fn fn, float* r, const float* a, bool sa, int64_t m) {
+  if (sa) {
+    float v;
+    vmath::array_fn(fn)(a, &v, 1);
+    std::fill(r, r + m, v);
+  } else {
+    vmath::array_fn(fn)(a, r, m);
+  }
+}
+
+// s[k]: operand k is a scalar (its tile is filled too, so ternary ops read it as a tile).
+void run_instr(const Instr& in, float* r, const float* a, const float* b, const float* c, const bool* s, int64_t m) {
+  const bool sa = s[0], sb = s[1];
   switch (in.op) {
-    case Op::Neg: return un(r, a, m, [](float x) { return -x; });
-    case Op::Abs: return un(r, a, m, [](float x) { return std::fabs(x); });
-    case Op::Square: return un(r, a, m, [](float x) { return x * x; });
-    case Op::Sqrt: return un(r, a, m, [](float x) { return std::sqrt(x); });
-    case Op::Recip: return un(r, a, m, [](float x) { return 1.0f / x; });
-    case Op::Relu: return un(r, a, m, [](float x) { return x > 0 ? x : (x != x ? x : 0.0f); });
-    case Op::Not: return un(r, a, m, [](float x) { return x != 0 ? 0.0f : 1.0f; });
+    case Op::Neg: return un(r, a, sa, m, [](float x) { return -x; });
+    case Op::Abs: return un(r, a, sa, m, [](float x) { return std::fabs(x); });
+    case Op::Square: return un(r, a, sa, m, [](float x) { return x * x; });
+    case Op::Sqrt: return un(r, a, sa, m, [](float x) { return std::sqrt(x); });
+    case Op::Recip: return un(r, a, sa, m, [](float x) { return 1.0f / x; });
+    case Op::Relu: return un(r, a, sa, m, [](float x) { return x > 0 ? x : (x != x ? x : 0.0f); });
+    case Op::Not: return un(r, a, sa, m, [](float x) { return x != 0 ? 0.0f : 1.0f; });
     case Op::Copy:
-      if (in.out == Kind::Bool) return un(r, a, m, [](float x) { return x != 0 ? 1.0f : 0.0f; });  // NaN is true
-      if (r != a) std::memcpy(r, a, size_t(m) * sizeof(float));
-      return;
-    case Op::Exp: return vmath::array_fn(vmath::Fn::Exp)(a, r, m);
-    case Op::Log: return vmath::array_fn(vmath::Fn::Log)(a, r, m);
-    case Op::Tanh: return vmath::array_fn(vmath::Fn::Tanh)(a, r, m);
-    case Op::Sigmoid: return vmath::array_fn(vmath::Fn::Sigmoid)(a, r, m);
-    case Op::Erf: return vmath::array_fn(vmath::Fn::Erf)(a, r, m);
-    case Op::Add: return bin(r, a, b, m, [](float x, float y) { return x + y; });
-    case Op::Sub: return bin(r, a, b, m, [](float x, float y) { return x - y; });
-    case Op::Mul: return bin(r, a, b, m, [](float x, float y) { return x * y; });
-    case Op::Div: return bin(r, a, b, m, [](float x, float y) { return x / y; });
-    case Op::Max: return bin(r, a, b, m, max_nan);
-    case Op::Min: return bin(r, a, b, m, min_nan);
-    case Op::Eq: return bin(r, a, b, m, [](float x, float y) { return x == y ? 1.0f : 0.0f; });
-    case Op::Ne: return bin(r, a, b, m, [](float x, float y) { return x != y ? 1.0f : 0.0f; });
-    case Op::Lt: return bin(r, a, b, m, [](float x, float y) { return x < y ? 1.0f : 0.0f; });
-    case Op::Le: return bin(r, a, b, m, [](float x, float y) { return x <= y ? 1.0f : 0.0f; });
-    case Op::Gt: return bin(r, a, b, m, [](float x, float y) { return x > y ? 1.0f : 0.0f; });
-    case Op::Ge: return bin(r, a, b, m, [](float x, float y) { return x >= y ? 1.0f : 0.0f; });
+      if (in.out == Kind::Bool) return un(r, a, sa, m, [](float x) { return x != 0 ? 1.0f : 0.0f; });  // NaN is true
+      return un(r, a, sa, m, [](float x) { return x; });
+    case Op::Exp: return vec_fn(vmath::Fn::Exp, r, a, sa, m);
+    case Op::Log: return vec_fn(vmath::Fn::Log, r, a, sa, m);
+    case Op::Tanh: return vec_fn(vmath::Fn::Tanh, r, a, sa, m);
+    case Op::Sigmoid: return vec_fn(vmath::Fn::Sigmoid, r, a, sa, m);
+    case Op::Erf: return vec_fn(vmath::Fn::Erf, r, a, sa, m);
+    case Op::Add: return bin(r, a, sa, b, sb, m, [](float x, float y) { return x + y; });
+    case Op::Sub: return bin(r, a, sa, b, sb, m, [](float x, float y) { return x - y; });
+    case Op::Mul: return bin(r, a, sa, b, sb, m, [](float x, float y) { return x * y; });
+    case Op::Div: return bin(r, a, sa, b, sb, m, [](float x, float y) { return x / y; });
+    case Op::Max: return bin(r, a, sa, b, sb, m, max_nan);
+    case Op::Min: return bin(r, a, sa, b, sb, m, min_nan);
+    case Op::Eq: return bin(r, a, sa, b, sb, m, [](float x, float y) { return x == y ? 1.0f : 0.0f; });
+    case Op::Ne: return bin(r, a, sa, b, sb, m, [](float x, float y) { return x != y ? 1.0f : 0.0f; });
+    case Op::Lt: return bin(r, a, sa, b, sb, m, [](float x, float y) { return x < y ? 1.0f : 0.0f; });
+    case Op::Le: return bin(r, a, sa, b, sb, m, [](float x, float y) { return x <= y ? 1.0f : 0.0f; });
+    case Op::Gt: return bin(r, a, sa, b, sb, m, [](float x, float y) { return x > y ? 1.0f : 0.0f; });
+    case Op::Ge: return bin(r, a, sa, b, sb, m, [](float x, float y) { return x >= y ? 1.0f : 0.0f; });
     case Op::Select:  // both branches loaded before the choice, so the loop is a blend
       for (int64_t j = 0; j < m; ++j) {
         const float x = b[j], y = c[j];
@@ -329,26 +355,30 @@ KernelFn make_fused_kernel(const Graph& g, const std::vector<int32_t>& nodes, st
     const Kind out_kind = prog.back().out;
     parallel_for(total, 16384, [&](int64_t b, int64_t e) {
       float regs[kMaxBuf][kTile];
+      const int64_t fill = std::min(kTile, e - b);
       for (size_t k = 0; k < descs.size(); ++k)
-        if (descs[k].scalar) std::fill(regs[descs[k].buf], regs[descs[k].buf] + kTile, load_one(descs[k].kind, in[k], 0));
+        if (descs[k].scalar) std::fill(regs[descs[k].buf], regs[descs[k].buf] + fill, load_one(descs[k].kind, in[k], 0));
       for (int64_t t = b; t < e; t += kTile) {
         const int64_t m = std::min(kTile, e - t);
         for (size_t k = 0; k < descs.size(); ++k)
           if (!descs[k].direct && !descs[k].scalar) load_tile(descs[k], in[k], t, m, regs[descs[k].buf]);
-        auto arg = [&](int r) -> const float* {
+        auto arg = [&](int r, bool& scalar) -> const float* {
+          scalar = false;
           if (r >= 0) return regs[r];
           const size_t k = size_t(-r - 1);
+          scalar = descs[k].scalar;
           return descs[k].direct ? static_cast<const float*>(in[k]) + t : regs[descs[k].buf];
         };
         for (size_t i = 0; i < prog.size(); ++i) {
           const Instr& ins = prog[i];
           const size_t ar = arity(ins.op);
-          const float* pa = arg(ins.arg[0]);
-          const float* pb = ar > 1 ? arg(ins.arg[1]) : nullptr;
-          const float* pc = ar > 2 ? arg(ins.arg[2]) : nullptr;
+          bool sc[3] = {false, false, false};
+          const float* pa = arg(ins.arg[0], sc[0]);
+          const float* pb = ar > 1 ? arg(ins.arg[1], sc[1]) : nullptr;
+          const float* pc = ar > 2 ? arg(ins.arg[2], sc[2]) : nullptr;
           const bool last = i + 1 == prog.size();
           float* r = last && out_kind == Kind::F32 ? static_cast<float*>(out[0]) + t : regs[i];
-          run_instr(ins, r, pa, pb, pc, m);
+          run_instr(ins, r, pa, pb, pc, sc, m);
           if (!last) round_to(ins.out, r, m);
         }
         if (out_kind != Kind::F32) store(out_kind, regs[prog.size() - 1], out[0], t, m);
