@@ -291,6 +291,14 @@ TransposeFolds fold_transposes(const Graph& g, const std::vector<ValueRef>& targ
   return f;
 }
 
+// sum_to_like / broadcast_like whose input already has the output's type (gradients of
+// same-shape operands, once shapes are known): the input's bytes, no pass.
+bool passes_through(const Graph& g, const Node& n) {
+  if (n.op->name != "sum_to_like" && n.op->name != "broadcast_like") return false;
+  const TensorType& t = g.type(n.inputs[0]);
+  return t.dtype == n.outputs[0].dtype && t.shape == n.outputs[0].shape;
+}
+
 enum class SlotKind { Feed, Const, Var, Arena, Output };
 
 struct Slot {
@@ -336,7 +344,7 @@ class CpuProgram final : public Program {
       if (folds.dropped[id]) continue;
       const int32_t group = fusion.group_of[id];
       if (group >= 0 && fusion.groups[size_t(group)].back() != int32_t(id)) continue;  // runs in its group's step
-      if (n.op->view && untaken_target({int32_t(id), 0}) < 0) {  // same bytes, another shape: no copy
+      if ((n.op->view || passes_through(g, n)) && untaken_target({int32_t(id), 0}) < 0) {  // same bytes: no copy
         slot_of[{int32_t(id), 0}] = slot_of.at(n.inputs[0]);
         views_.push_back({n.name, op, slot_of.at(n.inputs[0])});
         continue;
@@ -407,6 +415,7 @@ class CpuProgram final : public Program {
         const TensorType& ty = g.type(sg.targets[t]);
         copies_.push_back({slot_of.at(sg.targets[t]), int(t), size_t(num_elements(ty.shape)) * dtype_size(ty.dtype)});
       }
+    for (auto& a : assigns_) assign_reads_var_ = assign_reads_var_ || slots_[size_t(a.slot)].kind == SlotKind::Var;
     plan_memory();
     ptr_.resize(slots_.size());
     for (size_t s = 0; s < slots_.size(); ++s) {
@@ -447,8 +456,19 @@ class CpuProgram final : public Program {
     for (auto& c : copies_)
       if (c.nbytes) std::memcpy(outputs[size_t(c.out)]->data(), ptr_[size_t(c.slot)], c.nbytes);
     for (auto& a : assigns_) {  // assigns land when the run completes
+      if (!assign_reads_var_) {  // the value this program stored last time, if only the store (and this run) hold it: overwrite
+        std::lock_guard<std::mutex> l(vars_->mu);
+        std::shared_ptr<Array>& cur = vars_->slots.at(size_t(a.var)).value;
+        const bool mine = cur && a.last.lock() == cur;
+        const long ours = 1 + long(std::count(held.begin(), held.end(), cur));
+        if (mine && cur.use_count() == ours && cur->buffer.use_count() == 1) {
+          if (cur->nbytes()) std::memcpy(cur->data(), ptr_[size_t(a.slot)], cur->nbytes());
+          continue;
+        }
+      }
       auto v = Array::empty(a.type.dtype, a.type.shape);
       if (v->nbytes()) std::memcpy(v->data(), ptr_[size_t(a.slot)], v->nbytes());
+      a.last = v;
       vars_->set(a.var, v);
     }
   }
@@ -519,7 +539,9 @@ class CpuProgram final : public Program {
     int64_t var;
     int slot;
     TensorType type;
+    std::weak_ptr<Array> last;  // the value the previous run stored
   };
+  bool assign_reads_var_ = false;  // an assign stores a variable's value as read (a swap): never in place
   std::shared_ptr<VariableStore> vars_;
   std::vector<Slot> slots_;
   std::vector<Step> steps_;

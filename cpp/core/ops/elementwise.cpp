@@ -231,7 +231,8 @@ void register_elementwise_ops() {
       {"sigmoid", F, false, {}, "1/(1+exp(-x)).",
        [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.mul(dy, b.mul(y, b.sub(b.k(1, x), y))); }},
       {"relu", N, false, {}, "max(x, 0); NaN stays NaN.",
-       [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.zero_where_not(b.op("greater_than", {x, b.k(0, x)}), dy); }},
+       // y > 0 exactly where x > 0; testing the output leaves x with one reader, so x's producer fuses with relu
+       [](RuleBuilder& b, ValueRef x, ValueRef y, ValueRef dy) -> ValueRef { return b.zero_where_not(b.op("greater_than", {y, b.k(0, y)}), dy); }},
       {"logical_not", B, false, {"not_"}, "Logical negation of a bool tensor."},
       {"isnan", N, true, {}, "True where x is NaN (always False for integers)."},
       {"isinf", N, true, {}, "True where x is +-inf (always False for integers)."},
