@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -156,6 +157,7 @@ const KernelFactory* find_kernel(const std::string& op) {
     register_reduction_kernels();
     register_shape_kernels();
     register_matmul_kernels();
+    register_gather_kernels();
     return true;
   }();
   (void)done;
@@ -266,6 +268,7 @@ class CudaProgram final : public Program {
       KernelCtx kctx{n, in, n.outputs};
       Step st;
       st.fn = (*f)(kctx);
+      for (auto& chk : kctx.checks) checks_.push_back(std::move(chk));
       for (auto& v : n.inputs) st.in.push_back(slot_of.at(v));
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         ValueRef v{int32_t(id), int32_t(k)};
@@ -374,6 +377,7 @@ class CudaProgram final : public Program {
       landed.push_back(v);
     }
     check(cudaStreamSynchronize(stream_), "running a cuda program");
+    for (auto& chk : checks_) chk();  // a recorded error stops the run before its assigns land
     for (size_t i = 0; i < assigns_.size(); ++i) {  // assigns land when the run completes
       vars_->set(assigns_[i].var, landed[i]);
       if (assigns_[i].read_slot >= 0) uploaded_[size_t(assigns_[i].read_slot)] = landed[i];
@@ -532,6 +536,7 @@ class CudaProgram final : public Program {
   cudaStream_t stream_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<Step> steps_;
+  std::vector<std::function<void()>> checks_;
   std::vector<Copy> copies_;
   std::vector<View> views_;
   std::vector<AssignStep> assigns_;
