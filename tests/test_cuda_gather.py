@@ -63,11 +63,11 @@ def test_executable_usable_after_index_error_and_replays_new_indices():
     xv = np.arange(10, dtype=np.float32).reshape(5, 2)
     for iv in ([0, 4, -1], [2, 2, 1], [3, -5, 0]):
         iv = np.array(iv, np.int32)
-        np.testing.assert_array_equal(exe.run({x: xv, i: iv})[y].numpy(), xv[iv])
+        np.testing.assert_array_equal(exe.run([xv, iv])[0].numpy(), xv[iv])
     with pytest.raises(mg.GraphIndexError, match="index 5"):
-        exe.run({x: xv, i: np.array([0, 5, 1], np.int32)})
+        exe.run([xv, np.array([0, 5, 1], np.int32)])
     iv = np.array([1, 0, -2], np.int32)
-    np.testing.assert_array_equal(exe.run({x: xv, i: iv})[y].numpy(), xv[iv])
+    np.testing.assert_array_equal(exe.run([xv, iv])[0].numpy(), xv[iv])
 
 
 def _numpy_scatter(data, upd, idx, mode):

@@ -158,6 +158,7 @@ const KernelFactory* find_kernel(const std::string& op) {
     register_shape_kernels();
     register_matmul_kernels();
     register_gather_kernels();
+    register_sort_kernels();
     return true;
   }();
   (void)done;

@@ -66,6 +66,7 @@ void register_reduction_kernels();
 void register_shape_kernels();
 void register_matmul_kernels();
 void register_gather_kernels();
+void register_sort_kernels();
 
 // ---- NVRTC ----
 
