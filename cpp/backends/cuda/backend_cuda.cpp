@@ -159,6 +159,7 @@ const KernelFactory* find_kernel(const std::string& op) {
     register_matmul_kernels();
     register_gather_kernels();
     register_sort_kernels();
+    register_random_kernels();
     return true;
   }();
   (void)done;

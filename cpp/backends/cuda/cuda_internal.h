@@ -67,6 +67,7 @@ void register_shape_kernels();
 void register_matmul_kernels();
 void register_gather_kernels();
 void register_sort_kernels();
+void register_random_kernels();
 
 // ---- NVRTC ----
 
