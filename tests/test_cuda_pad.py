@@ -1,5 +1,6 @@
 """pad's non-constant modes on cuda:0 (borders copied within the output, dim by dim) against
-numpy.pad, including corners and both sides at once. Skips without a GPU."""
+numpy.pad, including corners and both sides at once; arange and eye against numpy. Skips
+without a GPU."""
 import numpy as np
 import pytest
 
@@ -25,3 +26,15 @@ def test_pad_modes_match_numpy(mode, dt, shape, left, right):
     ref = np.pad(x, list(zip(left, right)), mode=NUMPY_MODE[mode]) if 0 not in shape else np.zeros(
         [s + a + b for s, a, b in zip(shape, left, right)], dt)
     np.testing.assert_array_equal(r, ref)
+
+
+@pytest.mark.parametrize("dt", [mg.float32, mg.float16, mg.bfloat16, mg.int32, mg.int64, mg.uint8])
+def test_arange_and_eye(dt):
+    g = mg.Graph()
+    a = g.arange(2, 40, 3, dtype=dt)
+    e = [g.eye(4, 6, k, dtype=dt) for k in (-5, -1, 0, 2, 6)]
+    r = g.run({}, [a] + e, device="cuda")
+    nd = mg._dtypes.to_numpy_dtype(dt)
+    np.testing.assert_array_equal(r[a].numpy(), np.arange(2, 40, 3).astype(nd))
+    for t, k in zip(e, (-5, -1, 0, 2, 6)):
+        np.testing.assert_array_equal(r[t].numpy(), np.eye(4, 6, k).astype(nd))

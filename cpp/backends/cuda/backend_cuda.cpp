@@ -160,6 +160,7 @@ const KernelFactory* find_kernel(const std::string& op) {
     register_gather_kernels();
     register_sort_kernels();
     register_random_kernels();
+    register_creation_kernels();
     return true;
   }();
   (void)done;

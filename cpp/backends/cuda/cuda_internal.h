@@ -68,6 +68,7 @@ void register_matmul_kernels();
 void register_gather_kernels();
 void register_sort_kernels();
 void register_random_kernels();
+void register_creation_kernels();
 
 // ---- NVRTC ----
 
