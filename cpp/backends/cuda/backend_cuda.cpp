@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -158,6 +159,10 @@ const KernelFactory* find_kernel(const std::string& op) {
     register_matmul_kernels();
     register_convolution_kernels();
     register_pooling_kernels();
+    register_gather_kernels();
+    register_sort_kernels();
+    register_random_kernels();
+    register_creation_kernels();
     return true;
   }();
   (void)done;
@@ -268,6 +273,7 @@ class CudaProgram final : public Program {
       KernelCtx kctx{n, in, n.outputs};
       Step st;
       st.fn = (*f)(kctx);
+      for (auto& chk : kctx.checks) checks_.push_back(std::move(chk));
       for (auto& v : n.inputs) st.in.push_back(slot_of.at(v));
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         ValueRef v{int32_t(id), int32_t(k)};
@@ -376,6 +382,7 @@ class CudaProgram final : public Program {
       landed.push_back(v);
     }
     check(cudaStreamSynchronize(stream_), "running a cuda program");
+    for (auto& chk : checks_) chk();  // a recorded error stops the run before its assigns land
     for (size_t i = 0; i < assigns_.size(); ++i) {  // assigns land when the run completes
       vars_->set(assigns_[i].var, landed[i]);
       if (assigns_[i].read_slot >= 0) uploaded_[size_t(assigns_[i].read_slot)] = landed[i];
@@ -534,6 +541,7 @@ class CudaProgram final : public Program {
   cudaStream_t stream_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<Step> steps_;
+  std::vector<std::function<void()>> checks_;
   std::vector<Copy> copies_;
   std::vector<View> views_;
   std::vector<AssignStep> assigns_;

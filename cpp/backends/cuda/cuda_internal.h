@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/graph.h"
@@ -52,6 +53,10 @@ struct KernelCtx {
     return out.size() + scratch_bytes.size() - 1;
   }
   mutable std::vector<size_t> scratch_bytes;
+  // Runs on the host once the run's work has completed, in step order (e.g. to raise an
+  // error a kernel recorded in pinned memory; launches cannot raise: they may be replayed).
+  void after_run(std::function<void()> f) const { checks.push_back(std::move(f)); }
+  mutable std::vector<std::function<void()>> checks;
 };
 using KernelFactory = std::function<LaunchFn(const KernelCtx&)>;
 void register_kernel(const std::string& op, KernelFactory factory);
@@ -62,6 +67,10 @@ void register_shape_kernels();
 void register_matmul_kernels();
 void register_convolution_kernels();
 void register_pooling_kernels();
+void register_gather_kernels();
+void register_sort_kernels();
+void register_random_kernels();
+void register_creation_kernels();
 
 // ---- NVRTC ----
 

@@ -56,6 +56,35 @@ StridedCopy make_copy(size_t es, const Shape& shape, const Ints& ss, const Ints&
 
 size_t esize(const TensorType& t) { return dtype_size(t.dtype); }
 
+// Non-constant pad modes: after the interior, each dim's two borders are copies within the
+// output from the rows they mirror, repeat or wrap (core/ops/shape_ops.h pad_source). Dim d's
+// borders span whole dims before d (already complete) and the interior of dims after it.
+std::vector<StridedCopy> pad_borders(size_t es, const Shape& xs, const Shape& os, const Ints& left, ops::PadMode m) {
+  std::vector<StridedCopy> r;
+  if (num_elements(os) == 0) return r;
+  const Ints st = contiguous_strides(os);
+  for (size_t d = 0; d < xs.size(); ++d)
+    for (const bool before : {true, false}) {
+      const int64_t count = before ? left[d] : os[d] - xs[d] - left[d];
+      if (count == 0) continue;
+      Shape shape(xs.size());
+      Ints src_st = st;
+      int64_t base = 0;
+      for (size_t k = 0; k < xs.size(); ++k) {
+        const bool whole = k < d;
+        shape[k] = whole ? os[k] : xs[k];
+        base += whole ? 0 : left[k] * st[k];
+      }
+      const int64_t first = before ? -left[d] : xs[d];  // the first padded index, from the interior's start
+      shape[d] = count;
+      src_st[d] = ops::pad_source_step(m) * st[d];
+      const int64_t dst = base + first * st[d];
+      const int64_t src = base + ops::pad_source(m, xs[d], first) * st[d];
+      r.push_back(make_copy(es, shape, src_st, st, src, dst));
+    }
+  return r;
+}
+
 LaunchFn copy_step(StridedCopy c) {
   return [c](cudaStream_t s, const void* const* in, void* const* out) { strided_copy(c, in[0], out[0], s); };
 }
@@ -191,12 +220,17 @@ void register_shape_kernels() {
     const Shape& xs = c.in[0].shape;
     const Shape& os = c.out[0].shape;
     const ops::PadAttrs& a = typed_attrs<ops::PadAttrs>(c.node);
-    if (a.mode != ops::PadMode::Constant)
-      raise(ErrorKind::NotImplemented, "pad", c.node.name, "only constant padding runs on the cuda backend yet");
     Ints ost = contiguous_strides(os);
     int64_t off = 0;
     for (size_t i = 0; i < xs.size(); ++i) off += a.left_padding[i] * ost[i];
     const StridedCopy cp = make_copy(esize(c.out[0]), xs, contiguous_strides(xs), ost, 0, off);
+    if (a.mode != ops::PadMode::Constant) {
+      std::vector<StridedCopy> borders = pad_borders(esize(c.out[0]), xs, os, a.left_padding, a.mode);
+      return [cp, borders](cudaStream_t s, const void* const* in, void* const* out) {
+        strided_copy(cp, in[0], out[0], s);
+        for (const StridedCopy& b : borders) strided_copy(b, out[0], out[0], s);  // in order: later borders read earlier ones
+      };
+    }
     LaunchFn fill = fill_step(c.out[0], a.constant_value);
     return [cp, fill](cudaStream_t s, const void* const* in, void* const* out) {
       fill(s, in, out);
