@@ -8,7 +8,8 @@
 // them by the weights with BLAS; the data gradient multiplies by the transposed weights and
 // scatters the columns back (col2im); the weights gradient accumulates dy @ columns^T. 1x1
 // convolutions with unit strides and no padding use the source as the column matrix.
-// float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
+// A forward float32 convolution may carry an epilogue (conv_epilogue.h), applied to each block
+// of output rows right after it is written. float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
 // project's pool as (image x group, tile) units with BLAS on the calling thread; large ones run
 // one image at a time with parallel gathers and BLAS's own threads.
 #include <algorithm>
@@ -17,9 +18,11 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/blas_gemm.h"
+#include "backends/cpu/conv_epilogue.h"
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/convolution_attrs.h"
 
@@ -231,6 +234,17 @@ void over_channels(const Plan& p, int64_t pt, F&& f) {
                  [&](int64_t c0, int64_t c1) { f(c0, c1); });
 }
 
+// An epilogue and its operands for one run (none: e is null).
+struct Epi {
+  const ConvEpilogue* e = nullptr;
+  const float* const* in = nullptr;
+  template <class T>
+  void operator()(T* y, int64_t n, int64_t o0, int64_t o1, int64_t p0, int64_t p1) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (e) e->apply(y, in, n, o0, o1, p0, p1);
+  }
+};
+
 template <class T>
 struct Scratch {  // in the program's memory plan (KernelCtx::scratch)
   T* col = nullptr;  // slots * col_elems
@@ -241,16 +255,21 @@ struct Scratch {  // in the program's memory plan (KernelCtx::scratch)
 // One tile [p0, p1) of one item. in0/in1/out: forward (x, w) -> y; data (dy, w) -> dx;
 // weights (dy, x) -> dw (accumulated).
 template <class T>
-void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0, const T* in1, T* out, T* col) {
+void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0, const T* in1, T* out, T* col,
+              const Epi& epi) {
   const int64_t n = item / p.G, g = item % p.G, pt = p1 - p0;
   const int64_t x_off = (n * p.C + g * p.Cg) * p.in_plane, y_off = (n * p.O + g * p.Og) * p.P, w_off = g * p.Og * p.CK;
   switch (p.kind) {
     case Kind::Forward: {
       const T *x = in0 + x_off, *w = in1 + w_off;
       T* y = out + y_off + p0;
-      if (p.direct) return gemm(false, false, p.Og, pt, p.Cg, w, p.CK, x + p0, p.in_plane, T(0), y, p.P);
-      over_channels(p, pt, [&](int64_t c0, int64_t c1) { im2col(p, x, col, p0, p1, c0, c1); });
-      return gemm(false, false, p.Og, pt, p.CK, w, p.CK, col, pt, T(0), y, p.P);
+      if (p.direct) {
+        gemm(false, false, p.Og, pt, p.Cg, w, p.CK, x + p0, p.in_plane, T(0), y, p.P);
+      } else {
+        over_channels(p, pt, [&](int64_t c0, int64_t c1) { im2col(p, x, col, p0, p1, c0, c1); });
+        gemm(false, false, p.Og, pt, p.CK, w, p.CK, col, pt, T(0), y, p.P);
+      }
+      return epi(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
     }
     case Kind::Data: {
       const T *dy = in0 + y_off + p0, *w = in1 + w_off;
@@ -272,7 +291,7 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
 // Depthwise forward (one source channel per group): each output row is a sum of shifted
 // source rows times a scalar tap, accumulated in place, so no columns and no M=1 GEMMs.
 template <class T>
-void depthwise(const Plan& p, const T* x, const T* w, T* y) {
+void depthwise(const Plan& p, const T* x, const T* w, T* y, const Epi& epi) {
   const int64_t per_image = p.G * p.Og;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.P * p.Ksz, 1));
   parallel_for(p.N * per_image, grain, [&](int64_t u0, int64_t u1) {
@@ -298,17 +317,21 @@ void depthwise(const Plan& p, const T* x, const T* w, T* y) {
           }
         }
       }
+      epi(y, n, oc, oc + 1, 0, p.P);
     }
   });
 }
 
 template <class T>
-void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elems, Scratch<T>& s) {
+void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elems, Scratch<T>& s, const Epi& epi = {}) {
   if (out_elems == 0) return;
   const bool empty_work = p.items() == 0 || p.P == 0 || p.CK == 0 || p.Og == 0;
   if (empty_work || p.kind == Kind::Weights) std::fill(out, out + out_elems, T(0));  // weights: accumulated
-  if (empty_work) return;
-  if (p.depthwise) return depthwise(p, in0, in1, out);
+  if (empty_work) {
+    for (int64_t n = 0; n < p.N; ++n) epi(out, n, 0, p.O, 0, p.P);
+    return;
+  }
+  if (p.depthwise) return depthwise(p, in0, in1, out, epi);
   auto run_unit = [&](int64_t u, int slot) {
     T* col = s.col + slot * p.col_elems;
     T* o = p.kind == Kind::Weights && slot > 0 ? s.acc + (slot - 1) * out_elems : out;
@@ -318,7 +341,7 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
       T* dx = out + (item / p.G * p.C + item % p.G * p.Cg) * p.in_plane;
       std::fill(dx, dx + p.Cg * p.in_plane, T(0));
     }
-    for (int64_t t = t0; t < t1; ++t) run_tile(p, item, t * p.tile, std::min(p.P, (t + 1) * p.tile), in0, in1, o, col);
+    for (int64_t t = t0; t < t1; ++t) run_tile(p, item, t * p.tile, std::min(p.P, (t + 1) * p.tile), in0, in1, o, col, epi);
   };
   if (!p.ours) {
     for (int64_t u = 0; u < p.units(); ++u) run_unit(u, 0);
@@ -391,6 +414,22 @@ KernelFn via_float(const KernelCtx& c, const Plan& p, int64_t n0, int64_t n1, in
     from_float(fo, static_cast<S*>(out[0]), out_elems);
   };
 }
+
+}  // namespace
+
+KernelFn make_convolution_kernel(const KernelCtx& c, const ConvEpilogue& epilogue) {
+  const Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape);
+  const int64_t out_elems = num_elements(c.out[0].shape);
+  const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
+  return [p, sp, out_elems, epilogue](const void* const* in, void* const* out) {
+    Scratch<float> s = scratch_of<float>(sp, out);
+    const Epi epi{&epilogue, reinterpret_cast<const float* const*>(in + 2)};
+    execute<float>(p, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]), static_cast<float*>(out[0]),
+                   out_elems, s, epi);
+  };
+}
+
+namespace {
 
 KernelFactory factory(Kind kind) {
   return [kind](const KernelCtx& c) -> KernelFn {
