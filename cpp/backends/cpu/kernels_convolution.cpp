@@ -288,12 +288,44 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
   }
 }
 
+// One source row's three innermost taps added into output row yr (depthwise, KL == 3): b[off[t]
+// + j * sL] is tap t's source for output j. Where all three are in range ([jlo, jhi)) the loop
+// has no branches and vectorises; the edges check each tap. Taps add in order, as the generic loop.
+template <class T, int SL>
+void depthwise_taps3(const Plan& p, T* yr, const T* b, const int64_t* off, const T* wk, int64_t jlo, int64_t jhi) {
+  const int64_t sl = SL > 0 ? SL : p.sL;
+  const T w0 = wk[0], w1 = wk[1], w2 = wk[2];
+  const T *b0 = b + off[0], *b1 = b + off[1], *b2 = b + off[2];
+  for (int64_t j = jlo; j < jhi; ++j) {
+    T v = yr[j];
+    v += w0 * b0[j * sl];
+    v += w1 * b1[j * sl];
+    v += w2 * b2[j * sl];
+    yr[j] = v;
+  }
+  auto edge = [&](int64_t j) {
+    T v = yr[j];
+    for (int t = 0; t < 3; ++t)
+      if (j >= p.lo[size_t(t)] && j < p.hi[size_t(t)]) v += wk[t] * b[off[t] + j * sl];
+    yr[j] = v;
+  };
+  for (int64_t j = 0; j < std::min(jlo, p.OL); ++j) edge(j);
+  for (int64_t j = std::max(jhi, jlo); j < p.OL; ++j) edge(j);
+}
+
 // Depthwise forward (one source channel per group): each output row is a sum of shifted
 // source rows times a scalar tap, accumulated in place, so no columns and no M=1 GEMMs.
 template <class T>
 void depthwise(const Plan& p, const T* x, const T* w, T* y, const Epi& epi) {
   const int64_t per_image = p.G * p.Og;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.P * p.Ksz, 1));
+  int64_t off[3] = {0, 0, 0}, jlo = 0, jhi = p.OL;  // KL == 3: per tap, source of output j is off + j * sL
+  if (p.KL == 3)
+    for (size_t t = 0; t < 3; ++t) {
+      off[t] = p.start[t] - p.lo[t] * p.sL;
+      jlo = std::max(jlo, p.lo[t]);
+      jhi = std::min(jhi, p.hi[t]);
+    }
   parallel_for(p.N * per_image, grain, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n = u / per_image, oc = u % per_image, g = oc / p.Og;
@@ -306,6 +338,13 @@ void depthwise(const Plan& p, const T* x, const T* w, T* y, const Epi& epi) {
         for (int64_t kt = 0; kt < p.Kouter; ++kt) {
           const int64_t base = p.rowtab[size_t(kt * p.R + r)];
           if (base < 0) continue;
+          if (p.KL == 3) {
+            const T* wk = wc + kt * 3;
+            if (p.sL == 1) depthwise_taps3<T, 1>(p, yr, xc + base, off, wk, jlo, jhi);
+            else if (p.sL == 2) depthwise_taps3<T, 2>(p, yr, xc + base, off, wk, jlo, jhi);
+            else depthwise_taps3<T, 0>(p, yr, xc + base, off, wk, jlo, jhi);
+            continue;
+          }
           for (int64_t t = 0; t < p.KL; ++t) {
             const T wv = wc[kt * p.KL + t];
             const int64_t lo = p.lo[size_t(t)], hi = p.hi[size_t(t)];
