@@ -43,9 +43,10 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, 
 
 enum class Kind { Forward, Data, Weights };
 
-// OpenBLAS multiplies products of up to this M*N*K on the calling thread (its SMP threshold);
-// the kernels split smaller work over the project's pool, larger products over BLAS's threads.
-constexpr int64_t kBlasSingleThread = 262144;
+// Products with small weights (Og * CK) go over the pool as units of about this many
+// multiply-adds, each one single-threaded BLAS call; larger ones one item at a time, each
+// product split over the pool by gemm_on_pool.
+constexpr int64_t kUnitWork = int64_t(1) << 20;
 constexpr int64_t kColumnBudget = int64_t(1) << 21;  // column elements per tile when BLAS threads
 
 struct Plan {
@@ -153,8 +154,15 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   p.tiles_parallel = kind != Kind::Data || p.direct;
   p.ours = false;
   if (threads > 1 && mk <= 8192 && p.P > 0) {
-    p.tile = std::min(p.P, std::max<int64_t>(32, kBlasSingleThread / mk));
+    // tiles of about kUnitWork multiply-adds (a BLAS call per tile repacks the weights), cut
+    // smaller only where there would be fewer than two units per thread
+    p.tile = std::min(p.P, std::max<int64_t>(128, kUnitWork / mk));
     p.ntiles = (p.P + p.tile - 1) / p.tile;
+    if (p.units() < 2 * threads && p.tiles_parallel && p.items() > 0) {
+      const int64_t per_item = (2 * threads + p.items() - 1) / p.items();
+      p.tile = std::max<int64_t>(32, (p.P + per_item - 1) / per_item);
+      p.ntiles = (p.P + p.tile - 1) / p.tile;
+    }
     p.ours = p.units() >= 2;
   }
   if (!p.ours) {
