@@ -23,6 +23,7 @@
 
 #include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/conv_epilogue.h"
+#include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/convolution_attrs.h"
 
@@ -462,9 +463,8 @@ KernelFn via_float(const KernelCtx& c, const Plan& p, int64_t n0, int64_t n1, in
   };
 }
 
-}  // namespace
-
-KernelFn make_convolution_kernel(const KernelCtx& c, const ConvEpilogue& epilogue) {
+// The forward float32 kernel of the generic path, with an epilogue (empty: none).
+KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   const Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape);
   const int64_t out_elems = num_elements(c.out[0].shape);
   const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
@@ -474,6 +474,14 @@ KernelFn make_convolution_kernel(const KernelCtx& c, const ConvEpilogue& epilogu
     execute<float>(p, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]), static_cast<float*>(out[0]),
                    out_elems, s, epi);
   };
+}
+
+}  // namespace
+
+KernelFn make_convolution_kernel(const KernelCtx& c, const ConvEpilogue& epilogue) {
+  auto generic = [&epilogue](const KernelCtx& k) { return generic_forward(k, epilogue); };
+  if (KernelFn f = make_winograd_kernel(c, &epilogue, generic)) return f;
+  return generic_forward(c, epilogue);
 }
 
 namespace {
@@ -489,7 +497,11 @@ KernelFactory factory(Kind kind) {
     Plan p = make_plan(kind, c.node, *src, *w, *dy);
     const int64_t n0 = num_elements(c.in[0].shape), n1 = num_elements(c.in[1].shape), no = num_elements(c.out[0].shape);
     switch (c.out[0].dtype) {
-      case DType::Float32: return native<float>(c, p, no);
+      case DType::Float32:
+        if (kind == Kind::Forward)
+          if (KernelFn f = make_winograd_kernel(c, nullptr, [](const KernelCtx& k) { return generic_forward(k, {}); }))
+            return f;
+        return native<float>(c, p, no);
       case DType::Float64: return native<double>(c, p, no);
       case DType::Float16: return via_float<half_t>(c, p, n0, n1, no);
       case DType::BFloat16: return via_float<bfloat16_t>(c, p, n0, n1, no);
