@@ -2,7 +2,7 @@
 own: sizes that are not a multiple of any vector width and large enough to be split over
 threads, scalar and full operands, NaN and signed zeros (clamp with scalar bounds, select with
 a full predicate, streamed pooling rows, the depthwise convolution, matrix products whose
-transposed operands are folded into the BLAS call)."""
+transposed operands are folded into the BLAS call, Winograd convolutions)."""
 import numpy as np
 import pytest
 
@@ -223,3 +223,71 @@ def test_fusion_keeps_intermediates_that_are_read_elsewhere():
     np.testing.assert_array_equal(np.asarray(z), a64.reshape(1, -1))
     np.testing.assert_allclose(np.asarray(w), np.exp(a64.astype(np.float64)) * (np.exp(a64.astype(np.float64)) + 1),
                                rtol=1e-6)
+
+
+# Winograd F(2x2, 3x3): float32, 3x3, unit strides and dilations, one group, >= 16 channels
+# each way and >= 400 output tiles of 2x2 (else the generic im2col path runs)
+WINOGRAD = [((1, 16, 40, 40), 16, (1, 1, 1, 1)), ((2, 16, 31, 33), 17, (0, 2, 1, 0)),
+            ((2, 24, 45, 20), 32, (2, 2, 0, 0))]
+
+
+def _conv_f32(x, w, pads, generic=False, monkeypatch=None, bias=None):
+    if generic:
+        monkeypatch.setenv("MPSGRAPH_CPU_WINOGRAD", "0")
+    g = mg.Graph()
+    px = g.placeholder(x.shape, mg.float32)
+    y = g.convolution(px, g.constant(w), strides=1, padding=pads)
+    if bias is not None:
+        y = g.relu(y + g.constant(bias))
+    exe = g.compile({px: x}, [y], device="cpu")
+    if generic:
+        monkeypatch.delenv("MPSGRAPH_CPU_WINOGRAD")
+    return np.asarray(exe.run([mg.TensorData(x)])[0])
+
+
+def _conv_ref(x, w, pads, absolute=False):
+    torch = pytest.importorskip("torch")
+    f = np.abs if absolute else (lambda a: a)
+    xt = torch.nn.functional.pad(torch.from_numpy(f(x)).double(), (pads[2], pads[3], pads[0], pads[1]))
+    return torch.nn.functional.conv2d(xt, torch.from_numpy(f(w)).double()).numpy()
+
+
+@pytest.mark.parametrize("shape,o,pads", WINOGRAD)
+def test_winograd_error_bound_and_generic_path(shape, o, pads, monkeypatch):
+    """Within 2e-6 * sum |w| |x| of the float64 result, as the generic path; and not the
+    generic path's bits (so the Winograd kernel ran)."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
+    y = _conv_f32(x, w, pads)
+    ref, scale = _conv_ref(x, w, pads), _conv_ref(x, w, pads, absolute=True)
+    assert y.shape == ref.shape
+    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+    generic = _conv_f32(x, w, pads, generic=True, monkeypatch=monkeypatch)
+    assert np.all(np.abs(generic - ref) <= 2e-6 * scale)
+    assert not np.array_equal(y, generic)
+    bias = rng.standard_normal((o, 1, 1)).astype(np.float32)
+    fused = _conv_f32(x, w, pads, bias=bias)
+    np.testing.assert_array_equal(fused, np.maximum(y + bias, 0))
+
+
+@pytest.mark.parametrize("where", ["source", "weights"])
+def test_winograd_non_finite_runs_the_generic_path(where, monkeypatch):
+    """A tile mixes 16 sources into each output: an infinity or NaN would spread, so such runs
+    take the generic path."""
+    shape, o, pads = WINOGRAD[0]
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
+    bad_x, bad_w = x.copy(), w.copy()
+    if where == "source":
+        bad_x[0, 3, 10, 10], bad_x[0, 5, 30, 7] = np.inf, np.nan
+    else:
+        bad_w[2, 1, 0, 0] = np.inf
+    y = _conv_f32(bad_x, bad_w, pads)
+    generic = _conv_f32(bad_x, bad_w, pads, generic=True, monkeypatch=monkeypatch)
+    np.testing.assert_array_equal(y, generic)
+    with np.errstate(invalid="ignore"):
+        ref = _conv_ref(bad_x, bad_w, pads)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(ref))

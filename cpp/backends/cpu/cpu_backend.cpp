@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "backends/cpu/conv_epilogue.h"
 #include "backends/cpu/cpu_threads.h"
 #include "backends/cpu/fused_elementwise.h"
 #include "backends/cpu/matmul_kernel.h"
@@ -337,13 +338,19 @@ class CpuProgram final : public Program {
       return -1;
     };
     const TransposeFolds folds = fold_transposes(g, sg.targets);
-    const FusionPlan fusion = plan_fusion(g, sg.targets, folds.dropped);
+    // convolutions take their elementwise epilogues first; the fused groups form from the rest
+    const EpiloguePlan epilogues = plan_conv_epilogues(g, sg.targets, folds.dropped);
+    std::vector<char> unfused = folds.dropped;
+    for (size_t id = 0; id < g.size(); ++id) unfused[id] |= char(epilogues.chain_of[id] >= 0);
+    const FusionPlan fusion = plan_fusion(g, sg.targets, unfused);
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
       if (folds.dropped[id]) continue;
       const int32_t group = fusion.group_of[id];
       if (group >= 0 && fusion.groups[size_t(group)].back() != int32_t(id)) continue;  // runs in its group's step
+      const int32_t chain = epilogues.chain_of[id];
+      if (chain >= 0 && epilogues.chains[size_t(chain)].back() != int32_t(id)) continue;  // runs in its chain's step
       if ((n.op->view || passes_through(g, n)) && untaken_target({int32_t(id), 0}) < 0) {  // same bytes: no copy
         slot_of[{int32_t(id), 0}] = slot_of.at(n.inputs[0]);
         views_.push_back({n.name, op, slot_of.at(n.inputs[0])});
@@ -373,6 +380,8 @@ class CpuProgram final : public Program {
       std::vector<ValueRef> inputs = n.inputs;
       KernelFn fused;  // the group's inputs replace the root's
       if (group >= 0) fused = make_fused_kernel(g, fusion.groups[size_t(group)], inputs);
+      std::vector<size_t> chain_scratch;
+      if (chain >= 0) fused = make_conv_epilogue_kernel(g, epilogues.chains[size_t(chain)], inputs, chain_scratch);
       auto fold = folds.matmul.find(int32_t(id));
       if (fold != folds.matmul.end())
         for (size_t k = 0; k < 2; ++k)
@@ -383,7 +392,13 @@ class CpuProgram final : public Program {
       st.op = n.op->name.c_str();  // registry entries live as long as the process
       st.graph_op = (n.origin_op ? n.origin_op : n.op)->name.c_str();
       KernelCtx kctx{n, in, n.outputs};
-      if (group >= 0) st.fn = std::move(fused);
+      if (chain >= 0) {  // profiled as the convolution
+        const Node& conv = g.node(epilogues.chains[size_t(chain)][0]);
+        st.op = conv.op->name.c_str();
+        st.graph_op = (conv.origin_op ? conv.origin_op : conv.op)->name.c_str();
+        kctx.scratch_bytes = std::move(chain_scratch);
+      }
+      if (group >= 0 || chain >= 0) st.fn = std::move(fused);
       else if (fold != folds.matmul.end()) st.fn = make_matmul_kernel(kctx, fold->second[0], fold->second[1]);
       else st.fn = (*f)(kctx);
       for (auto& v : inputs) st.in.push_back(slot_of.at(v));

@@ -8,7 +8,8 @@
 // them by the weights with BLAS; the data gradient multiplies by the transposed weights and
 // scatters the columns back (col2im); the weights gradient accumulates dy @ columns^T. 1x1
 // convolutions with unit strides and no padding use the source as the column matrix.
-// float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
+// A forward float32 convolution may carry an epilogue (conv_epilogue.h), applied to each block
+// of output rows right after it is written. float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
 // project's pool as (image x group, tile) units with BLAS on the calling thread; large ones run
 // one image at a time with parallel gathers and BLAS's own threads.
 #include <algorithm>
@@ -17,9 +18,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/blas_gemm.h"
+#include "backends/cpu/conv_epilogue.h"
+#include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/convolution_attrs.h"
 
@@ -40,9 +44,10 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, 
 
 enum class Kind { Forward, Data, Weights };
 
-// OpenBLAS multiplies products of up to this M*N*K on the calling thread (its SMP threshold);
-// the kernels split smaller work over the project's pool, larger products over BLAS's threads.
-constexpr int64_t kBlasSingleThread = 262144;
+// Products with small weights (Og * CK) go over the pool as units of about this many
+// multiply-adds, each one single-threaded BLAS call; larger ones one item at a time, each
+// product split over the pool by gemm_on_pool.
+constexpr int64_t kUnitWork = int64_t(1) << 20;
 constexpr int64_t kColumnBudget = int64_t(1) << 21;  // column elements per tile when BLAS threads
 
 struct Plan {
@@ -150,8 +155,15 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   p.tiles_parallel = kind != Kind::Data || p.direct;
   p.ours = false;
   if (threads > 1 && mk <= 8192 && p.P > 0) {
-    p.tile = std::min(p.P, std::max<int64_t>(32, kBlasSingleThread / mk));
+    // tiles of about kUnitWork multiply-adds (a BLAS call per tile repacks the weights), cut
+    // smaller only where there would be fewer than two units per thread
+    p.tile = std::min(p.P, std::max<int64_t>(128, kUnitWork / mk));
     p.ntiles = (p.P + p.tile - 1) / p.tile;
+    if (p.units() < 2 * threads && p.tiles_parallel && p.items() > 0) {
+      const int64_t per_item = (2 * threads + p.items() - 1) / p.items();
+      p.tile = std::max<int64_t>(32, (p.P + per_item - 1) / per_item);
+      p.ntiles = (p.P + p.tile - 1) / p.tile;
+    }
     p.ours = p.units() >= 2;
   }
   if (!p.ours) {
@@ -231,6 +243,17 @@ void over_channels(const Plan& p, int64_t pt, F&& f) {
                  [&](int64_t c0, int64_t c1) { f(c0, c1); });
 }
 
+// An epilogue and its operands for one run (none: e is null).
+struct Epi {
+  const ConvEpilogue* e = nullptr;
+  const float* const* in = nullptr;
+  template <class T>
+  void operator()(T* y, int64_t n, int64_t o0, int64_t o1, int64_t p0, int64_t p1) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (e) e->apply(y, in, n, o0, o1, p0, p1);
+  }
+};
+
 template <class T>
 struct Scratch {  // in the program's memory plan (KernelCtx::scratch)
   T* col = nullptr;  // slots * col_elems
@@ -241,16 +264,21 @@ struct Scratch {  // in the program's memory plan (KernelCtx::scratch)
 // One tile [p0, p1) of one item. in0/in1/out: forward (x, w) -> y; data (dy, w) -> dx;
 // weights (dy, x) -> dw (accumulated).
 template <class T>
-void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0, const T* in1, T* out, T* col) {
+void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0, const T* in1, T* out, T* col,
+              const Epi& epi) {
   const int64_t n = item / p.G, g = item % p.G, pt = p1 - p0;
   const int64_t x_off = (n * p.C + g * p.Cg) * p.in_plane, y_off = (n * p.O + g * p.Og) * p.P, w_off = g * p.Og * p.CK;
   switch (p.kind) {
     case Kind::Forward: {
       const T *x = in0 + x_off, *w = in1 + w_off;
       T* y = out + y_off + p0;
-      if (p.direct) return gemm(false, false, p.Og, pt, p.Cg, w, p.CK, x + p0, p.in_plane, T(0), y, p.P);
-      over_channels(p, pt, [&](int64_t c0, int64_t c1) { im2col(p, x, col, p0, p1, c0, c1); });
-      return gemm(false, false, p.Og, pt, p.CK, w, p.CK, col, pt, T(0), y, p.P);
+      if (p.direct) {
+        gemm(false, false, p.Og, pt, p.Cg, w, p.CK, x + p0, p.in_plane, T(0), y, p.P);
+      } else {
+        over_channels(p, pt, [&](int64_t c0, int64_t c1) { im2col(p, x, col, p0, p1, c0, c1); });
+        gemm(false, false, p.Og, pt, p.CK, w, p.CK, col, pt, T(0), y, p.P);
+      }
+      return epi(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
     }
     case Kind::Data: {
       const T *dy = in0 + y_off + p0, *w = in1 + w_off;
@@ -269,12 +297,44 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
   }
 }
 
+// One source row's three innermost taps added into output row yr (depthwise, KL == 3): b[off[t]
+// + j * sL] is tap t's source for output j. Where all three are in range ([jlo, jhi)) the loop
+// has no branches and vectorises; the edges check each tap. Taps add in order, as the generic loop.
+template <class T, int SL>
+void depthwise_taps3(const Plan& p, T* yr, const T* b, const int64_t* off, const T* wk, int64_t jlo, int64_t jhi) {
+  const int64_t sl = SL > 0 ? SL : p.sL;
+  const T w0 = wk[0], w1 = wk[1], w2 = wk[2];
+  const T *b0 = b + off[0], *b1 = b + off[1], *b2 = b + off[2];
+  for (int64_t j = jlo; j < jhi; ++j) {
+    T v = yr[j];
+    v += w0 * b0[j * sl];
+    v += w1 * b1[j * sl];
+    v += w2 * b2[j * sl];
+    yr[j] = v;
+  }
+  auto edge = [&](int64_t j) {
+    T v = yr[j];
+    for (int t = 0; t < 3; ++t)
+      if (j >= p.lo[size_t(t)] && j < p.hi[size_t(t)]) v += wk[t] * b[off[t] + j * sl];
+    yr[j] = v;
+  };
+  for (int64_t j = 0; j < std::min(jlo, p.OL); ++j) edge(j);
+  for (int64_t j = std::max(jhi, jlo); j < p.OL; ++j) edge(j);
+}
+
 // Depthwise forward (one source channel per group): each output row is a sum of shifted
 // source rows times a scalar tap, accumulated in place, so no columns and no M=1 GEMMs.
 template <class T>
-void depthwise(const Plan& p, const T* x, const T* w, T* y) {
+void depthwise(const Plan& p, const T* x, const T* w, T* y, const Epi& epi) {
   const int64_t per_image = p.G * p.Og;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.P * p.Ksz, 1));
+  int64_t off[3] = {0, 0, 0}, jlo = 0, jhi = p.OL;  // KL == 3: per tap, source of output j is off + j * sL
+  if (p.KL == 3)
+    for (size_t t = 0; t < 3; ++t) {
+      off[t] = p.start[t] - p.lo[t] * p.sL;
+      jlo = std::max(jlo, p.lo[t]);
+      jhi = std::min(jhi, p.hi[t]);
+    }
   parallel_for(p.N * per_image, grain, [&](int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n = u / per_image, oc = u % per_image, g = oc / p.Og;
@@ -287,6 +347,13 @@ void depthwise(const Plan& p, const T* x, const T* w, T* y) {
         for (int64_t kt = 0; kt < p.Kouter; ++kt) {
           const int64_t base = p.rowtab[size_t(kt * p.R + r)];
           if (base < 0) continue;
+          if (p.KL == 3) {
+            const T* wk = wc + kt * 3;
+            if (p.sL == 1) depthwise_taps3<T, 1>(p, yr, xc + base, off, wk, jlo, jhi);
+            else if (p.sL == 2) depthwise_taps3<T, 2>(p, yr, xc + base, off, wk, jlo, jhi);
+            else depthwise_taps3<T, 0>(p, yr, xc + base, off, wk, jlo, jhi);
+            continue;
+          }
           for (int64_t t = 0; t < p.KL; ++t) {
             const T wv = wc[kt * p.KL + t];
             const int64_t lo = p.lo[size_t(t)], hi = p.hi[size_t(t)];
@@ -298,17 +365,21 @@ void depthwise(const Plan& p, const T* x, const T* w, T* y) {
           }
         }
       }
+      epi(y, n, oc, oc + 1, 0, p.P);
     }
   });
 }
 
 template <class T>
-void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elems, Scratch<T>& s) {
+void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elems, Scratch<T>& s, const Epi& epi = {}) {
   if (out_elems == 0) return;
   const bool empty_work = p.items() == 0 || p.P == 0 || p.CK == 0 || p.Og == 0;
   if (empty_work || p.kind == Kind::Weights) std::fill(out, out + out_elems, T(0));  // weights: accumulated
-  if (empty_work) return;
-  if (p.depthwise) return depthwise(p, in0, in1, out);
+  if (empty_work) {
+    for (int64_t n = 0; n < p.N; ++n) epi(out, n, 0, p.O, 0, p.P);
+    return;
+  }
+  if (p.depthwise) return depthwise(p, in0, in1, out, epi);
   auto run_unit = [&](int64_t u, int slot) {
     T* col = s.col + slot * p.col_elems;
     T* o = p.kind == Kind::Weights && slot > 0 ? s.acc + (slot - 1) * out_elems : out;
@@ -318,7 +389,7 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
       T* dx = out + (item / p.G * p.C + item % p.G * p.Cg) * p.in_plane;
       std::fill(dx, dx + p.Cg * p.in_plane, T(0));
     }
-    for (int64_t t = t0; t < t1; ++t) run_tile(p, item, t * p.tile, std::min(p.P, (t + 1) * p.tile), in0, in1, o, col);
+    for (int64_t t = t0; t < t1; ++t) run_tile(p, item, t * p.tile, std::min(p.P, (t + 1) * p.tile), in0, in1, o, col, epi);
   };
   if (!p.ours) {
     for (int64_t u = 0; u < p.units(); ++u) run_unit(u, 0);
@@ -392,6 +463,29 @@ KernelFn via_float(const KernelCtx& c, const Plan& p, int64_t n0, int64_t n1, in
   };
 }
 
+// The forward float32 kernel of the generic path, with an epilogue (empty: none).
+KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
+  const Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape);
+  const int64_t out_elems = num_elements(c.out[0].shape);
+  const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
+  return [p, sp, out_elems, epilogue](const void* const* in, void* const* out) {
+    Scratch<float> s = scratch_of<float>(sp, out);
+    const Epi epi{&epilogue, reinterpret_cast<const float* const*>(in + 2)};
+    execute<float>(p, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]), static_cast<float*>(out[0]),
+                   out_elems, s, epi);
+  };
+}
+
+}  // namespace
+
+KernelFn make_convolution_kernel(const KernelCtx& c, const ConvEpilogue& epilogue) {
+  auto generic = [&epilogue](const KernelCtx& k) { return generic_forward(k, epilogue); };
+  if (KernelFn f = make_winograd_kernel(c, &epilogue, generic)) return f;
+  return generic_forward(c, epilogue);
+}
+
+namespace {
+
 KernelFactory factory(Kind kind) {
   return [kind](const KernelCtx& c) -> KernelFn {
     const Shape *src, *w, *dy;
@@ -403,7 +497,11 @@ KernelFactory factory(Kind kind) {
     Plan p = make_plan(kind, c.node, *src, *w, *dy);
     const int64_t n0 = num_elements(c.in[0].shape), n1 = num_elements(c.in[1].shape), no = num_elements(c.out[0].shape);
     switch (c.out[0].dtype) {
-      case DType::Float32: return native<float>(c, p, no);
+      case DType::Float32:
+        if (kind == Kind::Forward)
+          if (KernelFn f = make_winograd_kernel(c, nullptr, [](const KernelCtx& k) { return generic_forward(k, {}); }))
+            return f;
+        return native<float>(c, p, no);
       case DType::Float64: return native<double>(c, p, no);
       case DType::Float16: return via_float<half_t>(c, p, n0, n1, no);
       case DType::BFloat16: return via_float<bfloat16_t>(c, p, n0, n1, no);

@@ -1,0 +1,222 @@
+// Convolution epilogues (see conv_epilogue.h). Each op computes exactly as its own kernel does
+// (one float32 rounding per op, the same NaN rules), so fusing never changes a result.
+#include "backends/cpu/conv_epilogue.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/elementwise_kernels.h"
+#include "backends/cpu/vec_math.h"
+#include "core/shape.h"
+
+namespace mg::cpu {
+
+namespace {
+
+using Kind = EpilogueOp::Kind;
+using Arg = EpilogueOp::Arg;
+
+constexpr int64_t kChunk = 512;
+
+// The other operand's role against the output shape, or None when it is none of them.
+Arg classify(const TensorType& t, const Shape& out) {
+  if (t.dtype != DType::Float32) return Arg::None;
+  if (num_elements(t.shape) == 1) return Arg::Scalar;
+  if (t.shape == out) return Arg::Full;
+  if (t.shape.size() > out.size()) return Arg::None;
+  Shape s(out.size() - t.shape.size(), 1);
+  s.insert(s.end(), t.shape.begin(), t.shape.end());
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i] != (i == 1 ? out[1] : 1)) return Arg::None;
+  return Arg::Channel;
+}
+
+bool binary_kind(const std::string& op, Kind& k) {
+  if (op == "addition") k = Kind::Add;
+  else if (op == "subtraction") k = Kind::Sub;
+  else if (op == "multiplication") k = Kind::Mul;
+  else if (op == "maximum") k = Kind::Max;
+  else if (op == "minimum") k = Kind::Min;
+  else return false;
+  return true;
+}
+
+bool unary_kind(const std::string& op, Kind& k) {
+  if (op == "relu") k = Kind::Relu;
+  else if (op == "sigmoid") k = Kind::Sigmoid;
+  else if (op == "tanh") k = Kind::Tanh;
+  else return false;
+  return true;
+}
+
+// The epilogue op node r applies to the chain value `cur`; operands (in r's input order) go to
+// `operands`. False when r cannot join the chain.
+bool describe(const Graph& g, const Node& r, ValueRef cur, const Shape& out, EpilogueOp& op,
+              std::vector<ValueRef>& operands) {
+  if (r.outputs.size() != 1 || !r.regions.empty() || r.outputs[0].dtype != DType::Float32 ||
+      r.outputs[0].shape != out)
+    return false;
+  const std::string& name = r.op->name;
+  if (unary_kind(name, op.kind)) return r.inputs.size() == 1 && r.inputs[0] == cur;
+  if (name == "clamp") {
+    if (r.inputs.size() != 3 || r.inputs[0] != cur) return false;
+    if (classify(g.type(r.inputs[1]), out) != Arg::Scalar || classify(g.type(r.inputs[2]), out) != Arg::Scalar)
+      return false;
+    op.kind = Kind::Clamp;
+    op.arg = Arg::Scalar;
+    operands = {r.inputs[1], r.inputs[2]};
+    return true;
+  }
+  if (!binary_kind(name, op.kind) || r.inputs.size() != 2) return false;
+  op.other_first = r.inputs[1] == cur;
+  const ValueRef other = r.inputs[op.other_first ? 0 : 1];
+  if (other == cur || (r.inputs[0] != cur && r.inputs[1] != cur)) return false;
+  op.arg = classify(g.type(other), out);
+  operands = {other};
+  return op.arg != Arg::None;
+}
+
+inline float relu(float x) { return x <= 0.0f ? 0.0f : x; }  // NaN stays (as the relu kernel)
+
+template <class F>
+inline void binary(float* r, int64_t m, bool other_first, const float* full, float s, F f) {
+  if (full) {
+    if (other_first)
+      for (int64_t j = 0; j < m; ++j) r[j] = f(full[j], r[j]);
+    else
+      for (int64_t j = 0; j < m; ++j) r[j] = f(r[j], full[j]);
+  } else if (other_first) {
+    for (int64_t j = 0; j < m; ++j) r[j] = f(s, r[j]);
+  } else {
+    for (int64_t j = 0; j < m; ++j) r[j] = f(r[j], s);
+  }
+}
+
+// maximum / minimum against a value s that is not NaN, branch-free (a NaN x stays, as in Max/Min)
+inline void max_scalar(float* r, int64_t m, bool s_first, float s) {
+  if (s_first)
+    for (int64_t j = 0; j < m; ++j) r[j] = r[j] < s ? s : r[j];
+  else
+    for (int64_t j = 0; j < m; ++j) r[j] = r[j] <= s ? s : r[j];
+}
+inline void min_scalar(float* r, int64_t m, bool s_first, float s) {
+  if (s_first)
+    for (int64_t j = 0; j < m; ++j) r[j] = s < r[j] ? s : r[j];
+  else
+    for (int64_t j = 0; j < m; ++j) r[j] = r[j] >= s ? s : r[j];
+}
+
+void max_min(float* r, int64_t m, bool is_max, bool other_first, const float* full, float s) {
+  if (!full && !std::isnan(s)) return is_max ? max_scalar(r, m, other_first, s) : min_scalar(r, m, other_first, s);
+  if (is_max) binary(r, m, other_first, full, s, elementwise::Max());
+  else binary(r, m, other_first, full, s, elementwise::Min());
+}
+
+void run_op(const EpilogueOp& op, float* r, int64_t m, const float* const* in, int64_t o, int64_t at) {
+  const float* full = op.arg == Arg::Full ? in[op.input] + at : nullptr;
+  const float s = op.arg == Arg::Scalar ? in[op.input][0] : op.arg == Arg::Channel ? in[op.input][o] : 0.0f;
+  switch (op.kind) {
+    case Kind::Add: return binary(r, m, op.other_first, full, s, [](float x, float y) { return x + y; });
+    case Kind::Sub: return binary(r, m, op.other_first, full, s, [](float x, float y) { return x - y; });
+    case Kind::Mul: return binary(r, m, op.other_first, full, s, [](float x, float y) { return x * y; });
+    case Kind::Max: return max_min(r, m, true, op.other_first, full, s);
+    case Kind::Min: return max_min(r, m, false, op.other_first, full, s);
+    case Kind::Clamp:  // as the clamp kernel: maximum with lo, then minimum with hi
+      max_min(r, m, true, false, nullptr, in[op.input][0]);
+      return max_min(r, m, false, false, nullptr, in[op.input + 1][0]);
+    case Kind::Relu:
+      for (int64_t j = 0; j < m; ++j) r[j] = relu(r[j]);
+      return;
+    case Kind::Sigmoid: case Kind::Tanh: {
+      float tmp[kChunk];  // the vector functions do not work in place
+      std::memcpy(tmp, r, size_t(m) * sizeof(float));
+      vmath::array_fn(op.kind == Kind::Sigmoid ? vmath::Fn::Sigmoid : vmath::Fn::Tanh)(tmp, r, m);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void ConvEpilogue::apply(float* y, const float* const* in, int64_t n, int64_t o0, int64_t o1, int64_t p0,
+                         int64_t p1) const {
+  const int64_t len = p1 - p0;
+  if (ops.empty() || len <= 0 || o1 <= o0) return;
+  parallel_for(o1 - o0, std::max<int64_t>(1, 32768 / len), [&](int64_t a, int64_t b) {
+    for (int64_t o = o0 + a; o < o0 + b; ++o) {
+      const int64_t row = (n * O + o) * P + p0;
+      for (int64_t j = 0; j < len; j += kChunk) {
+        const int64_t m = std::min(kChunk, len - j);
+        for (const EpilogueOp& op : ops) run_op(op, y + row + j, m, in, o, row + j);
+      }
+    }
+  });
+}
+
+EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip) {
+  const size_t n = g.size();
+  std::vector<int64_t> uses(n, 0);
+  std::vector<int32_t> reader(n, -1);
+  for (size_t id = 0; id < n; ++id)
+    for (const ValueRef& v : g.node(int32_t(id)).inputs) {
+      ++uses[size_t(v.node)];
+      reader[size_t(v.node)] = int32_t(id);
+    }
+  for (const ValueRef& v : targets) uses[size_t(v.node)] += 2;  // a target is never an intermediate
+  EpiloguePlan p;
+  p.chain_of.assign(n, -1);
+  for (size_t id = 0; id < n; ++id) {
+    const Node& conv = g.node(int32_t(id));
+    if (skip[id] || conv.op->name != "convolution" || conv.outputs.size() != 1 ||
+        conv.outputs[0].dtype != DType::Float32 || conv.outputs[0].shape.size() < 3)
+      continue;
+    const Shape& out = conv.outputs[0].shape;
+    std::vector<int32_t> chain{int32_t(id)};
+    for (int32_t cur = int32_t(id); uses[size_t(cur)] == 1;) {
+      const int32_t r = reader[size_t(cur)];
+      EpilogueOp op;
+      std::vector<ValueRef> operands;
+      // an add of two convolutions' outputs joins the first one's chain only
+      if (skip[size_t(r)] || p.chain_of[size_t(r)] >= 0 || !describe(g, g.node(r), {cur, 0}, out, op, operands)) break;
+      chain.push_back(r);
+      cur = r;
+    }
+    if (chain.size() < 2) continue;
+    for (int32_t m : chain) p.chain_of[size_t(m)] = int32_t(p.chains.size());
+    p.chains.push_back(std::move(chain));
+  }
+  return p;
+}
+
+KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& chain, std::vector<ValueRef>& inputs,
+                                   std::vector<size_t>& scratch_bytes) {
+  const Node& conv = g.node(chain[0]);
+  const Shape& out = conv.outputs[0].shape;
+  inputs = conv.inputs;
+  ConvEpilogue e;
+  e.O = out[1];
+  e.P = 1;
+  for (size_t i = 2; i < out.size(); ++i) e.P *= out[i];
+  for (size_t k = 1; k < chain.size(); ++k) {
+    EpilogueOp op;
+    std::vector<ValueRef> operands;
+    describe(g, g.node(chain[k]), {chain[k - 1], 0}, out, op, operands);
+    op.input = int(inputs.size()) - 2;
+    inputs.insert(inputs.end(), operands.begin(), operands.end());
+    e.ops.push_back(op);
+  }
+  std::vector<TensorType> in;
+  for (const ValueRef& v : inputs) in.push_back(g.type(v));
+  KernelCtx c{conv, in, conv.outputs};
+  KernelFn fn = make_convolution_kernel(c, e);
+  scratch_bytes = c.scratch_bytes;
+  return fn;
+}
+
+}  // namespace mg::cpu

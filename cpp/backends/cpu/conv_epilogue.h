@@ -1,0 +1,49 @@
+// Convolution epilogues on the CPU: a float32 convolution whose only reader is a chain of
+// elementwise ops (bias add, activation, residual add, ...) runs as one step; the chain is
+// applied to each block of output rows right after the GEMM that wrote it, while it is in cache.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+
+namespace mg::cpu {
+
+struct EpilogueOp {
+  enum class Kind : uint8_t { Add, Sub, Mul, Max, Min, Clamp, Relu, Sigmoid, Tanh };
+  enum class Arg : uint8_t { None, Scalar, Channel, Full };  // the other operand: one value, per channel, per element
+  Kind kind = Kind::Relu;
+  Arg arg = Arg::None;
+  bool other_first = false;  // the operand is the op's first input (order matters for sub and NaN rules)
+  int input = -1;  // the operand among the epilogue's inputs (Clamp: lo, then hi at input + 1)
+};
+
+// The chain, over an output of shape (N, O, P...) seen as (N, O, P).
+struct ConvEpilogue {
+  std::vector<EpilogueOp> ops;
+  int64_t O = 0, P = 0;
+  // Applies the chain to channels [o0, o1), positions [p0, p1) of image n; y is the whole
+  // output, in the epilogue's inputs. Splits over the pool when called outside it.
+  void apply(float* y, const float* const* in, int64_t n, int64_t o0, int64_t o1, int64_t p0, int64_t p1) const;
+};
+
+struct EpiloguePlan {
+  std::vector<int32_t> chain_of;              // per node: its chain, or -1
+  std::vector<std::vector<int32_t>> chains;   // the convolution, then its epilogue nodes; the last is the root
+};
+
+// Chains of a float32 convolution and at least one elementwise op: each op is the only reader
+// of the value before it, which is not a target. Nodes marked in `skip` are left alone.
+EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip);
+
+// The step of one chain; `inputs` receives the convolution's two inputs, then the operands;
+// `scratch_bytes` the step's scratch requests (KernelCtx::scratch, one output).
+KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& chain, std::vector<ValueRef>& inputs,
+                                   std::vector<size_t>& scratch_bytes);
+
+// kernels_convolution.cpp: the float32 forward convolution with an epilogue, whose operands
+// follow the source and the weights among the kernel's inputs.
+KernelFn make_convolution_kernel(const KernelCtx& c, const ConvEpilogue& epilogue);
+
+}  // namespace mg::cpu

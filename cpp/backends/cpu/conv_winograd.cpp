@@ -1,0 +1,204 @@
+// Winograd F(2x2, 3x3) for float32 2-d convolutions with 3x3 kernels, unit strides and
+// dilations and one group (most of ResNet's work): each 4x4 source tile and each kernel are
+// transformed so that a 2x2 output tile costs 16 multiplies per (input, output) channel pair
+// instead of 36, as 16 GEMMs (O x C) @ (C x tiles). Units of whole tile rows of one image go
+// over the pool, each with its own transformed tiles; the epilogue runs on their output rows.
+// Accuracy: the transforms only add, subtract and halve, so the error stays within a small
+// multiple of the direct sum's (|error| <= 2e-6 * sum |w| |x| in float32, tested). A tile
+// mixes 16 sources into every output, so an infinity or NaN would reach outputs that do not
+// read it: a run that meets one (in the source or the weights) reruns on the generic path.
+#include "backends/cpu/conv_winograd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/blas_gemm.h"
+#include "core/ops/convolution_attrs.h"
+#include "core/typed_attrs.h"
+
+namespace mg::cpu {
+
+namespace {
+
+constexpr int64_t kTilesPerUnit = 512;  // GEMM columns per unit (about)
+constexpr int64_t kMinTiles = 400;      // fewer output tiles in all: the generic path is faster
+
+struct Wino {
+  int64_t N = 0, C = 0, O = 0, H = 0, W = 0, pt = 0, pl = 0, OH = 0, OW = 0, th = 0, tw = 0;
+  int64_t rows = 1, blocks = 1;  // tile rows per unit, units per image
+  int slots = 1;
+  int64_t v_elems = 0, m_elems = 0;  // per slot
+  size_t u_idx = 0, v_idx = 0, m_idx = 0;
+};
+
+// U[xi][o][c] = (G g G^T)[xi] for each 3x3 kernel g. False when a weight is not finite.
+bool transform_weights(const Wino& q, const float* w, float* U) {
+  const int64_t OC = q.O * q.C;
+  std::atomic<bool> finite{true};
+  parallel_for(OC, 256, [&](int64_t b, int64_t e) {
+    float z = 0.0f;  // stays 0 unless an infinity or NaN is multiplied in
+    for (int64_t i = b * 9; i < e * 9; ++i) z += w[i] * 0.0f;
+    if (!(z == 0.0f)) finite = false;
+    for (int64_t i = b; i < e; ++i) {
+      const float* g = w + i * 9;
+      float t[4][3];  // G g
+      for (int j = 0; j < 3; ++j) {
+        t[0][j] = g[j];
+        t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+        t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+        t[3][j] = g[6 + j];
+      }
+      for (int r = 0; r < 4; ++r) {
+        const float a = t[r][0], bb = t[r][1], c = t[r][2];
+        U[(r * 4 + 0) * OC + i] = a;
+        U[(r * 4 + 1) * OC + i] = 0.5f * (a + bb + c);
+        U[(r * 4 + 2) * OC + i] = 0.5f * (a - bb + c);
+        U[(r * 4 + 3) * OC + i] = c;
+      }
+    }
+  });
+  return finite;
+}
+
+// V[xi][c][t] = (B^T d B)[xi] for the tiles of tile rows [ty0, ty1) of one image. False when
+// a source value is not finite.
+bool transform_input(const Wino& q, const float* x, float* V, int64_t ty0, int64_t ty1) {
+  const int64_t T = (ty1 - ty0) * q.tw, CT = q.C * T;
+  float z = 0.0f;
+  for (int64_t c = 0; c < q.C; ++c) {
+    const float* xc = x + c * q.H * q.W;
+    float* vc = V + c * T;
+    for (int64_t ty = ty0; ty < ty1; ++ty) {
+      const int64_t r0 = 2 * ty - q.pt;
+      for (int64_t tx = 0; tx < q.tw; ++tx) {
+        const int64_t c0 = 2 * tx - q.pl;
+        float d[4][4];
+        if (r0 >= 0 && r0 + 4 <= q.H && c0 >= 0 && c0 + 4 <= q.W) {
+          for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) d[i][j] = xc[(r0 + i) * q.W + c0 + j];
+          for (int i = 0; i < 4; ++i) z += (d[i][0] + d[i][1] + d[i][2] + d[i][3]) * 0.0f;
+        } else {
+          for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) {
+              const int64_t r = r0 + i, cc = c0 + j;
+              d[i][j] = r >= 0 && r < q.H && cc >= 0 && cc < q.W ? xc[r * q.W + cc] : 0.0f;
+              z += d[i][j] * 0.0f;
+            }
+        }
+        float t[4][4];  // B^T d
+        for (int j = 0; j < 4; ++j) {
+          t[0][j] = d[0][j] - d[2][j];
+          t[1][j] = d[1][j] + d[2][j];
+          t[2][j] = d[2][j] - d[1][j];
+          t[3][j] = d[1][j] - d[3][j];
+        }
+        const int64_t at = (ty - ty0) * q.tw + tx;
+        for (int i = 0; i < 4; ++i) {
+          float* v = vc + (i * 4) * CT + at;
+          v[0] = t[i][0] - t[i][2];
+          v[CT] = t[i][1] + t[i][2];
+          v[2 * CT] = t[i][2] - t[i][1];
+          v[3 * CT] = t[i][1] - t[i][3];
+        }
+      }
+    }
+  }
+  return z == 0.0f;
+}
+
+// y tiles of rows [ty0, ty1) from M[xi][o][t] = A^T m A.
+void transform_output(const Wino& q, const float* M, float* y, int64_t ty0, int64_t ty1) {
+  const int64_t T = (ty1 - ty0) * q.tw, OT = q.O * T;
+  for (int64_t o = 0; o < q.O; ++o) {
+    float* yo = y + o * q.OH * q.OW;
+    for (int64_t ty = ty0; ty < ty1; ++ty)
+      for (int64_t tx = 0; tx < q.tw; ++tx) {
+        const float* m = M + o * T + (ty - ty0) * q.tw + tx;
+        float s[2][4];  // A^T m
+        for (int j = 0; j < 4; ++j) {
+          const float m0 = m[j * OT], m1 = m[(4 + j) * OT], m2 = m[(8 + j) * OT], m3 = m[(12 + j) * OT];
+          s[0][j] = m0 + m1 + m2;
+          s[1][j] = m1 - m2 - m3;
+        }
+        const int64_t r = 2 * ty, c = 2 * tx;
+        for (int i = 0; i < 2 && r + i < q.OH; ++i) {
+          float* yr = yo + (r + i) * q.OW + c;
+          yr[0] = s[i][0] + s[i][1] + s[i][2];
+          if (c + 1 < q.OW) yr[1] = s[i][1] - s[i][2] - s[i][3];
+        }
+      }
+  }
+}
+
+// False when a source value or weight is not finite (y is then incomplete).
+bool run(const Wino& q, const float* x, const float* w, float* y, void* const* out, const ConvEpilogue* epi,
+         const float* const* epi_in) {
+  float* U = static_cast<float*>(out[q.u_idx]);
+  if (!transform_weights(q, w, U)) return false;
+  const int64_t units = q.N * q.blocks;
+  std::atomic<bool> finite{true};
+  parallel_for(q.slots, 1, [&](int64_t s0, int64_t s1) {
+    for (int64_t sl = s0; sl < s1; ++sl) {
+      float* V = static_cast<float*>(out[q.v_idx]) + sl * q.v_elems;
+      float* M = static_cast<float*>(out[q.m_idx]) + sl * q.m_elems;
+      for (int64_t u = sl; u < units; u += q.slots) {
+        const int64_t n = u / q.blocks, ty0 = u % q.blocks * q.rows, ty1 = std::min(q.th, ty0 + q.rows);
+        const int64_t T = (ty1 - ty0) * q.tw;
+        if (!transform_input(q, x + n * q.C * q.H * q.W, V, ty0, ty1)) finite = false;
+        if (!finite) return;
+        for (int xi = 0; xi < 16; ++xi)
+          gemm_on_pool(false, false, q.O, T, q.C, U + xi * q.O * q.C, q.C, V + xi * q.C * T, T, 0.0f,
+                       M + xi * q.O * T, T);
+        transform_output(q, M, y + n * q.O * q.OH * q.OW, ty0, ty1);
+        if (epi) epi->apply(y, epi_in, n, 0, q.O, 2 * ty0 * q.OW, std::min(2 * ty1, q.OH) * q.OW);
+      }
+    }
+  });
+  return finite;
+}
+
+}  // namespace
+
+KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, const KernelFactory& generic) {
+  // MPSGRAPH_CPU_WINOGRAD=0 keeps the generic path (read at compile: tests and benchmarks compare)
+  if (const char* env = std::getenv("MPSGRAPH_CPU_WINOGRAD"); env && std::string(env) == "0") return {};
+  const Shape &xs = c.in[0].shape, &ws = c.in[1].shape, &ys = c.out[0].shape;
+  if (c.out[0].dtype != DType::Float32 || xs.size() != 4 || ws.size() != 4 || ws[2] != 3 || ws[3] != 3) return {};
+  const ops::ConvolutionAttrs& a = typed_attrs<ops::ConvolutionAttrs>(c.node);
+  if (a.groups != 1 || a.strides != std::vector<int64_t>{1, 1} || a.dilation_rates != std::vector<int64_t>{1, 1} ||
+      a.padding.size() != 4)
+    return {};
+  Wino q;
+  q.N = xs[0], q.C = xs[1], q.H = xs[2], q.W = xs[3], q.O = ws[0], q.OH = ys[2], q.OW = ys[3];
+  q.pt = a.padding[0], q.pl = a.padding[2];
+  // pays where the channel products are large enough for BLAS and there are tiles to share them
+  if (q.C < 16 || q.O < 16 || q.OH < 4 || q.OW < 4 || num_elements(ys) <= 0) return {};
+  q.th = (q.OH + 1) / 2, q.tw = (q.OW + 1) / 2;
+  // the kernels are transformed on every run (about as costly as ~100 tiles' savings)
+  if (q.N * q.th * q.tw < kMinTiles) return {};
+  q.rows = std::max<int64_t>(1, std::min(q.th, kTilesPerUnit / q.tw));
+  const int threads = num_threads();
+  while (q.rows > 1 && q.N * ((q.th + q.rows - 1) / q.rows) < 2 * threads) q.rows = (q.rows + 1) / 2;
+  q.blocks = (q.th + q.rows - 1) / q.rows;
+  q.slots = int(std::min<int64_t>(threads, q.N * q.blocks));
+  const int64_t T = q.rows * q.tw;
+  q.v_elems = 16 * q.C * T;
+  q.m_elems = 16 * q.O * T;
+  q.u_idx = c.scratch(size_t(16 * q.O * q.C) * sizeof(float));
+  q.v_idx = c.scratch(size_t(q.slots * q.v_elems) * sizeof(float));
+  q.m_idx = c.scratch(size_t(q.slots * q.m_elems) * sizeof(float));
+  const bool has_epi = epilogue && !epilogue->ops.empty();
+  const ConvEpilogue epi = has_epi ? *epilogue : ConvEpilogue{};
+  KernelFn fallback = generic(c);  // its scratch follows ours
+  return [q, epi, has_epi, fallback](const void* const* in, void* const* out) {
+    if (!run(q, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]), static_cast<float*>(out[0]), out,
+             has_epi ? &epi : nullptr, reinterpret_cast<const float* const*>(in + 2)))
+      fallback(in, out);
+  };
+}
+
+}  // namespace mg::cpu
