@@ -217,3 +217,14 @@ def test_unknown_dims_pass_through_the_gradient_composites():
     dy = 2 * s
     want = s * (dy - np.sum(dy * s, -1, keepdims=True))
     np.testing.assert_allclose(_run(g, {a: x}, [gx])[0], want, rtol=1e-12, atol=1e-12)
+
+
+def test_softmax_cross_entropy_gradient_of_a_broadcast_source():
+    """x (1, 5) against labels (3, 5): x's gradient sums the per-row gradients."""
+    rng = np.random.default_rng(9)
+    x, lab = rng.normal(size=(1, 5)), rng.dirichlet(np.ones(5), 3)
+    g, a, l = _graph_of(x, lab)
+    gx = g.gradients(g.softmax_cross_entropy(a, l, reduction="sum"), [a])[a]
+    assert _ops(g).count("softmax_cross_entropy_gradient") == 1
+    want = np.sum(_softmax(x) * lab.sum(-1, keepdims=True) - lab, axis=0, keepdims=True)
+    np.testing.assert_allclose(_run(g, {a: x, l: lab}, [gx])[0], want, rtol=1e-12, atol=1e-12)

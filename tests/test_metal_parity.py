@@ -1060,9 +1060,9 @@ def test_normalizations_native_forms_and_gradients(dtype):
 def test_gradient_composites_native_forms(dtype):
     """The gradient composites Metal claims (softmax, cross entropy, batch normalisation in
     training, instance normalisation, plain average pooling) with non-constant incoming
-    gradients, every reduction and layout, gamma / beta present or absent; and next to them the
-    cases left to the decomposition (batch normalisation with running statistics, labels
-    broadcast to a larger x) and a second order through softmax_gradient."""
+    gradients, every reduction and layout, labels broadcast, gamma / beta present or absent; and
+    next to them a case left to the decomposition (batch normalisation with running statistics),
+    an x broadcast against larger labels, and a second order through softmax_gradient."""
     x = _as(_rand((2, 4, 6, 3), seed=140), dtype)
     lab = _as(np.random.default_rng(141).dirichlet(np.ones(3), (2, 4, 6)).astype(np.float32), dtype)
     lab0 = _as(np.random.default_rng(142).dirichlet(np.ones(2), (4, 6, 3)).transpose(3, 0, 1, 2)
@@ -1078,7 +1078,8 @@ def test_gradient_composites_native_forms(dtype):
         ys = [g.softmax(a, axis=ax) for ax in (-1, 1)]
         ys += [g.softmax_cross_entropy(a, l, reduction=r) for r in ("none", "sum", "mean")]
         ys += [g.softmax_cross_entropy(a, l0, axis=0, reduction="none"),
-               g.softmax_cross_entropy(a, g.slice(l, axis=0, start=0, length=1), reduction="mean")]  # labels broadcast
+               g.softmax_cross_entropy(a, g.slice(l, axis=0, start=0, length=1), reduction="mean"),  # labels broadcast
+               g.softmax_cross_entropy(g.slice(a, axis=1, start=0, length=1), l, reduction="sum")]  # x broadcast
         bn = [g.batch_normalization(a, ga, be, epsilon=1e-3), g.batch_normalization(a, ga4, be4, channel_axis=1),
               g.batch_normalization(a), g.batch_normalization(a, ga, be, m, v, training=False)]
         inn = [g.instance_normalization(a, ga, be), g.instance_normalization(a, ga4, None, data_layout="NCHW"),
@@ -1087,7 +1088,7 @@ def test_gradient_composites_native_forms(dtype):
                  g.avg_pooling_2d(a, kernel_sizes=[2, 2], strides=[1, 2], data_layout="NCHW"),
                  g.avg_pooling_4d(a, kernel_sizes=[1, 2, 3, 1], strides=[1, 2, 3, 1])]
         loss = dot(ys[0] * ys[1]) + g.reduction_sum(ys[2] * ys[2], keep_dims=False) + ys[3] * ys[4] + \
-            g.reduction_sum(ys[5] * ys[5], keep_dims=False) + ys[6]
+            g.reduction_sum(ys[5] * ys[5], keep_dims=False) + ys[6] + ys[7] * ys[7]
         for y in bn + inn:
             loss = loss + dot(y * y)
         for p in pools:

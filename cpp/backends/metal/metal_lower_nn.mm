@@ -295,26 +295,29 @@ void register_nn_lowerings() {
       });
 
   // softmax_cross_entropy_gradient(incoming_gradient, x, labels; axis, reduction): the gradient
-  // w.r.t. x, claimed where x has the broadcast shape (labels are broadcast to it) and nothing is
-  // zero-size. Assumes what the op documents: labels are probabilities along axis.
+  // w.r.t. x, claimed where nothing is zero-size. x and labels are broadcast to their common
+  // shape first and the result summed back over x's broadcast dims. Assumes what the op
+  // documents: labels are probabilities along axis.
   register_composite_lowering(
-      "softmax_cross_entropy_gradient",
-      [](const Node& n) {
-        return float_out(n) && num_elements(n.outputs[0].shape) > 0;
-      },
+      "softmax_cross_entropy_gradient", [](const Node& n) { return float_out(n) && num_elements(n.outputs[0].shape) > 0; },
       [](LowerCtx& c) {
         no_empty_inputs(c);
         const Shape& xs = c.in_types[1].shape;
         auto bs = broadcast_shapes(xs, c.in_types[2].shape);
-        if (!bs || *bs != xs) c.fail(ErrorKind::NotImplemented, "internal error: labels broadcast x");
-        const int64_t axis = norm_axis(c, node_attr<int64_t>(c.node, "axis"), xs.size());
+        if (!bs || bs->empty()) c.fail(ErrorKind::Value, "internal error: softmax_cross_entropy operands do not broadcast");
+        const int64_t axis = norm_axis(c, node_attr<int64_t>(c.node, "axis"), bs->size());
         T r = [c.g softMaxCrossEntropyGradientWithIncomingGradientTensor:f32(c, c.in[0])
-                                                            sourceTensor:f32(c, c.in[1])
-                                                            labelsTensor:c.broadcast(f32(c, c.in[2]), xs)
+                                                            sourceTensor:c.broadcast(f32(c, c.in[1]), *bs)
+                                                            labelsTensor:c.broadcast(f32(c, c.in[2]), *bs)
                                                                     axis:NSInteger(axis)
                                                            reductionType:loss_reduction(c, node_attr<std::string>(c.node, "reduction"))
                                                                     name:nil];
-        return std::vector<T>{back(c, r)};
+        std::vector<int64_t> summed;  // x's broadcast dims (leading ones, and its size-1 dims)
+        const size_t lead = bs->size() - xs.size();
+        for (size_t i = 0; i < bs->size(); ++i)
+          if ((i < lead || xs[i - lead] == 1) && (*bs)[i] != 1) summed.push_back(int64_t(i));
+        if (!summed.empty()) r = [c.g reductionSumWithTensor:r axes:ns_axes(summed) name:nil];
+        return std::vector<T>{back(c, c.reshape(r, xs))};
       });
 
   // batch_normalization_gradient (training) and instance_normalization_gradient: the statistics
