@@ -1,5 +1,7 @@
 // Neural-network composites: softmax, losses and optimizer updates. Each decomposes into
-// primitive ops at build time, so every backend runs them and gradients come for free.
+// primitive ops at build time, so every backend runs them and gradients come for free;
+// softmax's and softmax_cross_entropy's gradients are gradient composites
+// (gradient_composite.h), which a backend may run as one op.
 #include <cmath>
 #include <cstdint>
 #include <functional>
