@@ -64,6 +64,9 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "softmax", "softmax_cross_entropy", "normalization", "batch_normalization", "layer_normalization",
     "instance_normalization", "group_normalization", "leaky_relu", "stochastic_gradient_descent", "adam", "adamw",
     "convolution_2d", "convolution_3d", "avg_pooling_2d", "avg_pooling_4d",
+    # gradient composites lowered to MPSGraph's gradient selectors
+    "softmax_gradient", "softmax_cross_entropy_gradient", "batch_normalization_gradient",
+    "instance_normalization_gradient", "avg_pooling_2d_gradient", "avg_pooling_4d_gradient",
     "scaled_dot_product_attention", "single_gate_rnn", "lstm", "gru",
     "matrix_inverse", "solve", "hamming_distance", "stencil", "dequantize", "sample_grid"}
 
@@ -1051,6 +1054,50 @@ def test_normalizations_native_forms_and_gradients(dtype):
         grads = g.gradients(loss, [a, ga3, be3])
         return outs + [grads[t] for t in (a, ga3, be3)]
     _check(build, [x, gamma, beta, g3, b3, rm, rv], (2e-2, 2e-2) if dtype == "float16" else (1e-4, 1e-4))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_gradient_composites_native_forms(dtype):
+    """The gradient composites Metal claims (softmax, cross entropy, batch normalisation in
+    training, instance normalisation, plain average pooling) with non-constant incoming
+    gradients, every reduction and layout, labels broadcast, gamma / beta present or absent; and
+    next to them a case left to the decomposition (batch normalisation with running statistics),
+    an x broadcast against larger labels, and a second order through softmax_gradient."""
+    x = _as(_rand((2, 4, 6, 3), seed=140), dtype)
+    lab = _as(np.random.default_rng(141).dirichlet(np.ones(3), (2, 4, 6)).astype(np.float32), dtype)
+    lab0 = _as(np.random.default_rng(142).dirichlet(np.ones(2), (4, 6, 3)).transpose(3, 0, 1, 2)
+               .astype(np.float32), dtype)  # probabilities along axis 0
+    c = _as(_rand((2, 4, 6, 3), seed=143), dtype)
+    gamma, beta = _as(_rand((3,), seed=144, lo=0.5, hi=1.5), dtype), _as(_rand((3,), seed=145), dtype)
+    g4, b4 = _as(_rand((4,), seed=146, lo=0.5, hi=1.5), dtype), _as(_rand((4,), seed=147), dtype)
+    rm, rv = _as(_rand((3,), seed=148), dtype), _as(_rand((3,), seed=149, lo=0.5, hi=2), dtype)
+
+    def build(g, a, l, l0, w, ga, be, ga4, be4, m, v):
+        def dot(y):  # a loss whose incoming gradient is w (or its broadcast) rather than ones
+            return g.reduction_sum(y * w, keep_dims=False)
+        ys = [g.softmax(a, axis=ax) for ax in (-1, 1)]
+        ys += [g.softmax_cross_entropy(a, l, reduction=r) for r in ("none", "sum", "mean")]
+        ys += [g.softmax_cross_entropy(a, l0, axis=0, reduction="none"),
+               g.softmax_cross_entropy(a, g.slice(l, axis=0, start=0, length=1), reduction="mean"),  # labels broadcast
+               g.softmax_cross_entropy(g.slice(a, axis=1, start=0, length=1), l, reduction="sum")]  # x broadcast
+        bn = [g.batch_normalization(a, ga, be, epsilon=1e-3), g.batch_normalization(a, ga4, be4, channel_axis=1),
+              g.batch_normalization(a), g.batch_normalization(a, ga, be, m, v, training=False)]
+        inn = [g.instance_normalization(a, ga, be), g.instance_normalization(a, ga4, None, data_layout="NCHW"),
+               g.instance_normalization(a)]
+        pools = [g.avg_pooling_2d(a, kernel_sizes=[2, 3], strides=[2, 3]),
+                 g.avg_pooling_2d(a, kernel_sizes=[2, 2], strides=[1, 2], data_layout="NCHW"),
+                 g.avg_pooling_4d(a, kernel_sizes=[1, 2, 3, 1], strides=[1, 2, 3, 1])]
+        loss = dot(ys[0] * ys[1]) + g.reduction_sum(ys[2] * ys[2], keep_dims=False) + ys[3] * ys[4] + \
+            g.reduction_sum(ys[5] * ys[5], keep_dims=False) + ys[6] + ys[7] * ys[7]
+        for y in bn + inn:
+            loss = loss + dot(y * y)
+        for p in pools:
+            loss = loss + g.reduction_sum(p * p, keep_dims=False)
+        grads = g.gradients(loss, [a, ga, be, ga4, be4])
+        sm_gx = g.gradients(g.softmax(a), [a], dy=w)[a]
+        second = g.gradients(g.reduction_sum(sm_gx * sm_gx, keep_dims=False), [a])[a]
+        return [grads[t] for t in (a, ga, be, ga4, be4)] + [second]
+    _check(build, [x, lab, lab0, c, gamma, beta, g4, b4, rm, rv], (5e-2, 5e-2) if dtype == "float16" else (2e-4, 2e-4))
 
 
 def test_leaky_relu_native_range_and_outside_it():

@@ -8,10 +8,16 @@
 //   leaky_relu (0 <= alpha <= 1)  leakyReLUWithTensor:alpha:name: (12.0)
 //   stochastic_gradient_descent   stochasticGradientDescentWithLearningRateTensor:valuesTensor:gradientTensor:name:
 //   adam, adamw               adamWithLearningRateTensor:...:maximumVelocityTensor:gradientTensor:name:
+// and the gradient composites that their gradient rules make (core/ops/gradient_composite.h):
+//   softmax_gradient          softMaxGradientWithIncomingGradient:sourceTensor:axis:name:
+//   softmax_cross_entropy_gradient
+//                             softMaxCrossEntropyGradientWithIncomingGradientTensor:sourceTensor:labelsTensor:...
+//   batch_normalization_gradient (training), instance_normalization_gradient
+//                             normalizationGradientWithIncomingGradientTensor:... with
+//                             normalizationGammaGradient... / normalizationBetaGradient...
 // float16 / bfloat16 run in float32 and are rounded once (the CPU accumulates in float32 too).
-// Their gradients are built by the core from each composite's decomposition (none of these ops
-// has a gradient rule of its own), so they run as the primitives' lowerings, not as MPSGraph's
-// gradient selectors (docs/metal.md, "Composite ops").
+// The other gradient composites (layer / group normalisation, batch normalisation with running
+// statistics) are expanded, as PyTorch's MPS backend composes those gradients too.
 // These composites have no typed attributes (core/ops/nn.cpp, normalization.cpp decode none),
 // so their few attributes are read from the node by name here, as the decompositions read them.
 #include <algorithm>
@@ -111,6 +117,46 @@ void no_empty_inputs(LowerCtx& c) {
   for (T t : c.in)
     if (t == nil) c.fail(ErrorKind::NotImplemented, "a zero-size input next to a non-empty result is not implemented here "
                                                     "on the metal backend");
+}
+
+// The gradients of a per-channel normalisation (gamma, beta along `ax`) whose statistics are
+// x's over `axes`: inputs (incoming_gradient, x, gamma?, beta?, ...), outputs dx, then dgamma
+// and dbeta for a present gamma / beta. `per_sample`: the statistics are per (sample, channel)
+// (instance normalisation), so gamma's and beta's gradients also sum over the batch.
+std::vector<T> normalization_gradients(LowerCtx& c, const std::vector<int64_t>& axes, int64_t ax, bool per_sample) {
+  const size_t rank = c.in_types[1].shape.size();
+  const double eps = node_attr<double>(c.node, "epsilon");
+  NSArray<NSNumber*>* a = ns_axes(axes);
+  T dy = f32(c, c.in[0]), x = f32(c, c.in[1]);
+  auto [mean, var] = moments(c, x, axes);
+  In gm = schema_in(c, 2), bt = schema_in(c, 3);
+  T dgamma = [c.g normalizationGammaGradientWithIncomingGradientTensor:dy
+                                                          sourceTensor:x
+                                                            meanTensor:mean
+                                                        varianceTensor:var
+                                                         reductionAxes:a
+                                                               epsilon:float(eps)
+                                                                  name:nil];
+  T dbeta = [c.g normalizationBetaGradientWithIncomingGradientTensor:dy sourceTensor:x reductionAxes:a name:nil];
+  T dx = [c.g normalizationGradientWithIncomingGradientTensor:dy
+                                                 sourceTensor:x
+                                                   meanTensor:mean
+                                               varianceTensor:var
+                                                  gammaTensor:per_channel(c, gm.t, gm.type, ax, rank)
+                                          gammaGradientTensor:dgamma
+                                           betaGradientTensor:dbeta
+                                                reductionAxes:a
+                                                      epsilon:float(eps)
+                                                         name:nil];
+  std::vector<T> outs{back(c, dx)};
+  size_t k = 1;
+  for (auto [p, d] : {std::pair{gm, dgamma}, std::pair{bt, dbeta}}) {
+    if (!p.t) continue;
+    if (per_sample) d = [c.g reductionSumWithTensor:d axis:0 name:nil];
+    outs.push_back(back(c, c.reshape(d, c.out(k).shape), k));
+    ++k;
+  }
+  return outs;
 }
 
 MPSGraphLossReductionType loss_reduction(LowerCtx& c, const std::string& r) {
@@ -234,6 +280,72 @@ void register_nn_lowerings() {
     if (last) y = [c.g transposeTensor:y permutation:ns_axes(to_last) name:nil];
     return std::vector<T>{back(c, y)};
   });
+
+  // softmax_gradient(incoming_gradient, x; axis): Apple documents sourceTensor as the softmax's
+  // input (MPSCNNSoftMaxGradient takes the output instead: a Mac parity row checks which)
+  register_composite_lowering(
+      "softmax_gradient", [](const Node& n) { return float_out(n) && !n.outputs[0].shape.empty(); },
+      [](LowerCtx& c) {
+        no_empty_inputs(c);
+        const Shape& xs = c.in_types[1].shape;
+        const int64_t axis = norm_axis(c, node_attr<int64_t>(c.node, "axis"), xs.size());
+        T dy = c.broadcast(f32(c, c.in[0]), xs);
+        return std::vector<T>{
+            back(c, [c.g softMaxGradientWithIncomingGradient:dy sourceTensor:f32(c, c.in[1]) axis:NSInteger(axis) name:nil])};
+      });
+
+  // softmax_cross_entropy_gradient(incoming_gradient, x, labels; axis, reduction): the gradient
+  // w.r.t. x, claimed where nothing is zero-size. x and labels are broadcast to their common
+  // shape first and the result summed back over x's broadcast dims. Assumes what the op
+  // documents: labels are probabilities along axis.
+  register_composite_lowering(
+      "softmax_cross_entropy_gradient", [](const Node& n) { return float_out(n) && num_elements(n.outputs[0].shape) > 0; },
+      [](LowerCtx& c) {
+        no_empty_inputs(c);
+        const Shape& xs = c.in_types[1].shape;
+        auto bs = broadcast_shapes(xs, c.in_types[2].shape);
+        if (!bs || bs->empty()) c.fail(ErrorKind::Value, "internal error: softmax_cross_entropy operands do not broadcast");
+        const int64_t axis = norm_axis(c, node_attr<int64_t>(c.node, "axis"), bs->size());
+        T r = [c.g softMaxCrossEntropyGradientWithIncomingGradientTensor:f32(c, c.in[0])
+                                                            sourceTensor:c.broadcast(f32(c, c.in[1]), *bs)
+                                                            labelsTensor:c.broadcast(f32(c, c.in[2]), *bs)
+                                                                    axis:NSInteger(axis)
+                                                           reductionType:loss_reduction(c, node_attr<std::string>(c.node, "reduction"))
+                                                                    name:nil];
+        std::vector<int64_t> summed;  // x's broadcast dims (leading ones, and its size-1 dims)
+        const size_t lead = bs->size() - xs.size();
+        for (size_t i = 0; i < bs->size(); ++i)
+          if ((i < lead || xs[i - lead] == 1) && (*bs)[i] != 1) summed.push_back(int64_t(i));
+        if (!summed.empty()) r = [c.g reductionSumWithTensor:r axes:ns_axes(summed) name:nil];
+        return std::vector<T>{back(c, c.reshape(r, xs))};
+      });
+
+  // batch_normalization_gradient (training) and instance_normalization_gradient: the statistics
+  // are x's own, over `axes`, which is what MPSGraph's normalization gradients differentiate
+  // through (PyTorch's MPS batch_norm backward, which instance_norm reaches, calls them so).
+  register_composite_lowering(
+      "batch_normalization_gradient",
+      [](const Node& n) { return float_out(n) && node_attr<bool>(n, "training") && num_elements(n.outputs[0].shape) > 0; },
+      [](LowerCtx& c) {
+        no_empty_inputs(c);
+        const size_t rank = c.in_types[1].shape.size();
+        const int64_t ax = norm_axis(c, node_attr<int64_t>(c.node, "channel_axis"), rank);
+        std::vector<int64_t> axes;
+        for (int64_t i = 0; i < int64_t(rank); ++i)
+          if (i != ax) axes.push_back(i);
+        return normalization_gradients(c, axes, ax, false);
+      });
+  register_composite_lowering(
+      "instance_normalization_gradient", [](const Node& n) { return float_out(n) && num_elements(n.outputs[0].shape) > 0; },
+      [](LowerCtx& c) {
+        no_empty_inputs(c);
+        const size_t rank = c.in_types[1].shape.size();
+        const int64_t ax = channel_axis_of(node_attr<std::string>(c.node, "data_layout"), rank);
+        std::vector<int64_t> axes;
+        for (int64_t i = 1; i < int64_t(rank); ++i)
+          if (i != ax) axes.push_back(i);
+        return normalization_gradients(c, axes, ax, true);
+      });
 
   // leaky_relu: x if x >= 0 else alpha * x. Claimed for 0 <= alpha <= 1 only, where every
   // formula MPSGraph may use (a select, or max(x, alpha * x)) gives the same values.

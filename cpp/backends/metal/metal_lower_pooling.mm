@@ -2,8 +2,10 @@
 // max_pooling_nd, max_pooling_nd_return_indices, max_pooling_nd_gather, max_pooling_nd_gradient,
 // avg_pooling_nd, sum_pooling_nd and the avg / sum gradients (their transposed scatters).
 //
-// All of them are compositions; MPSGraph's pooling ops (maxPooling2D/4D, avgPooling2D/4D and
-// their ReturnIndices / Gradient forms) are not used, because the CPU kernels' conventions are
+// All of them are compositions. Only the avg_pooling_2d / _4d front ends and their gradient
+// composites, without padding, ceil_mode or dilation, are MPSGraph's avgPooling2D/4D (and
+// Gradient) ops (register_pooling_lowerings below). MPSGraph's other pooling ops (maxPooling2D/4D
+// and their ReturnIndices / Gradient forms) are not used, because the CPU kernels' conventions are
 // not documented for them: which NaN wins and whether NaN propagates at all (frameworks differ:
 // TensorFlow's CPU max pool drops NaN), which index a tie returns, what a window that sees only
 // padding gives (-inf and index -1 here), how ceilMode sizes the last window, and what
@@ -335,44 +337,74 @@ bool plain_avg_pooling(const Node& n, size_t k) {
   return true;
 }
 
+namespace {
+
+// The descriptors of a plain (unpadded, undilated) avg_pooling_2d / _4d node or its gradient.
+MPSGraphPooling4DOpDescriptor* plain_descriptor_4d(const Node& n) {
+  return [MPSGraphPooling4DOpDescriptor descriptorWithKernelSizes:ns_ints(node_attr<Ints>(n, "kernel_sizes"))
+                                                          strides:ns_ints(node_attr<Ints>(n, "strides"))
+                                                    dilationRates:ns_ints(Ints(4, 1))
+                                                    paddingValues:ns_ints(Ints(8, 0))
+                                                     paddingStyle:MPSGraphPaddingStyleExplicit];
+}
+MPSGraphPooling2DOpDescriptor* plain_descriptor_2d(const Node& n) {
+  const Ints& k = node_attr<Ints>(n, "kernel_sizes");
+  const Ints& st = node_attr<Ints>(n, "strides");
+  const bool nhwc = node_attr<std::string>(n, "data_layout") == "NHWC";
+  return [MPSGraphPooling2DOpDescriptor descriptorWithKernelWidth:NSUInteger(k[1])
+                                                     kernelHeight:NSUInteger(k[0])
+                                                        strideInX:NSUInteger(st[1])
+                                                        strideInY:NSUInteger(st[0])
+                                                  dilationRateInX:1
+                                                  dilationRateInY:1
+                                                      paddingLeft:0
+                                                     paddingRight:0
+                                                       paddingTop:0
+                                                    paddingBottom:0
+                                                     paddingStyle:MPSGraphPaddingStyleExplicit
+                                                       dataLayout:nhwc ? MPSGraphTensorNamedDataLayoutNHWC
+                                                                       : MPSGraphTensorNamedDataLayoutNCHW];
+}
+
+// Input i in float32 (the CPU sums in float32), failing for a zero-size one next to a
+// non-empty result.
+T pooling_f32(LowerCtx& c, size_t i) {
+  if (!c.in[i]) c.fail(ErrorKind::NotImplemented, "a zero-size input with a non-empty result is not implemented here");
+  return c.in_dtype(i) == DType::Float32 ? c.in[i] : c.raw_cast(c.in[i], DType::Float32);
+}
+
+}  // namespace
+
 void register_pooling_lowerings() {
   register_composite_lowering(
       "avg_pooling_4d", [](const Node& n) { return plain_avg_pooling(n, 4); },
       [](LowerCtx& c) {
-        if (!c.in[0]) c.fail(ErrorKind::NotImplemented, "a zero-size source with a non-empty result is not implemented here");
-        MPSGraphPooling4DOpDescriptor* d =
-            [MPSGraphPooling4DOpDescriptor descriptorWithKernelSizes:ns_ints(node_attr<Ints>(c.node, "kernel_sizes"))
-                                                             strides:ns_ints(node_attr<Ints>(c.node, "strides"))
-                                                       dilationRates:ns_ints(Ints(4, 1))
-                                                       paddingValues:ns_ints(Ints(8, 0))
-                                                        paddingStyle:MPSGraphPaddingStyleExplicit];
-        const DType t = c.out().dtype;
-        T x = t == DType::Float32 ? c.in[0] : c.raw_cast(c.in[0], DType::Float32);
-        return std::vector<T>{c.raw_cast([c.g avgPooling4DWithSourceTensor:x descriptor:d name:nil], t)};
+        T y = [c.g avgPooling4DWithSourceTensor:pooling_f32(c, 0) descriptor:plain_descriptor_4d(c.node) name:nil];
+        return std::vector<T>{c.raw_cast(y, c.out().dtype)};
       });
   register_composite_lowering("avg_pooling_2d", [](const Node& n) { return plain_avg_pooling(n, 2); }, [](LowerCtx& c) {
-    if (!c.in[0]) c.fail(ErrorKind::NotImplemented, "a zero-size source with a non-empty result is not implemented here");
-    const Ints& k = node_attr<Ints>(c.node, "kernel_sizes");
-    const Ints& st = node_attr<Ints>(c.node, "strides");
-    const bool nhwc = node_attr<std::string>(c.node, "data_layout") == "NHWC";
-    MPSGraphPooling2DOpDescriptor* d =
-        [MPSGraphPooling2DOpDescriptor descriptorWithKernelWidth:NSUInteger(k[1])
-                                                    kernelHeight:NSUInteger(k[0])
-                                                       strideInX:NSUInteger(st[1])
-                                                       strideInY:NSUInteger(st[0])
-                                                 dilationRateInX:1
-                                                 dilationRateInY:1
-                                                     paddingLeft:0
-                                                    paddingRight:0
-                                                      paddingTop:0
-                                                   paddingBottom:0
-                                                    paddingStyle:MPSGraphPaddingStyleExplicit
-                                                      dataLayout:nhwc ? MPSGraphTensorNamedDataLayoutNHWC
-                                                                      : MPSGraphTensorNamedDataLayoutNCHW];
-    const DType t = c.out().dtype;
-    T x = t == DType::Float32 ? c.in[0] : c.raw_cast(c.in[0], DType::Float32);  // the CPU sums in float32
-    return std::vector<T>{c.raw_cast([c.g avgPooling2DWithSourceTensor:x descriptor:d name:nil], t)};
+    T y = [c.g avgPooling2DWithSourceTensor:pooling_f32(c, 0) descriptor:plain_descriptor_2d(c.node) name:nil];
+    return std::vector<T>{c.raw_cast(y, c.out().dtype)};
   });
+  // their gradients (incoming_gradient, source), claimed in the same cases: each window's
+  // incoming gradient divided by kernel size spread over its taps, as PyTorch's MPS avg_pool
+  // backward asks MPSGraph for
+  for (size_t k : {size_t(2), size_t(4)})
+    register_composite_lowering(
+        k == 2 ? "avg_pooling_2d_gradient" : "avg_pooling_4d_gradient",
+        [k](const Node& n) { return plain_avg_pooling(n, k); },
+        [k](LowerCtx& c) {
+          T dy = pooling_f32(c, 0), x = pooling_f32(c, 1);
+          T dx = k == 2 ? [c.g avgPooling2DGradientWithGradientTensor:dy
+                                                         sourceTensor:x
+                                                           descriptor:plain_descriptor_2d(c.node)
+                                                                 name:nil]
+                        : [c.g avgPooling4DGradientWithGradientTensor:dy
+                                                         sourceTensor:x
+                                                           descriptor:plain_descriptor_4d(c.node)
+                                                                 name:nil];
+          return std::vector<T>{c.raw_cast(dx, c.out().dtype)};
+        });
 
   // max_pooling_nd / max_pooling_nd_return_indices (source)
   auto max_forward = [](bool with_indices) {

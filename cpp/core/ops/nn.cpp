@@ -1,5 +1,7 @@
 // Neural-network composites: softmax, losses and optimizer updates. Each decomposes into
-// primitive ops at build time, so every backend runs them and gradients come for free.
+// primitive ops at build time, so every backend runs them and gradients come for free;
+// softmax's and softmax_cross_entropy's gradients are gradient composites
+// (gradient_composite.h), which a backend may run as one op.
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "core/ops/common.h"
+#include "core/ops/gradient_composite.h"
 
 namespace mg::ops {
 
@@ -320,13 +323,13 @@ std::vector<InputSpec> adam_inputs() {
 }  // namespace
 
 void register_nn_ops() {
-  register_op({.name = "softmax",
+  register_op_with_gradient_composite({.name = "softmax",
                .doc = "exp(x) / sum(exp(x)) along axis, computed stably (x - max(x)).",
                .inputs = {{"x"}},
                .attrs = {attr("axis", AttrKind::Int, int64_t(-1))},
                .infer = infer_softmax,
                .family = "nn",
-               .expand = expand_softmax});
+               .expand = expand_softmax}, {0});
   register_op({.name = "log_softmax",
                .doc = "log(softmax(x)) along axis, computed stably.",
                .inputs = {{"x"}},
@@ -334,7 +337,7 @@ void register_nn_ops() {
                .infer = infer_log_softmax,
                .family = "nn",
                .expand = expand_log_softmax});
-  register_op({.name = "softmax_cross_entropy",
+  register_op_with_gradient_composite({.name = "softmax_cross_entropy",
                .doc = "-sum(labels * log_softmax(source), axis) per sample, as MPSGraph's "
                       "softMaxCrossEntropy: labels are probabilities of source's shape. reduction 'none' keeps the "
                       "reduced axis (size 1), 'sum' and 'mean' give a scalar (mean over the per-sample losses).",
@@ -342,7 +345,7 @@ void register_nn_ops() {
                .attrs = {attr("axis", AttrKind::Int, int64_t(-1)), attr("reduction", AttrKind::String, std::string("mean"))},
                .infer = infer_softmax_cross_entropy,
                .family = "nn",
-               .expand = expand_softmax_cross_entropy});
+               .expand = expand_softmax_cross_entropy}, {0});
   register_op({.name = "sigmoid_cross_entropy",
                .doc = "Binary cross entropy of sigmoid(source) against labels in [0, 1], computed stably as "
                       "max(x, 0) - x*z + log(1 + exp(-|x|)); reduction none/sum/mean.",

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/ops/common.h"
+#include "core/ops/gradient_composite.h"
 
 namespace mg::ops {
 
@@ -268,7 +269,7 @@ void register_normalization_ops() {
                .multi_output = true,
                .family = "normalization",
                .expand = expand_moments});
-  register_op({.name = "batch_normalization",
+  register_op_with_gradient_composite({.name = "batch_normalization",
                .doc = "Batch normalisation over every axis but channel_axis. training=True uses the batch's "
                       "statistics (update running statistics yourself from moments()); training=False uses "
                       "running_mean and running_variance.",
@@ -278,22 +279,22 @@ void register_normalization_ops() {
                          attr("channel_axis", AttrKind::Int, int64_t(-1))},
                .infer = infer_batch_normalization,
                .family = "normalization",
-               .expand = expand_batch_normalization});
-  register_op({.name = "layer_normalization",
+               .expand = expand_batch_normalization}, {0, 1, 2});
+  register_op_with_gradient_composite({.name = "layer_normalization",
                .doc = "Normalises over `axes` (default: the last) per sample; gamma and beta broadcast against x.",
                .inputs = {{"x"}, {"gamma", false, true}, {"beta", false, true}},
                .attrs = {attr("axes", AttrKind::Axes, std::vector<int64_t>{-1}), attr("epsilon", AttrKind::Float, 1e-5)},
                .infer = infer_layer_normalization,
                .family = "normalization",
-               .expand = expand_layer_normalization});
-  register_op({.name = "instance_normalization",
+               .expand = expand_layer_normalization}, {0, 1, 2});
+  register_op_with_gradient_composite({.name = "instance_normalization",
                .doc = "Normalises each (sample, channel) over the spatial dims; gamma and beta are per channel.",
                .inputs = {{"x"}, {"gamma", false, true}, {"beta", false, true}},
                .attrs = {attr("epsilon", AttrKind::Float, 1e-5), attr("data_layout", AttrKind::String, std::string("NHWC"))},
                .infer = infer_instance_normalization,
                .family = "normalization",
-               .expand = expand_instance_normalization});
-  register_op({.name = "group_normalization",
+               .expand = expand_instance_normalization}, {0, 1, 2});
+  register_op_with_gradient_composite({.name = "group_normalization",
                .doc = "Splits channels into num_groups groups and normalises each (sample, group) over its "
                       "channels and spatial dims; gamma and beta are per channel. Needs static channel and "
                       "spatial dims (the batch may be unknown).",
@@ -302,7 +303,7 @@ void register_normalization_ops() {
                          attr("data_layout", AttrKind::String, std::string("NHWC"))},
                .infer = infer_group_normalization,
                .family = "normalization",
-               .expand = expand_group_normalization});
+               .expand = expand_group_normalization}, {0, 1, 2});
   register_op({.name = "local_response_normalization",
                .doc = "x / (bias + alpha / size * sum of x^2 over `size` neighbouring channels)^beta, as PyTorch's "
                       "LocalResponseNorm (channels padded with zeros).",

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/ops/common.h"
+#include "core/ops/gradient_composite.h"
 #include "core/ops/pooling_attrs.h"
 
 namespace mg::ops {
@@ -629,13 +630,13 @@ void register_pooling_ops() {
                .multi_output = true,
                .family = "pooling",
                .expand = expand_max_pooling_2d_return_indices});
-  register_op({.name = "avg_pooling_2d",
+  register_op_with_gradient_composite({.name = "avg_pooling_2d",
                .doc = std::string("2-D average pooling (MPSGraph's avgPooling2D).") + kDoc2d,
                .inputs = {{"source"}},
                .attrs = attrs_2d({zero_pad_attr()}),
                .infer = infer_pooling_2d,
                .family = "pooling",
-               .expand = expand_avg_pooling_2d});
+               .expand = expand_avg_pooling_2d}, {0});
   register_op({.name = "l2_norm_pooling_2d",
                .doc = std::string("2-D L2-norm pooling: sqrt of the window's sum of squares.") + kDoc2d,
                .inputs = {{"source"}},
@@ -662,13 +663,13 @@ void register_pooling_ops() {
                .multi_output = true,
                .family = "pooling",
                .expand = expand_max_pooling_4d_return_indices});
-  register_op({.name = "avg_pooling_4d",
+  register_op_with_gradient_composite({.name = "avg_pooling_4d",
                .doc = std::string("4-D average pooling (MPSGraph's avgPooling4D).") + kDoc4d,
                .inputs = {{"source"}},
                .attrs = attrs_4d({zero_pad_attr()}),
                .infer = infer_pooling_4d,
                .family = "pooling",
-               .expand = expand_avg_pooling_4d});
+               .expand = expand_avg_pooling_4d}, {0});
   register_op({.name = "l2_norm_pooling_4d",
                .doc = std::string("4-D L2-norm pooling (MPSGraph's L2NormPooling4D): sqrt of the window's sum of "
                                   "squares.") +
