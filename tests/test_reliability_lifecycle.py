@@ -317,3 +317,20 @@ def test_inputs_are_borrowed_for_the_duration_of_run_async():
     fut = exe.run_async([np.ones(1 << 20, np.float32)])  # the only reference is the run's
     gc.collect()
     assert float(np.asarray(fut.result()[0]).sum()) == float(1 << 20)
+
+
+def test_bfloat16_numpy_view_keeps_its_buffer_alive():
+    """Regression: TensorData.numpy() of bfloat16 data kept only a memoryview alive, not the data:
+    once the TensorData was dropped, later runs of the executable reused the buffer and the array
+    changed under the user (float32 was fine)."""
+    g = mg.Graph()
+    y = g.random_uniform((1001, 3), seed=1234, dtype=mg.bfloat16)
+    exe = g.compile({}, [y], device="cpu")
+    views = [exe.run([])[0].numpy() for _ in range(3)]  # the TensorData is dropped at once
+    snapshots = [v.copy() for v in views]
+    gc.collect()
+    for _ in range(3):
+        exe.run([])
+    for v, s in zip(views, snapshots):
+        np.testing.assert_array_equal(v.view(np.uint16), s.view(np.uint16))
+    assert not np.array_equal(snapshots[0], snapshots[1])  # each run draws fresh numbers

@@ -1,5 +1,6 @@
 // pybind11 bindings: thin wrappers over the C++ API. Op methods are generated in Python
 // from op_schemas(); nothing here knows any particular op.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -769,10 +770,16 @@ PYBIND11_MODULE(_core, m) {
             a->dtype = d;
             return TensorData{a, t.device, t.copied, t.readonly};
           })
-      .def("_raw", [](const TensorData& t) {
-            // a uint8 view of the bytes, for dtypes without a buffer code (bfloat16)
-            return py::memoryview::from_memory(t.array->data(), py::ssize_t(t.array->nbytes()), t.readonly);
-          }, py::keep_alive<0, 1>())
+      .def("_raw", [](py::object self) {
+            // a uint8 view of the bytes, for dtypes without a buffer code (bfloat16); its base is
+            // the TensorData itself: a memoryview kept alive by keep_alive was not enough, since
+            // numpy holds another memoryview of the same buffer and the first one dies
+            const TensorData& t = self.cast<const TensorData&>();
+            py::array view(py::dtype("uint8"), {py::ssize_t(t.array->nbytes())}, {py::ssize_t(1)},
+                           t.array->data(), self);
+            if (t.readonly) view.attr("flags").attr("writeable") = false;
+            return view;
+          })
       .def("__dlpack__", [](const TensorData& t, py::object stream, py::object max_version, py::object dl_device,
                             py::object copy) { return to_dlpack(t, stream, max_version, dl_device, copy); },
            py::arg("stream") = py::none(), py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
