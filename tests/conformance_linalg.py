@@ -139,9 +139,12 @@ row("matrix_inverse", "matrix_inverse", _inv_ref, FLOATS, _SQUARE + _SINGULAR, d
 row("alias_inv", "inv", _inv_ref, ("float32",), [Case(((3, 3),))], doms=DOMINANT, tol=LINALG_TOL)
 
 row("determinant", "determinant", _det_ref, FLOATS, _SQUARE + _SINGULAR, doms=DOMINANT, tol=LINALG_TOL, grad=_GRAD)
+# log|det| is a sum of n logs, each with its own float32 rounding: the absolute error grows with n
+# (the 80 x 80 case's unrolled LU off the CPU reached 2.0e-6)
+_LOGDET_TOL = dict(LINALG_TOL, float32=(2e-5, 1e-5))
 row("log_determinant", "log_determinant", _slogdet_ref, FLOATS,
     _SQUARE + _SINGULAR + [Case(values=([[0.0, 1.0], [1.0, 0.0]],), label="negative determinant")],
-    doms=DOMINANT, tol=LINALG_TOL, grad=_GRAD)
+    doms=DOMINANT, tol=_LOGDET_TOL, grad=_GRAD)
 row("alias_slogdet", "slogdet", _slogdet_ref, ("float32",), [Case(((3, 3),))], doms=DOMINANT, tol=LINALG_TOL)
 
 row("solve", "solve", _solve_ref, FLOATS, [

@@ -97,7 +97,14 @@ ValueRef head_index_at_run(Graph& g, ValueRef q, ValueRef key, int64_t r) {
 // softmax(q k^T * scale + mask) v, with key/value heads repeated for grouped queries.
 std::vector<ValueRef> expand_attention(Graph& g, const std::vector<ValueRef>& in, const Attrs& a) {
   AttentionAttrs at = decode_attention(a);
-  ValueRef q = in[0], key = in[1], v = in[2];
+  // float16/bfloat16 in float32 with one rounding at the end, as the CPU kernel and MPSGraph's
+  // SDPA: rounding the scores and the softmax to 8 bits lost whole outputs to cancellation
+  const DType dt = g.type(in[0]).dtype;
+  const bool widen = dt == DType::Float16 || dt == DType::BFloat16;
+  auto wide = [&](ValueRef x) {
+    return widen && g.type(x).dtype == dt ? call(g, "cast", {x}, {{"dtype", DType::Float32}}) : x;
+  };
+  ValueRef q = wide(in[0]), key = wide(in[1]), v = wide(in[2]);
   const Shape& qs = g.type(q).shape;
   const Shape& ks = g.type(key).shape;
   int64_t r = int64_t(qs.size());
@@ -122,7 +129,7 @@ std::vector<ValueRef> expand_attention(Graph& g, const std::vector<ValueRef>& in
   ValueRef neg_inf = k(g, -INFINITY, q);
   if (in.size() > 3 && in[3].valid()) {
     if (g.type(in[3]).dtype == DType::Bool) s = call(g, "select", {in[3], s, neg_inf});
-    else s = bin(g, "addition", s, in[3]);
+    else s = bin(g, "addition", s, wide(in[3]));
   }
   if (at.causal) {
     ValueRef lower = call(g, "band_part", {ones_like(g, s)}, {{"num_lower", int64_t(-1)}, {"num_upper", int64_t(0)}});
@@ -130,7 +137,8 @@ std::vector<ValueRef> expand_attention(Graph& g, const std::vector<ValueRef>& in
   }
   // no keys: the product with the empty value matrix gives zeros; softmax over nothing has no max
   ValueRef p = ks[size_t(r - 2)] == 0 ? s : call(g, "softmax", {s}, {{"axis", int64_t(-1)}});
-  return std::vector<ValueRef>{bin(g, "matrix_multiplication", p, v)};
+  ValueRef out = bin(g, "matrix_multiplication", p, v);
+  return std::vector<ValueRef>{widen ? call(g, "cast", {out}, {{"dtype", dt}}) : out};
 }
 
 
