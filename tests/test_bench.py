@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from mpsgraph.bench import main
+
 QUICK = ["--time-box", "0.02", "--warmup", "0.01", "--min-iters", "3", "--threads", "1"]
 
 
@@ -57,11 +59,12 @@ def test_each_peer_measured_in_its_own_process(report):
     assert s["ratio"] == pytest.approx(res["numpy"]["median_s"] / res["mpsgraph"]["median_s"])
 
 
-def test_progress_and_tables(report):
+def test_progress_and_tables(report, capsys):
     r, p, path = report
     assert "3/3" in p.stderr  # the progress bar
     assert "run_overhead" in p.stdout and "numpy" in p.stdout
-    md = bench("--from-json", str(path), "--markdown").stdout
+    assert main(["--from-json", str(path), "--markdown"]) == 0
+    md = capsys.readouterr().out
     lines = md.splitlines()
     assert any(ln.startswith("Made with `" + r["command"] + "`") for ln in lines)
     header = next(ln for ln in lines if ln.startswith("| workload"))
@@ -94,8 +97,9 @@ def test_extra_workload_file_and_failing_peer(tmp_path):
     assert [s["ratio"] for s in r["summary"]] == [None, None]
 
 
-def test_list_names_the_table_workloads():
-    out = bench("--list").stdout
+def test_list_names_the_table_workloads(capsys):
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
     for w in ("gemm1024", "gemm4096", "chain100", "mlp_step", "chain16m", "small_cnn_b32", "resnet18_b1",
               "resnet18_b8", "mobilenetv2_b1", "mobilenetv2_b8"):
         assert w in out

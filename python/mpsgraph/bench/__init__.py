@@ -242,10 +242,11 @@ def markdown(report):
              if any(r["peer"] == p and r.get("ok") for r in report["results"])]
     vers = ", ".join(f"{k} {v}" for k, v in env.get("versions", {}).items())
     busy = f", beside {st['busy_loop']} busy-loop process(es)" if st.get("busy_loop") else ""
+    load = ", ".join(f"{v:.1f}" for v in env.get("load_average", []))
     out = [f"Made with `{report['command']}` on {report['started'][:10]}: {env.get('cpu')} "
            f"({env.get('cpus_available')} cores available, mpsgraph's kernels on {env.get('cpu_isa')}), "
            f"device {st['device']}, {st['threads']} threads for every framework{busy}, transparent huge pages "
-           f"`{env.get('transparent_hugepage')}`, load average {', '.join(f'{v:.1f}' for v in env.get('load_average', []))} "
+           f"`{env.get('transparent_hugepage')}`, load average {load} "
            f"at the end; mpsgraph {env.get('mpsgraph')}, {vers}. Medians of runs time-boxed to "
            f"{st['time_box_s']} s per workload and framework, each in its own process.", "",
            "| workload | " + " | ".join(peers) + " | best peer | ratio |",
