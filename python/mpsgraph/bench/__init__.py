@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -187,18 +188,31 @@ def summarize(results):
 
 
 def run(workloads, peers, device="cpu", threads=None, time_box=2.0, min_iters=5, max_iters=100000, warmup_s=0.5,
-        busy_loop=0, timeout=900, modules=(), quiet=False):
+        busy_loop=0, timeout=900, modules=(), quiet=False, json_path=None):
     """Measures every (workload, peer) pair the workload implements, each in its own process;
-    returns the report dict (what --json writes)."""
+    returns the report dict, also written to json_path after each measurement."""
     threads = threads or _cpus()
     env = _child_env(threads, device)
     pairs = [(w, p) for w in workloads for p in WORKLOADS[w].impls if p in peers or
              (p.startswith("mpsgraph") and "mpsgraph" in peers)]
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
-            for _ in range(busy_loop)]
     results, prog = [], _Progress(len(pairs), quiet)
-    started = datetime.datetime.now(datetime.timezone.utc)
+    report = {"schema": 1, "command": "python -m mpsgraph.bench " + " ".join(map(shlex.quote, sys.argv[1:])),
+              "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "settings": {"device": device, "threads": threads, "time_box_s": time_box, "min_iters": min_iters,
+                           "warmup_s": warmup_s, "busy_loop": busy_loop, "peers": list(peers)},
+              "environment": environment(), "workloads": {w: WORKLOADS[w].desc for w in workloads},
+              "results": results, "complete": False}
+
+    def save():
+        report["summary"] = summarize(results)
+        report["environment"]["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump(report, f, indent=1)
+    busy = []
     try:
+        busy += [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+                 for _ in range(busy_loop)]
         for w, p in pairs:
             prog.start(f"{w} · {p}")
             req = {"workload": w, "peer": p, "device": device, "threads": threads, "time_box": time_box,
@@ -206,19 +220,17 @@ def run(workloads, peers, device="cpu", threads=None, time_box=2.0, min_iters=5,
                    "modules": [os.path.abspath(m) for m in modules]}
             r = _measure(req, env, timeout)
             results.append(r)
+            if "description" in r:
+                report["workloads"][w] = r["description"]
             prog.finish(f"{w} · {p}", _note(r))
+            save()  # a partial report survives an interrupted run
     finally:
         for b in busy:
             b.kill()
             b.wait()
-    return {"schema": 1, "command": "python -m mpsgraph.bench " + " ".join(map(shlex.quote, sys.argv[1:])),
-            "started": started.isoformat(timespec="seconds"),
-            "settings": {"device": device, "threads": threads, "time_box_s": time_box, "min_iters": min_iters,
-                         "warmup_s": warmup_s, "busy_loop": busy_loop, "peers": list(peers)},
-            "environment": environment(),
-            "workloads": {w: next((r["description"] for r in results if r["workload"] == w and "description" in r),
-                                  WORKLOADS[w].desc) for w in workloads},
-            "results": results, "summary": summarize(results)}
+    report["complete"] = True
+    save()
+    return report
 
 
 def text_table(report):
@@ -242,12 +254,13 @@ def markdown(report):
              if any(r["peer"] == p and r.get("ok") for r in report["results"])]
     vers = ", ".join(f"{k} {v}" for k, v in env.get("versions", {}).items())
     busy = f", beside {st['busy_loop']} busy-loop process(es)" if st.get("busy_loop") else ""
+    partial = "" if report.get("complete", True) else " (an interrupted run: partial)"
     load = ", ".join(f"{v:.1f}" for v in env.get("load_average", []))
     out = [f"Made with `{report['command']}` on {report['started'][:10]}: {env.get('cpu')} "
            f"({env.get('cpus_available')} cores available, mpsgraph's kernels on {env.get('cpu_isa')}), "
            f"device {st['device']}, {st['threads']} threads for every framework{busy}, transparent huge pages "
            f"`{env.get('transparent_hugepage')}`, load average {load} "
-           f"at the end; mpsgraph {env.get('mpsgraph')}, {vers}. Medians of runs time-boxed to "
+           f"at the end{partial}; mpsgraph {env.get('mpsgraph')}, {vers}. Medians of runs time-boxed to "
            f"{st['time_box_s']} s per workload and framework, each in its own process.", "",
            "| workload | " + " | ".join(peers) + " | best peer | ratio |",
            "|---|" + "---|" * (len(peers) + 2)]
@@ -304,11 +317,9 @@ def main(argv=None, modules=()):
         names = [w for w in names if w not in args.skip]
         installed = available_peers()
         peers = [p for p in (args.peers or installed) if p in installed]
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: the running worker is killed too
         report = run(names, peers, args.device, args.threads, args.time_box, args.min_iters, args.max_iters,
-                     args.warmup, args.busy_loop, args.timeout, modules, args.quiet)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(report, f, indent=1)
+                     args.warmup, args.busy_loop, args.timeout, modules, args.quiet, args.json)
     print(markdown(report) if args.markdown else text_table(report))
     failed = [r for r in report["results"] if r["peer"] == "mpsgraph" and not r.get("ok") and not r.get("skipped")]
     return 1 if failed else 0
