@@ -14,7 +14,7 @@ QUICK = ["--time-box", "0.02", "--warmup", "0.01", "--min-iters", "3", "--thread
 
 
 def bench(*args, cwd=None):
-    p = subprocess.run([sys.executable, "-m", "mpsgraph.bench", *args], capture_output=True, text=True, timeout=300,
+    p = subprocess.run([sys.executable, "-m", "mpsgraph.bench", *args], capture_output=True, text=True, timeout=900,
                        cwd=cwd)
     assert p.returncode == 0, p.stdout + p.stderr
     return p
