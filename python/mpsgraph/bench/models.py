@@ -1,5 +1,6 @@
-"""ResNet-18 and MobileNetV2 as torchvision defines them (same layers, widths and strides; random
-weights, eval mode), exported to ONNX with torch.onnx.export, for bench.py's ONNX workloads."""
+"""The benchmark's networks in PyTorch: a small CNN, and ResNet-18 and MobileNetV2 as torchvision
+defines them (same layers, widths and strides; seeded random weights, eval mode). mpsgraph and
+ONNX Runtime run them from torch.onnx.export's ONNX; torch runs the modules themselves."""
 import io
 import warnings
 
@@ -7,6 +8,17 @@ import warnings
 def _torch():
     import torch
     return torch, torch.nn
+
+
+def small_cnn(num_classes=10):
+    """conv3x3(32)-relu-maxpool-conv3x3(64)-relu-maxpool-conv3x3(128)-relu-global average-fc(10)."""
+    torch, nn = _torch()
+
+    def block(cin, cout):
+        return [nn.Conv2d(cin, cout, 3, 1, 1), nn.ReLU()]
+
+    return nn.Sequential(*block(3, 32), nn.MaxPool2d(2), *block(32, 64), nn.MaxPool2d(2), *block(64, 128),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, num_classes))
 
 
 def resnet18(num_classes=1000):
@@ -86,14 +98,29 @@ def mobilenet_v2(num_classes=1000):
     return MobileNetV2()
 
 
-def export(name, batch, image=224):
-    """ONNX bytes of the named network (eval mode, seeded random weights) for input (batch, 3, image, image)."""
+NETWORKS = {"small_cnn": small_cnn, "resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
+
+
+def network(name):
+    """The named torch module, eval mode, weights from seed 0 (the same in every process)."""
     torch, _ = _torch()
     torch.manual_seed(0)
-    net = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}[name]().eval()
+    return NETWORKS[name]().eval()
+
+
+def export(name, batch, image=224):
+    """ONNX bytes of network(name) for input (batch, 3, image, image)."""
+    torch, _ = _torch()
+    net = network(name)
     f = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(net, (torch.randn(batch, 3, image, image),), f, dynamo=False, input_names=["x"],
                           output_names=["logits"])
     return f.getvalue()
+
+
+if __name__ == "__main__":  # python -m mpsgraph.bench.models NET BATCH IMAGE OUT.onnx (the harness's exporter)
+    import sys
+    with open(sys.argv[4], "wb") as out:
+        out.write(export(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
