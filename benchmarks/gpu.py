@@ -393,8 +393,7 @@ def w_resnet18(batch, dtype="float32"):
     def w(torch, jax):
         if torch is None:
             return "ResNet-18 (needs torch for its definition): skipped", {}
-        sys.path.insert(0, __file__.rsplit("/", 1)[0])
-        from onnx_models import resnet18
+        from mpsgraph.bench.models import resnet18
         torch.manual_seed(0)
         net = resnet18().eval()
         layers = _layers_of(net)
