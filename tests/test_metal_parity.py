@@ -1216,9 +1216,10 @@ def test_avg_pooling_4d_native_and_composed_forms():
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_max_pooling_native_and_composed_forms(dtype):
-    """max_pooling_2d / _4d are MPSGraph's maxPooling4D plus a NaN fix-up where no window is
-    padding only (padding, dilation, 'same', ceil_mode that keeps the floor size); otherwise
-    the composition. Ties, NaN (windows of NaN only too), -inf windows and signed zeros."""
+    """max_pooling_2d / _4d are MPSGraph's maxPooling2D / 4D plus a NaN fix-up where no window
+    is padding only (padding, symmetric for 4-D, dilation, 'same', ceil_mode that keeps the
+    floor size); otherwise the composition. Ties, NaN (windows of NaN only too), -inf windows
+    and signed zeros."""
     x = _special((2, 7, 6, 3), dtype, 144)
     x[1, :2, :2, :] = np.nan  # windows of NaN only
     x[0, 4:, 3:, :] = -np.inf  # windows of -inf only
@@ -1234,7 +1235,8 @@ def test_max_pooling_native_and_composed_forms(dtype):
                 g.max_pooling_2d(a, kernel_sizes=[3, 2], strides=[2, 2], ceil_mode=True),  # 7, 6: same as floor
                 g.max_pooling_2d(a, kernel_sizes=[2, 2], strides=[2, 2], ceil_mode=True),  # composed: a larger H
                 g.max_pooling_2d(a, kernel_sizes=[2, 2], strides=[1, 1], padding=[2, 0, 0, 2]),  # composed: padding only
-                g.max_pooling_4d(a, kernel_sizes=[1, 2, 3, 2], strides=[1, 2, 1, 2], padding=[0, 0, 1, 1, 1, 1, 0, 1]),
+                g.max_pooling_4d(a, kernel_sizes=[1, 2, 3, 2], strides=[1, 2, 1, 2], padding=[0, 0, 1, 1, 1, 1, 0, 0]),
+                g.max_pooling_4d(a, kernel_sizes=[1, 2, 3, 2], strides=[1, 2, 1, 2], padding=[0, 0, 1, 0, 1, 1, 0, 1]),  # composed: asymmetric
                 g.max_pooling_4d(a, kernel_sizes=[2, 3, 3, 1], strides=[1, 3, 2, 1], dilation_rates=[1, 2, 1, 1]),
                 g.max_pooling_4d(a, kernel_sizes=[1, 1, 2, 2], strides=[1, 1, 1, 1], padding=[0, 0, 0, 0, 2, 0, 0, 0])]  # composed
     _check(build, [x, xc], _TOL16[dtype])
