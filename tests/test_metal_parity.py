@@ -63,7 +63,7 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     # composites lowered to MPSGraph's own op (issue 12; the others are expanded)
     "softmax", "softmax_cross_entropy", "normalization", "batch_normalization", "layer_normalization",
     "instance_normalization", "group_normalization", "leaky_relu", "stochastic_gradient_descent", "adam", "adamw",
-    "convolution_2d", "convolution_3d", "avg_pooling_2d", "avg_pooling_4d",
+    "convolution_2d", "convolution_3d", "avg_pooling_2d", "avg_pooling_4d", "max_pooling_2d", "max_pooling_4d",
     # gradient composites lowered to MPSGraph's gradient selectors
     "softmax_gradient", "softmax_cross_entropy_gradient", "batch_normalization_gradient",
     "instance_normalization_gradient", "avg_pooling_2d_gradient", "avg_pooling_4d_gradient",
@@ -1212,6 +1212,34 @@ def test_avg_pooling_4d_native_and_composed_forms():
                          g.avg_pooling_4d(a, kernel_sizes=[2, 2, 2, 2], padding_style="valid"),
                          g.avg_pooling_4d(a, kernel_sizes=[1, 3, 3, 1], padding=[0, 0, 1, 1, 1, 1, 0, 0])],  # composed
            [x], (1e-5, 1e-6))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_max_pooling_native_and_composed_forms(dtype):
+    """max_pooling_2d / _4d are MPSGraph's maxPooling2D / 4D plus a NaN fix-up where no window
+    is padding only (padding, symmetric for 4-D, dilation, 'same', ceil_mode that keeps the
+    floor size); otherwise the composition. Ties, NaN (windows of NaN only too), -inf windows
+    and signed zeros."""
+    x = _special((2, 7, 6, 3), dtype, 144)
+    x[1, :2, :2, :] = np.nan  # windows of NaN only
+    x[0, 4:, 3:, :] = -np.inf  # windows of -inf only
+    xc = np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2)))
+
+    def build(g, a, b):
+        return [g.max_pooling_2d(a, kernel_sizes=[2, 2], strides=[2, 2]),
+                g.max_pooling_2d(a, kernel_sizes=[3, 2], strides=[2, 1], padding=[1, 1, 0, 1]),
+                g.max_pooling_2d(a, kernel_sizes=[3, 3], strides=[1, 2], dilation_rates=[2, 1], padding=[2, 1, 1, 1]),
+                g.max_pooling_2d(a, kernel_sizes=[2, 3], strides=[2, 2], padding_style="same"),
+                g.max_pooling_2d(a, kernel_sizes=[3, 3], strides=[2, 2], padding_style="valid"),
+                g.max_pooling_2d(b, kernel_sizes=[2, 3], strides=[1, 2], padding=[1, 0, 1, 1], data_layout="NCHW"),
+                g.max_pooling_2d(a, kernel_sizes=[3, 2], strides=[2, 2], ceil_mode=True),  # 7, 6: same as floor
+                g.max_pooling_2d(a, kernel_sizes=[2, 2], strides=[2, 2], ceil_mode=True),  # composed: a larger H
+                g.max_pooling_2d(a, kernel_sizes=[2, 2], strides=[1, 1], padding=[2, 0, 0, 2]),  # composed: padding only
+                g.max_pooling_4d(a, kernel_sizes=[1, 2, 3, 2], strides=[1, 2, 1, 2], padding=[0, 0, 1, 1, 1, 1, 0, 0]),
+                g.max_pooling_4d(a, kernel_sizes=[1, 2, 3, 2], strides=[1, 2, 1, 2], padding=[0, 0, 1, 0, 1, 1, 0, 1]),  # composed: asymmetric
+                g.max_pooling_4d(a, kernel_sizes=[2, 3, 3, 1], strides=[1, 3, 2, 1], dilation_rates=[1, 2, 1, 1]),
+                g.max_pooling_4d(a, kernel_sizes=[1, 1, 2, 2], strides=[1, 1, 1, 1], padding=[0, 0, 0, 0, 2, 0, 0, 0])]  # composed
+    _check(build, [x, xc], _TOL16[dtype])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

@@ -4,12 +4,13 @@
 //
 // All of them are compositions. Only the avg_pooling_2d / _4d front ends and their gradient
 // composites, without padding, ceil_mode or dilation, are MPSGraph's avgPooling2D/4D (and
-// Gradient) ops (register_pooling_lowerings below). MPSGraph's other pooling ops (maxPooling2D/4D
-// and their ReturnIndices / Gradient forms) are not used, because the CPU kernels' conventions are
-// not documented for them: which NaN wins and whether NaN propagates at all (frameworks differ:
-// TensorFlow's CPU max pool drops NaN), which index a tie returns, what a window that sees only
-// padding gives (-inf and index -1 here), how ceilMode sizes the last window, and what
-// includeZeroPadToAverage counts past the padded input. The compositions use only slices,
+// Gradient) ops, and the max_pooling_2d / _4d front ends (values only) maxPooling2D / 4D with
+// a NaN fix-up where no window is padding only (register_pooling_lowerings below). MPSGraph's
+// other max pooling ops (ReturnIndices / Gradient forms) are not used, because the CPU
+// kernels' conventions are not documented for them: which NaN wins and whether NaN propagates
+// at all (frameworks differ: TensorFlow's CPU max pool drops NaN), which index a tie returns,
+// what a window that sees only padding gives (-inf and index -1 here), how ceilMode sizes the
+// last window, and what includeZeroPadToAverage counts past the padded input. The compositions use only slices,
 // constant pads, comparisons, selects, additions and one scatter-add, whose semantics are not
 // in doubt, and every window's geometry (output sizes, padding, valid taps, divisors) comes from
 // ops::pool_dims, the function the CPU kernels use.
@@ -366,6 +367,87 @@ MPSGraphPooling2DOpDescriptor* plain_descriptor_2d(const Node& n) {
                                                                        : MPSGraphTensorNamedDataLayoutNCHW];
 }
 
+// max_pooling_2d / _4d as MPSGraph's maxPooling2D / 4D (PyTorch's MPS max_pool forwards), values
+// only: the return-indices forms and the gradients stay composed, as they depend on which tap
+// a tie picks. What MPSGraph leaves undocumented is kept out of the result:
+//  * NaN: a second pooling of isnan(x) as 0 / 1 marks the windows holding a NaN, which are
+//    NaN (the CPU's rule: a NaN in the window wins);
+//  * windows of padding only (-inf on the CPU): claimed only when no window is one, for
+//    every source size the node's output shape allows (the claim sees no input shape);
+//  * ceil_mode: claimed only where it does not change the output size, and then not passed;
+//  * ties between +0 and -0 may give either sign (the CPU: the first in the window).
+// As PyTorch: 2-D through the Pooling2D descriptor (named sides, asymmetric padding allowed),
+// 4-D through the Pooling4D one with symmetric padding only, the only form PyTorch passes to
+// its paddingValues (whose order of befores and afters is otherwise not pinned down).
+// Its pooled axes and the window as a PoolSpec, from the front end's normalised attributes.
+struct MaxWindow {
+  ops::PoolSpec s;
+  std::vector<size_t> axes;
+};
+
+MaxWindow max_window(const Node& n, size_t k) {
+  MaxWindow w;
+  w.s.kernel = node_attr<Ints>(n, "kernel_sizes");
+  w.s.stride = node_attr<Ints>(n, "strides");
+  w.s.dilation = node_attr<Ints>(n, "dilation_rates");
+  w.s.padding = node_attr<Ints>(n, "padding");
+  w.s.style = node_attr<std::string>(n, "padding_style");
+  w.s.ceil_mode = node_attr<bool>(n, "ceil_mode");
+  if (k == 4) w.axes = {0, 1, 2, 3};
+  else if (node_attr<std::string>(n, "data_layout") == "NHWC") w.axes = {1, 2};
+  else w.axes = {2, 3};
+  return w;
+}
+
+// Dim d of the window alone.
+ops::PoolSpec one_dim(const ops::PoolSpec& s, size_t d) {
+  ops::PoolSpec r = s;
+  r.kernel = {s.kernel[d]};
+  r.stride = {s.stride[d]};
+  r.dilation = {s.dilation[d]};
+  r.padding = {s.padding[2 * d], s.padding[2 * d + 1]};
+  return r;
+}
+
+// Whether, for every source size n that gives `out` windows along dim d, each window reads
+// the input at least once, ceil_mode (if set) gives the same `out` as floor and, if
+// `symmetric`, the padding before equals the padding after.
+bool windows_see_input(const ops::PoolSpec& s, size_t d, int64_t out, bool symmetric) {
+  const ops::PoolSpec one = one_dim(s, d);
+  const int64_t K = one.kernel[0], st = one.stride[0], dl = one.dilation[0];
+  const int64_t ext = (K - 1) * dl + 1, pad = one.padding[0] + one.padding[1];
+  // for every style (ceil_mode included) the sizes n giving `out` windows lie in [lo, hi]
+  const int64_t lo = std::max<int64_t>(0, (out - 2) * st - pad), hi = out * st + ext;
+  if ((hi - lo + 1) * out > (int64_t(1) << 22)) return false;  // not worth deciding
+  ops::PoolSpec floor_spec = one;
+  floor_spec.ceil_mode = false;
+  for (int64_t n = lo; n <= hi; ++n) {
+    std::vector<ops::PoolDim> pd, fd;
+    if (!ops::pool_dims(one, {n}, pd).empty() || pd[0].out != out) continue;
+    if (one.ceil_mode && (!ops::pool_dims(floor_spec, {n}, fd).empty() || fd[0].out != out)) return false;
+    if (symmetric && pd[0].before != pd[0].after) return false;
+    for (int64_t o = 0; o < out; ++o) {
+      const int64_t start = o * st - pd[0].before;  // tap t reads start + t * dl
+      const int64_t t = start >= 0 ? 0 : ceil_div(-start, dl);
+      if (t >= K || start + t * dl >= n) return false;
+    }
+  }
+  return true;
+}
+
+bool native_max_pooling(const Node& n, size_t k) {
+  const TensorType& y = n.outputs.at(0);
+  if (!is_floating(y.dtype) || y.dtype == DType::Float64 || y.shape.size() != 4) return false;
+  for (int64_t e : y.shape)
+    if (e <= 0) return false;
+  const MaxWindow w = max_window(n, k);
+  if (w.s.kernel.size() != k || w.s.stride.size() != k || w.s.dilation.size() != k || w.s.padding.size() != 2 * k)
+    return false;
+  for (size_t d = 0; d < k; ++d)
+    if (!windows_see_input(w.s, d, y.shape[w.axes[d]], k == 4)) return false;
+  return true;
+}
+
 // Input i in float32 (the CPU sums in float32), failing for a zero-size one next to a
 // non-empty result.
 T pooling_f32(LowerCtx& c, size_t i) {
@@ -404,6 +486,59 @@ void register_pooling_lowerings() {
                                                            descriptor:plain_descriptor_4d(c.node)
                                                                  name:nil];
           return std::vector<T>{c.raw_cast(dx, c.out().dtype)};
+        });
+
+  for (size_t k : {size_t(2), size_t(4)})
+    register_composite_lowering(
+        k == 2 ? "max_pooling_2d" : "max_pooling_4d", [k](const Node& n) { return native_max_pooling(n, k); },
+        [k](LowerCtx& c) {
+          const MaxWindow w = max_window(c.node, k);
+          const Shape& src = c.in_types[0].shape;
+          Ints in;
+          for (size_t a : w.axes) in.push_back(src[a]);
+          std::vector<ops::PoolDim> pd;
+          std::string err = ops::pool_dims(w.s, in, pd);
+          if (!err.empty()) c.fail(ErrorKind::Value, err);
+          Ints kernel(4, 1), strides(4, 1), dilation(4, 1), padding(8, 0);
+          for (size_t d = 0; d < k; ++d) {
+            const size_t a = w.axes[d];
+            kernel[a] = w.s.kernel[d];
+            strides[a] = w.s.stride[d];
+            dilation[a] = w.s.dilation[d];
+            padding[2 * a] = pd[d].before;
+            padding[2 * a + 1] = pd[d].after;
+          }
+          auto pool = [&](T x) -> T {
+            if (k == 4)
+              return [c.g maxPooling4DWithSourceTensor:x
+                                            descriptor:[MPSGraphPooling4DOpDescriptor
+                                                           descriptorWithKernelSizes:ns_ints(kernel)
+                                                                             strides:ns_ints(strides)
+                                                                       dilationRates:ns_ints(dilation)
+                                                                       paddingValues:ns_ints(padding)
+                                                                        paddingStyle:MPSGraphPaddingStyleExplicit]
+                                                  name:nil];
+            const size_t h = w.axes[0], wd = w.axes[1];
+            MPSGraphPooling2DOpDescriptor* desc = [MPSGraphPooling2DOpDescriptor
+                descriptorWithKernelWidth:NSUInteger(kernel[wd])
+                             kernelHeight:NSUInteger(kernel[h])
+                                strideInX:NSUInteger(strides[wd])
+                                strideInY:NSUInteger(strides[h])
+                          dilationRateInX:NSUInteger(dilation[wd])
+                          dilationRateInY:NSUInteger(dilation[h])
+                              paddingLeft:NSUInteger(padding[2 * wd])
+                             paddingRight:NSUInteger(padding[2 * wd + 1])
+                               paddingTop:NSUInteger(padding[2 * h])
+                            paddingBottom:NSUInteger(padding[2 * h + 1])
+                             paddingStyle:MPSGraphPaddingStyleExplicit
+                               dataLayout:h == 1 ? MPSGraphTensorNamedDataLayoutNHWC : MPSGraphTensorNamedDataLayoutNCHW];
+            return [c.g maxPooling2DWithSourceTensor:x descriptor:desc name:nil];
+          };
+          T x = pooling_f32(c, 0);
+          T y = pool(x);
+          T has_nan = pool(c.raw_cast(c.isnan(x), DType::Float32));
+          y = c.sel(c.gt(has_nan, c.k(0, DType::Float32)), c.k(NAN, DType::Float32), y);
+          return std::vector<T>{c.raw_cast(y, c.out().dtype)};
         });
 
   // max_pooling_nd / max_pooling_nd_return_indices (source)
