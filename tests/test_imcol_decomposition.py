@@ -1,6 +1,7 @@
 """im_to_col / col_to_im / im_to_col_gradient as their decompositions (pad + one strided slice per
 kernel tap, and the adjoint), which the Metal and CUDA backends run: against torch's F.unfold / F.fold,
 the numpy references of the conformance table and the CPU kernels."""
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -23,6 +24,10 @@ WINDOWS = [
     ({"kernel_sizes": (2, 2), "padding": (1, 1, 1, 1)}, (2, 0, 3, 3)),
 ]
 IDS = [f"{a}-{s}" for a, s in WINDOWS]
+
+
+def _dtype(name):
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 
 
 def _unfold(x, attrs, unknown_batch=False):
@@ -54,10 +59,10 @@ def _torch_padding(attrs):
 
 
 @pytest.mark.parametrize("attrs,shape", WINDOWS, ids=IDS)
-@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "uint8"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int32", "uint8"])
 def test_im_to_col_decomposition(attrs, shape, dtype):
     rng = np.random.default_rng(0)
-    x = rng.integers(0, 100, shape).astype(dtype)
+    x = rng.integers(0, 100, shape).astype(_dtype(dtype))
     kernel = _unfold(x, attrs)
     with cpu_decompositions():
         decomposed = _unfold(x, attrs)
@@ -69,18 +74,19 @@ def test_im_to_col_decomposition(attrs, shape, dtype):
 
 
 @pytest.mark.parametrize("attrs,shape", WINDOWS, ids=IDS)
-@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int32"])
 def test_col_to_im_decomposition(attrs, shape, dtype):
     rng = np.random.default_rng(1)
     cols_shape = _im_to_col_ref(np.zeros(shape), **attrs).shape
-    cols = rng.integers(-50, 50, cols_shape).astype(dtype)
+    cols = rng.integers(-50, 50, cols_shape).astype(_dtype(dtype))
     kernel = _fold(cols, shape[2:], attrs)
     with cpu_decompositions():
         decomposed = _fold(cols, shape[2:], attrs)
         unknown_batch = _fold(cols, shape[2:], attrs, unknown_batch=True)
         like = _fold_like(cols, shape, attrs)
         like_unknown = _fold_like(cols, shape, attrs, unknown=True)
-    ref = _col_to_im_ref(cols, shape[2:], **attrs).astype(dtype)  # small integers: exact in every dtype
+    # exact sums rounded once, as the kernel (in double) and the decomposition (float32 for halves) do
+    ref = _col_to_im_ref(cols, shape[2:], **attrs).astype(_dtype(dtype))
     for got in (decomposed, kernel, unknown_batch, like, like_unknown):
         np.testing.assert_array_equal(got, ref)
 
