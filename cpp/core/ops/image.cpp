@@ -185,9 +185,24 @@ std::vector<ValueRef> expand_im_to_col(Graph& g, const std::vector<ValueRef>& in
       taps.push_back(call(g, "strided_slice", {padded}, slice_attrs(tap_slice(a, i, j))));
   ValueRef stacked = call(g, "stack", taps, {{"axis", int64_t(2)}});  // (N, C, kh * kw, bh, bw)
   const Shape& s = g.type(stacked).shape;
-  // one unknown dim at most reaches here (specialisation knows them all)
-  Shape to{s[0], mul_known(s[1], s[2]), mul_known(s[3], s[4])};
-  return {call(g, "reshape", {stacked}, {{"shape", to}})};
+  if (shape_known(s))
+    return {call(g, "reshape", {stacked}, {{"shape", Shape{s[0], s[1] * s[2], s[3] * s[4]}}})};
+  // unknown dims (a picture before specialisation): reshape onto zeros (N, C * kh * kw, L) made of
+  // zeros (N, C, 1) + (1, 1, L), tiled; emptied slices padded by one, so zero-size dims work
+  auto one_zero = [&](ValueRef v, Ints dims) {
+    StridedSliceAttrs e{Ints(4, 0), Ints(4, 0), Ints(4, 1), 15, 15, 0};
+    Ints after(4, 0);
+    for (int64_t d : dims) {
+      e.start_mask &= ~(int64_t(1) << d), e.end_mask &= ~(int64_t(1) << d);
+      after[size_t(d)] = 1;
+    }
+    return call(g, "pad", {call(g, "strided_slice", {v}, slice_attrs(e))},
+                {{"left_padding", Ints(4, 0)}, {"right_padding", after}});
+  };
+  ValueRef nc = call(g, "squeeze", {one_zero(padded, {2, 3})}, {{"axes", Ints{3}}});  // (N, C, 1)
+  ValueRef l = call(g, "reshape", {one_zero(taps[0], {0, 1})}, {{"shape", Shape{1, 1, -1}}});  // (1, 1, L)
+  ValueRef like = call(g, "tile", {bin(g, "addition", nc, l)}, {{"multiples", Ints{1, a.kernel[0] * a.kernel[1], 1}}});
+  return {call(g, "reshape_like", {stacked, like})};
 }
 
 // The adjoint: each tap's rows of `cols` placed back into the zero padded image `zero` by
