@@ -68,7 +68,8 @@ REQUIRED = set(cf.REQUIRED_OPS) | {s["name"] for s in mg.op_schemas() if s["fami
     "softmax_gradient", "softmax_cross_entropy_gradient", "batch_normalization_gradient",
     "instance_normalization_gradient", "avg_pooling_2d_gradient", "avg_pooling_4d_gradient",
     "scaled_dot_product_attention", "single_gate_rnn", "lstm", "gru",
-    "matrix_inverse", "solve", "hamming_distance", "stencil", "dequantize", "sample_grid"}
+    "matrix_inverse", "solve", "hamming_distance", "stencil", "dequantize", "sample_grid",
+    "im_to_col", "col_to_im", "im_to_col_gradient"}
 
 # Huge arguments of periodic functions: libm reduces them exactly, GPU math libraries do not.
 _LARGE_ARGUMENT_ROWS = {"sin", "cos", "tan"}
@@ -1265,6 +1266,16 @@ def test_quantization_and_sample_grid_compositions():
                                   g.dequantize_lut(g.cast(g.quantize(a, 0.05, 0.0, dtype="uint8"), "uint8"), t),
                                   g.sample_grid(a, gr), g.sample_grid(a, gr, mode="nearest", padding_mode="reflection")],
            [x, grid, scale, lut])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
+def test_im_to_col_col_to_im_compositions(dtype):
+    """The decompositions (pad, a strided slice per kernel tap, slice_gradient) against the CPU kernels."""
+    x = _rand((2, 3, 7, 6), dtype, 22, -20, 20)
+    win = {"kernel_sizes": (3, 2), "strides": (2, 1), "dilation_rates": (1, 2), "padding": (1, 2, 0, 1)}
+    cols = _rand((2, 18, 20), dtype, 23, -20, 20)
+    _check(lambda g, a, c: [g.im_to_col(a, **win), g.col_to_im(c, output_size=(7, 6), **win),
+                            g.im_to_col_gradient(c, a, **win), g.im_to_col(a, kernel_sizes=(2, 2))], [x, cols])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

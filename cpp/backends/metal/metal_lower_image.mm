@@ -10,8 +10,9 @@
 // coordinates are reflected nor how bilinear weights meet a reflected border) are not claimed:
 // they run as the decomposition, as do bfloat16 and macOS before 13.2.
 //
-// im_to_col, col_to_im and non_maximum_suppression are not lowered: Apple documents neither the
-// column layout of imToCol / colToIm nor the result of its NMS (docs/metal.md).
+// im_to_col, col_to_im and im_to_col_gradient run as their decompositions (pad and strided
+// slices): Apple does not document the column layout of imToCol / colToIm. non_maximum_suppression
+// is not lowered: Apple does not document its result either (docs/metal.md).
 #include <cstdint>
 #include <vector>
 

@@ -6,7 +6,8 @@
 // reflections are ordinary ops, so its gradients with respect to x and to the grid (and second
 // order) come from the decomposition, with PyTorch's conventions (floor and round have no
 // gradient, clamping stops it outside the range). im_to_col and col_to_im are linear and each
-// is the other's gradient.
+// is the other's gradient; both are composites (pad and strided slices) so that every backend
+// runs them, the CPU through its kernels.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@
 
 #include "core/ops/common.h"
 #include "core/ops/image_attrs.h"
+#include "core/ops/shape_attrs.h"
 
 namespace mg::ops {
 
@@ -146,6 +148,106 @@ std::vector<ValueRef> grad_col_to_im(GradCtx& c) {
   std::vector<ValueRef> r{call(c.g, "im_to_col", {c.dy[0]}, window_attrs(typed_attrs<ImToColAttrs>(c.node)))};
   r.resize(c.node.inputs.size());  // im_to_col_gradient's `like` has none
   return r;
+}
+
+// The decompositions use pad, strided_slice, slice_gradient, stack, reshape and addition only,
+// which every backend runs (MPSGraph's imToCol / colToIm are not used: their column layout is
+// undocumented). A tap (i, j) of the window reads the padded image at rows i * dh + s * r: a
+// strided slice whose end counts from the end, so it needs no known image size.
+Attrs slice_attrs(const StridedSliceAttrs& s) {
+  return {{"starts", s.starts}, {"ends", s.ends}, {"strides", s.strides},
+          {"start_mask", s.start_mask}, {"end_mask", s.end_mask}, {"squeeze_mask", s.squeeze_mask}};
+}
+
+StridedSliceAttrs tap_slice(const ImToColAttrs& a, int64_t i, int64_t j) {
+  StridedSliceAttrs s{Ints(4, 0), Ints(4, 0), {1, 1, a.stride[0], a.stride[1]}, 3, 3, 0};
+  const int64_t tap[2] = {i, j};
+  for (size_t d = 0; d < 2; ++d) {
+    s.starts[d + 2] = tap[d] * a.dilation[d];
+    s.ends[d + 2] = -a.dilation[d] * (a.kernel[d] - 1 - tap[d]);
+    if (s.ends[d + 2] == 0) s.end_mask |= int64_t(1) << (d + 2);
+  }
+  return s;
+}
+
+Attrs padding_attrs(const ImToColAttrs& a) {
+  return {{"left_padding", Ints{0, 0, a.padding[0], a.padding[2]}},
+          {"right_padding", Ints{0, 0, a.padding[1], a.padding[3]}}};
+}
+
+// (N, C, H, W) -> (N, C * kh * kw, L): the taps' slices stacked after the channel dim.
+std::vector<ValueRef> expand_im_to_col(Graph& g, const std::vector<ValueRef>& in, const Attrs& attrs) {
+  const ImToColAttrs a = decode_im_to_col(attrs);
+  ValueRef padded = call(g, "pad", {in[0]}, padding_attrs(a));
+  std::vector<ValueRef> taps;
+  for (int64_t i = 0; i < a.kernel[0]; ++i)
+    for (int64_t j = 0; j < a.kernel[1]; ++j)
+      taps.push_back(call(g, "strided_slice", {padded}, slice_attrs(tap_slice(a, i, j))));
+  ValueRef stacked = call(g, "stack", taps, {{"axis", int64_t(2)}});  // (N, C, kh * kw, bh, bw)
+  const Shape& s = g.type(stacked).shape;
+  if (shape_known(s))
+    return {call(g, "reshape", {stacked}, {{"shape", Shape{s[0], s[1] * s[2], s[3] * s[4]}}})};
+  // unknown dims (a picture before specialisation): reshape onto zeros (N, C * kh * kw, L) made of
+  // zeros (N, C, 1) + (1, 1, L), tiled; emptied slices padded by one, so zero-size dims work
+  auto one_zero = [&](ValueRef v, Ints dims) {
+    StridedSliceAttrs e{Ints(4, 0), Ints(4, 0), Ints(4, 1), 15, 15, 0};
+    Ints after(4, 0);
+    for (int64_t d : dims) {
+      e.start_mask &= ~(int64_t(1) << d), e.end_mask &= ~(int64_t(1) << d);
+      after[size_t(d)] = 1;
+    }
+    return call(g, "pad", {call(g, "strided_slice", {v}, slice_attrs(e))},
+                {{"left_padding", Ints(4, 0)}, {"right_padding", after}});
+  };
+  ValueRef nc = call(g, "squeeze", {one_zero(padded, {2, 3})}, {{"axes", Ints{3}}});  // (N, C, 1)
+  ValueRef l = call(g, "reshape", {one_zero(taps[0], {0, 1})}, {{"shape", Shape{1, 1, -1}}});  // (1, 1, L)
+  ValueRef like = call(g, "tile", {bin(g, "addition", nc, l)}, {{"multiples", Ints{1, a.kernel[0] * a.kernel[1], 1}}});
+  return {call(g, "reshape_like", {stacked, like})};
+}
+
+// The adjoint: each tap's rows of `cols` placed back into the zero padded image `zero` by
+// slice_gradient and summed, then the padding cropped.
+ValueRef fold_columns(Graph& g, ValueRef cols, ValueRef zero, const ImToColAttrs& a) {
+  const int64_t kk = a.kernel[0] * a.kernel[1];
+  ValueRef blocks_like = call(g, "strided_slice", {zero}, slice_attrs(tap_slice(a, 0, 0)));  // (N, C, bh, bw)
+  ValueRef sum;
+  for (int64_t i = 0; i < a.kernel[0]; ++i)
+    for (int64_t j = 0; j < a.kernel[1]; ++j) {
+      StridedSliceAttrs rows{{0, i * a.kernel[1] + j, 0}, {0, 0, 0}, {1, kk, 1}, 5, 7, 0};  // rows c * kk + tap
+      ValueRef tap = call(g, "reshape_like", {call(g, "strided_slice", {cols}, slice_attrs(rows)), blocks_like});
+      tap = call(g, "slice_gradient", {tap, zero}, slice_attrs(tap_slice(a, i, j)));
+      sum = sum.valid() ? bin(g, "addition", sum, tap) : tap;
+    }
+  StridedSliceAttrs crop{{0, 0, a.padding[0], a.padding[2]}, {0, 0, -a.padding[1], -a.padding[3]}, {1, 1, 1, 1}, 3,
+                         3 | (a.padding[1] == 0 ? 4 : 0) | (a.padding[3] == 0 ? 8 : 0), 0};
+  return call(g, "strided_slice", {sum}, slice_attrs(crop));
+}
+
+// float16 / bfloat16 columns are summed in float32 (as the CPU kernel sums in double): one rounding.
+DType sum_dtype(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t; }
+ValueRef cast_to(Graph& g, ValueRef v, DType t) {
+  return g.type(v).dtype == t ? v : call(g, "cast", {v}, {{"dtype", t}});
+}
+
+std::vector<ValueRef> expand_col_to_im(Graph& g, const std::vector<ValueRef>& in, const Attrs& attrs) {
+  const ImToColAttrs a = decode_im_to_col(attrs);
+  const int64_t kk = a.kernel[0] * a.kernel[1];
+  const DType dt = g.type(in[0]).dtype;
+  ValueRef cols = cast_to(g, in[0], sum_dtype(dt));
+  // a zero (N, C, 1, 1) from the first column of tap 0, padded up to the padded image
+  StridedSliceAttrs first{{0, 0, 0}, {0, 0, 1}, {1, kk, 1}, 3, 3, 0};
+  ValueRef z = zeros_like(g, call(g, "strided_slice", {cols}, slice_attrs(first)));
+  z = call(g, "expand_dims", {z}, {{"axes", Ints{3}}});
+  const int64_t hp = a.image[0] + a.padding[0] + a.padding[1], wp = a.image[1] + a.padding[2] + a.padding[3];
+  z = call(g, "pad", {z}, {{"left_padding", Ints{0, 0, 0, 0}}, {"right_padding", Ints{0, 0, hp - 1, wp - 1}}});
+  return {cast_to(g, fold_columns(g, cols, z, a), dt)};
+}
+
+std::vector<ValueRef> expand_im_to_col_gradient(Graph& g, const std::vector<ValueRef>& in, const Attrs& attrs) {
+  const ImToColAttrs a = decode_im_to_col(attrs);
+  const DType dt = g.type(in[0]).dtype, ct = sum_dtype(dt);
+  ValueRef zero = call(g, "full_like", {in[1]}, {{"value", 0.0}, {"dtype", ct}});
+  return {cast_to(g, fold_columns(g, cast_to(g, in[0], ct), call(g, "pad", {zero}, padding_attrs(a)), a), dt)};
 }
 
 // ---- sample_grid ----
@@ -424,7 +526,8 @@ void register_image_ops() {
                .infer = infer_im_to_col,
                .grad = grad_im_to_col,
                .aliases = {"unfold"},
-               .family = "image"});
+               .family = "image",
+               .expand = expand_im_to_col});
   register_op({.name = "col_to_im",
                .doc = "The adjoint of im_to_col (MPSGraph's colToIm, torch's F.fold): columns (N, C * kh * kw, L) "
                       "summed back into an NCHW image of output_size; overlapping windows add up and padding is "
@@ -435,7 +538,8 @@ void register_image_ops() {
                .infer = infer_col_to_im,
                .grad = grad_col_to_im,
                .aliases = {"fold"},
-               .family = "image"});
+               .family = "image",
+               .expand = expand_col_to_im});
   register_op({.name = "im_to_col_gradient",
                .doc = "col_to_im onto the image shape of `like` (the gradient of im_to_col, usable with unknown "
                       "dims).",
@@ -444,7 +548,8 @@ void register_image_ops() {
                .decode = attr_decoder(decode_im_to_col),
                .infer = infer_im_to_col_gradient,
                .grad = grad_col_to_im,
-               .family = "image"});
+               .family = "image",
+               .expand = expand_im_to_col_gradient});
   register_op({.name = "sample_grid",
                .doc = "Samples an NCHW image batch at normalised grid coordinates (torch's F.grid_sample, MPSGraph's "
                       "sampleGrid...): grid (N, H_out, W_out, 2) holds (x, y) in [-1, 1], -1 and 1 being the centres "
