@@ -278,3 +278,19 @@ def test_same_shape_sum_to_like_is_a_view_and_bias_gradients_are_right():
     np.testing.assert_allclose(db, np.where(on, x64, 0).sum(axis=0), rtol=1e-5, atol=1e-5)
     assert all(e["storage"] == "view" for e in exe.memory_plan()
                if e["op"] == "sum_to_like" and e["nbytes"] == x.nbytes)
+
+
+def test_long_chain_of_scalars_fuses_within_the_tile_budget():
+    """Regression: the planner counted a one-element operand of a one-element group as read in
+    place, the kernel gives it a tile; a loss summing 16 scalars planned a group of 32 tiles and
+    compiling failed with '[fusion] fused group needs too many tiles'."""
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((4, 5)).astype(np.float32) for _ in range(16)]
+    g = mg.Graph()
+    ps = [g.placeholder((4, 5), mg.float32) for _ in xs]
+    total = g.reduction_sum(ps[0] * ps[0], keep_dims=False)
+    for p in ps[1:]:
+        total = total + g.reduction_sum(p * p, keep_dims=False) * 0.5
+    out = np.asarray(g.run(dict(zip(ps, xs)), [total])[total])
+    ref = (xs[0].astype(np.float64) ** 2).sum() + sum((x.astype(np.float64) ** 2).sum() * 0.5 for x in xs[1:])
+    np.testing.assert_allclose(out, ref, rtol=1e-5)

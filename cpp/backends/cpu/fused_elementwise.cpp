@@ -258,13 +258,18 @@ void store(Kind k, const float* r, void* o, int64_t t, int64_t m) {
 }
 
 // Tiles a group of these nodes needs: one per instruction and one per input not read in place.
+// An operand read in place: a float32 tensor of the group's shape. Anything else (a scalar, a
+// broadcast, another dtype) is loaded into a tile of its own.
+bool read_directly(const TensorType& t, const Shape& shape) {
+  return num_elements(t.shape) != 1 && t.dtype == DType::Float32 && t.shape == shape;
+}
+
 int buffers_needed(const Graph& g, const std::vector<int32_t>& members, const Shape& shape) {
   std::vector<ValueRef> ext;
   for (int32_t id : members)
     for (const ValueRef& v : g.node(id).inputs) {
       if (std::find(members.begin(), members.end(), v.node) != members.end()) continue;
-      const TensorType& t = g.type(v);
-      if (t.dtype == DType::Float32 && t.shape == shape) continue;
+      if (read_directly(g.type(v), shape)) continue;
       if (std::find(ext.begin(), ext.end(), v) == ext.end()) ext.push_back(v);
     }
   return int(members.size() + ext.size());
@@ -332,7 +337,7 @@ KernelFn make_fused_kernel(const Graph& g, const std::vector<int32_t>& nodes, st
     InputDesc d;
     d.kind = kind_of(t.dtype);
     d.scalar = num_elements(t.shape) == 1;
-    d.direct = !d.scalar && d.kind == Kind::F32 && t.shape == shape;
+    d.direct = read_directly(t, shape);
     if (!d.direct) {
       d.buf = nbuf++;
       const BroadcastPlan bp = make_broadcast_plan(shape, {t.shape});
