@@ -146,6 +146,24 @@ void attend_rows(const AttentionPlan& p, const S* q, const S* kk, const S* v, co
   }
 }
 
+// Runs attend_rows over every (batch x head, query block), spread over p.threads workers each
+// with its own RowBlock in `scratch` (`per_thread` elements apart), then `done(b, bh, i0, nq)`.
+template <class S, class C, class Done>
+void for_each_query_block(const AttentionPlan& p, const S* q, const S* kk, const S* v, const void* mask,
+                          bool values, C* scratch, int64_t per_thread, Done done) {
+  const int64_t qblocks = (p.L + kBlockQ - 1) / kBlockQ, tasks = p.bh * qblocks;
+  parallel_for(p.threads, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      RowBlock<C> b(scratch + size_t(t) * per_thread, p);
+      for (int64_t task = t; task < tasks; task += p.threads) {
+        const int64_t bh = task / qblocks, i0 = (task % qblocks) * kBlockQ, nq = std::min(kBlockQ, p.L - i0);
+        attend_rows<S>(p, q, kk, v, mask, bh, i0, nq, values, b);
+        done(b, bh, i0, nq);
+      }
+    }
+  });
+}
+
 template <class S>
 void run_attention(const AttentionPlan& p, const void* const* in, void* const* out) {
   using C = typename Num<S>::C;
@@ -156,20 +174,13 @@ void run_attention(const AttentionPlan& p, const void* const* in, void* const* o
   S* o = static_cast<S*>(out[0]);
   C* scratch = static_cast<C*>(out[p.scratch]);
   const int64_t L = p.L, Sk = p.S, Dv = p.Dv;
-  const int64_t qblocks = (L + kBlockQ - 1) / kBlockQ, tasks = p.bh * qblocks;
-  parallel_for(p.threads, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      RowBlock<C> b(scratch + size_t(t) * p.per_thread, p);
-      for (int64_t task = t; task < tasks; task += p.threads) {
-        const int64_t bh = task / qblocks, i0 = (task % qblocks) * kBlockQ, nq = std::min(kBlockQ, L - i0);
-        attend_rows<S>(p, q, kk, v, mask, bh, i0, nq, true, b);
-        S* op = o + (bh * L + i0) * Dv;
-        for (int64_t i = 0; i < nq; ++i) {
-          // no keys: an empty sum (zeros); keys but all masked: softmax of only -inf (NaN)
-          const C inv = Sk == 0 ? C(0) : b.l[i] > 0 ? C(1) / b.l[i] : std::numeric_limits<C>::quiet_NaN();
-          for (int64_t d = 0; d < Dv; ++d) op[i * Dv + d] = Num<S>::st(Sk == 0 ? C(0) : b.acc[i * Dv + d] * inv);
-        }
-      }
+  for_each_query_block<S>(p, q, kk, v, mask, true, scratch, p.per_thread,
+                          [&](const RowBlock<C>& b, int64_t bh, int64_t i0, int64_t nq) {
+    S* op = o + (bh * L + i0) * Dv;
+    for (int64_t i = 0; i < nq; ++i) {
+      // no keys: an empty sum (zeros); keys but all masked: softmax of only -inf (NaN)
+      const C inv = Sk == 0 ? C(0) : b.l[i] > 0 ? C(1) / b.l[i] : std::numeric_limits<C>::quiet_NaN();
+      for (int64_t d = 0; d < Dv; ++d) op[i * Dv + d] = Num<S>::st(Sk == 0 ? C(0) : b.acc[i * Dv + d] * inv);
     }
   });
 }
@@ -273,22 +284,15 @@ void run_attention_gradient(const AttentionPlan& p, const GradScratch& gs, const
   const C neg_inf = -std::numeric_limits<C>::infinity();
   const C scale = C(p.scale);
 
-  const int64_t qblocks = (L + kBlockQ - 1) / kBlockQ, rows_tasks = p.bh * qblocks;
-  parallel_for(p.threads, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      RowBlock<C> b(scratch + size_t(t) * gs.per_thread, p);
-      for (int64_t task = t; task < rows_tasks; task += p.threads) {
-        const int64_t bh = task / qblocks, i0 = (task % qblocks) * kBlockQ, nq = std::min(kBlockQ, L - i0);
-        attend_rows<S>(p, q, kk, v, mask, bh, i0, nq, false, b);
-        for (int64_t i = 0; i < nq; ++i) {
-          const int64_t row = bh * L + i0 + i;
-          // a row that attends no key: lse -inf, so P = exp(-inf + inf) is NaN as in the decomposition
-          lse[row] = b.l[i] > 0 ? b.m[i] + std::log(b.l[i]) : neg_inf;
-          C dl = 0;
-          for (int64_t e = 0; e < Dv; ++e) dl += Num<S>::ld(dout[row * Dv + e]) * Num<S>::ld(o[row * Dv + e]);
-          delta[row] = dl;
-        }
-      }
+  for_each_query_block<S>(p, q, kk, v, mask, false, scratch, gs.per_thread,
+                          [&](const RowBlock<C>& b, int64_t bh, int64_t i0, int64_t nq) {
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t row = bh * L + i0 + i;
+      // a row that attends no key: lse -inf, so P = exp(-inf + inf) is NaN as in the decomposition
+      lse[row] = b.l[i] > 0 ? b.m[i] + std::log(b.l[i]) : neg_inf;
+      C dl = 0;
+      for (int64_t e = 0; e < Dv; ++e) dl += Num<S>::ld(dout[row * Dv + e]) * Num<S>::ld(o[row * Dv + e]);
+      delta[row] = dl;
     }
   });
 
