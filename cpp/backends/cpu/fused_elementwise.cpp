@@ -278,45 +278,14 @@ int buffers_needed(const Graph& g, const std::vector<int32_t>& members, const Sh
 }  // namespace
 
 FusionPlan plan_fusion(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip) {
-  const size_t n = g.size();
-  FusionPlan p;
-  p.group_of.assign(n, -1);
-  if (!fusion_enabled()) return p;
-  std::vector<int64_t> uses(n, 0);
-  for (size_t id = 0; id < n; ++id)
-    for (const ValueRef& v : g.node(int32_t(id)).inputs) ++uses[size_t(v.node)];
-  for (const ValueRef& v : targets) uses[size_t(v.node)] += 2;  // a target is never an intermediate
-  std::vector<std::vector<int32_t>> groups;
-  for (size_t id = 0; id < n; ++id) {
-    const Node& nd = g.node(int32_t(id));
-    if (skip[id] || !fusible(g, nd)) continue;
-    const Shape& shape = nd.outputs[0].shape;
-    std::vector<int32_t> members{int32_t(id)};
-    std::vector<int> absorbed;
-    for (const ValueRef& v : nd.inputs) {
-      const int gi = p.group_of[size_t(v.node)];
-      if (gi < 0 || uses[size_t(v.node)] != 1 || g.type(v).shape != shape) continue;
-      if (std::find(absorbed.begin(), absorbed.end(), gi) != absorbed.end()) continue;
-      std::vector<int32_t> merged = members;
-      merged.insert(merged.end(), groups[size_t(gi)].begin(), groups[size_t(gi)].end());
-      if (merged.size() > size_t(kMaxInstr) || buffers_needed(g, merged, shape) > kMaxBuf) continue;
-      absorbed.push_back(gi);
-      members = std::move(merged);
-    }
-    std::sort(members.begin(), members.end());
-    const int gid = int(groups.size());
-    for (int gi : absorbed) groups[size_t(gi)].clear();
-    for (int32_t m : members) p.group_of[size_t(m)] = gid;
-    groups.push_back(std::move(members));
-  }
-  // keep groups of two or more; renumber
-  std::fill(p.group_of.begin(), p.group_of.end(), -1);
-  for (auto& gr : groups) {
-    if (gr.size() < 2) continue;
-    for (int32_t m : gr) p.group_of[size_t(m)] = int32_t(p.groups.size());
-    p.groups.push_back(std::move(gr));
-  }
-  return p;
+  if (!fusion_enabled()) return FusionPlan{std::vector<int32_t>(g.size(), -1), {}};
+  FusionRules rules;
+  rules.fusible = [&g](const Node& n) { return fusible(g, n); };
+  rules.fits = [&g](const std::vector<int32_t>& members) {
+    return members.size() <= size_t(kMaxInstr) &&
+           buffers_needed(g, members, g.node(members.front()).outputs[0].shape) <= kMaxBuf;
+  };
+  return plan_fusion_groups(g, targets, skip, rules);
 }
 
 KernelFn make_fused_kernel(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs) {

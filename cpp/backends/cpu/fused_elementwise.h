@@ -7,13 +7,9 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "runtime/fusion_groups.h"
 
 namespace mg::cpu {
-
-struct FusionPlan {
-  std::vector<int32_t> group_of;             // per node: its group, or -1
-  std::vector<std::vector<int32_t>> groups;  // node ids, ascending; the last is the root
-};
 
 // Groups of two or more nodes: a node joins its consumer's group when the consumer is its only
 // reader and it is not a target. Nodes marked in `skip` are left alone.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/elementwise_cuda.h"
 #include "core/error.h"
 #include "core/registry.h"
 
@@ -83,6 +84,21 @@ Pool& pool() {
   return *p;
 }
 
+// Returns a block to the pool; also how on_device() recognises this allocator's buffers.
+struct PoolReturn {
+  size_t sz;
+  void operator()(void* q) const {
+    Pool& pl = pool();
+    std::lock_guard<std::mutex> l(pl.mu);
+    if (pl.free_bytes + sz > kPoolLimit) {
+      cudaFree(q);
+      return;
+    }
+    pl.free[sz].push_back(q);
+    pl.free_bytes += sz;
+  }
+};
+
 }  // namespace
 
 std::shared_ptr<Buffer> device_alloc(size_t nbytes) {
@@ -112,17 +128,7 @@ std::shared_ptr<Buffer> device_alloc(size_t nbytes) {
       check(cudaMalloc(&ptr, sz), ("allocating " + std::to_string(nbytes) + " bytes on the GPU").c_str());
     }
   }
-  auto owner = std::shared_ptr<void>(ptr, [sz](void* q) {
-    Pool& pl = pool();
-    std::lock_guard<std::mutex> l(pl.mu);
-    if (pl.free_bytes + sz > kPoolLimit) {
-      cudaFree(q);
-      return;
-    }
-    pl.free[sz].push_back(q);
-    pl.free_bytes += sz;
-  });
-  return Buffer::borrow(ptr, nbytes, owner);
+  return Buffer::borrow(ptr, nbytes, std::shared_ptr<void>(ptr, PoolReturn{sz}));
 }
 
 Context& context() {
@@ -180,6 +186,13 @@ bool is_device_pointer(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+// An array in GPU memory: this backend's own buffers are known without asking the driver
+// (a run checks every feed and result).
+bool on_device(const Array& a) {
+  if (a.buffer && a.buffer->owner && std::get_deleter<PoolReturn>(a.buffer->owner)) return true;
+  return is_device_pointer(a.data());
+}
+
 enum class SlotKind { Feed, Const, Var, Arena, Output };
 
 struct Slot {
@@ -232,9 +245,12 @@ class CudaProgram final : public Program {
           raise(ErrorKind::NotImplemented, n.op->name, n.name, "complex64 has no cuda kernels yet (it runs on the cpu)");
       }
     }
+    const FusionPlan fusion = plan_cuda_fusion(g, sg.targets);
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
+      const int32_t group = fusion.group_of[id];
+      if (group >= 0 && fusion.groups[size_t(group)].back() != int32_t(id)) continue;  // runs in its group's step
       if (n.op->view && untaken_target({int32_t(id), 0}) < 0) {
         slot_of[{int32_t(id), 0}] = slot_of.at(n.inputs[0]);
         views_.push_back({n.name, op, slot_of.at(n.inputs[0])});
@@ -272,9 +288,10 @@ class CudaProgram final : public Program {
       for (auto& v : n.inputs) in.push_back(g.type(v));
       KernelCtx kctx{n, in, n.outputs};
       Step st;
-      st.fn = (*f)(kctx);
+      std::vector<ValueRef> inputs = n.inputs;  // a group's inputs replace its root's
+      st.fn = group >= 0 ? make_fused_group(g, fusion.groups[size_t(group)], inputs) : (*f)(kctx);
       for (auto& chk : kctx.checks) checks_.push_back(std::move(chk));
-      for (auto& v : n.inputs) st.in.push_back(slot_of.at(v));
+      for (auto& v : inputs) st.in.push_back(slot_of.at(v));
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         ValueRef v{int32_t(id), int32_t(k)};
         const int out_index = untaken_target(v);
@@ -325,7 +342,7 @@ class CudaProgram final : public Program {
       Slot& sl = slots_[s];
       if (sl.kind == SlotKind::Feed) {
         const Array& a = *inputs[size_t(sl.index)];
-        if (is_device_pointer(a.data()) || sl.nbytes == 0) {
+        if (sl.nbytes == 0 || on_device(a)) {
           ptr_[s] = a.data();
           key.push_back(a.data());
         } else {
@@ -343,7 +360,7 @@ class CudaProgram final : public Program {
         var_values.push_back(std::move(v));
       } else if (sl.kind == SlotKind::Output) {
         const Array& a = *outputs[size_t(sl.index)];
-        if (is_device_pointer(a.data()) || sl.nbytes == 0) {
+        if (sl.nbytes == 0 || on_device(a)) {
           ptr_[s] = a.data();
           key.push_back(a.data());
         } else {
@@ -356,7 +373,7 @@ class CudaProgram final : public Program {
     std::vector<void*> copy_dst;
     for (auto& c : copies_) {  // targets that are views or feeds: nullptr for a host destination
       void* d = outputs[size_t(c.out)]->data();
-      copy_dst.push_back(is_device_pointer(d) ? d : nullptr);
+      copy_dst.push_back(on_device(*outputs[size_t(c.out)]) ? d : nullptr);
       key.push_back(d);
     }
     launch_steps(key, copy_dst);
@@ -567,13 +584,13 @@ class CudaBackend final : public Backend {
     return a;
   }
   std::shared_ptr<Array> to_host(const std::shared_ptr<Array>& a) override {
-    if (!a->data() || !is_device_pointer(a->data())) return a;
+    if (!a->data() || !on_device(*a)) return a;
     auto h = Array::empty(a->dtype, a->shape);
     if (h->nbytes()) check(cudaMemcpy(h->data(), a->data(), h->nbytes(), cudaMemcpyDeviceToHost), "copying to the host");
     return h;
   }
   std::shared_ptr<Array> from_host(const std::shared_ptr<Array>& a) override {
-    if (a->data() && is_device_pointer(a->data())) return a;
+    if (a->data() && on_device(*a)) return a;
     auto d = allocate(a->dtype, a->shape);
     if (d->nbytes()) check(cudaMemcpy(d->data(), a->data(), d->nbytes(), cudaMemcpyHostToDevice), "copying to the GPU");
     return d;

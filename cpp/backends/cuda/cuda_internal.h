@@ -82,8 +82,9 @@ void* open_cuda_library(const char* env, const std::string& stem);
 struct Kernel {
   void* fn = nullptr;  // a cudaKernel_t, launched with cudaLaunchKernel
 };
-// Compiles (or finds in the memory or disk cache) `source` and returns kernel `name`.
-Kernel nvrtc_kernel(const std::string& source, const std::string& name);
+// Compiles (or finds in the memory or disk cache) `source` with NVRTC `options` added to the
+// defaults and returns kernel `name`.
+Kernel nvrtc_kernel(const std::string& source, const std::string& name, const std::vector<std::string>& options = {});
 void launch(const Kernel& k, int64_t blocks, int threads, size_t smem, cudaStream_t s, void** args);
 
 // The device-side helpers every generated source starts with: storage types, f16/bf16

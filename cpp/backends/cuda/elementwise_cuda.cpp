@@ -1,6 +1,7 @@
-// CUDA elementwise kernels: one generated kernel per (op, dtypes, broadcast layout), compiled by
-// NVRTC. The expressions follow the CPU kernels' semantics (integer division and shifts never
-// trap, NaN-propagating maximum/minimum, saturating float-to-integer casts).
+// CUDA elementwise kernels: one generated kernel per node or fused group (fusion_cuda.cpp), per
+// dtypes and broadcast layout, compiled by NVRTC. The expressions follow the CPU kernels'
+// semantics (integer division and shifts never trap, NaN-propagating maximum/minimum,
+// saturating float-to-integer casts).
 #include <cstdint>
 #include <algorithm>
 #include <limits>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/elementwise_cuda.h"
 #include "core/error.h"
 #include "core/registry.h"
 
@@ -106,13 +108,11 @@ std::string store_expr(DType t, const std::string& v) {
   return "(" + storage_type(t) + ")(" + v + ")";
 }
 
-IndexSpace broadcast_space(const Shape& out, const std::vector<Shape>& ins) {
-  IndexSpace s;
-  s.n = num_elements(out);
+Collapsed collapse_dims(const Shape& out, const std::vector<Shape>& ins) {
   // per output dim, each input's stride (0 where broadcast), then merge dims that are
   // contiguous for every operand
-  std::vector<int64_t> shape;
-  std::vector<std::vector<int64_t>> st(ins.size());
+  Collapsed c;
+  c.stride.resize(ins.size());
   const size_t r = out.size();
   std::vector<std::vector<int64_t>> full(ins.size(), std::vector<int64_t>(r, 0));
   for (size_t k = 0; k < ins.size(); ++k) {
@@ -128,27 +128,34 @@ IndexSpace broadcast_space(const Shape& out, const std::vector<Shape>& ins) {
   }
   for (size_t d = 0; d < r; ++d) {
     if (out[d] == 1) continue;
-    if (!shape.empty()) {
+    if (!c.shape.empty()) {
       bool merge = true;
-      for (size_t k = 0; k < ins.size(); ++k) merge = merge && st[k].back() == full[k][d] * out[d];
+      for (size_t k = 0; k < ins.size(); ++k) merge = merge && c.stride[k].back() == full[k][d] * out[d];
       if (merge) {
-        shape.back() *= out[d];
-        for (size_t k = 0; k < ins.size(); ++k) st[k].back() = full[k][d];
+        c.shape.back() *= out[d];
+        for (size_t k = 0; k < ins.size(); ++k) c.stride[k].back() = full[k][d];
         continue;
       }
     }
-    shape.push_back(out[d]);
-    for (size_t k = 0; k < ins.size(); ++k) st[k].push_back(full[k][d]);
+    c.shape.push_back(out[d]);
+    for (size_t k = 0; k < ins.size(); ++k) c.stride[k].push_back(full[k][d]);
   }
-  if (shape.empty()) {
-    shape.push_back(1);
-    for (auto& v : st) v.push_back(0);
+  if (c.shape.empty()) {
+    c.shape.push_back(1);
+    for (auto& v : c.stride) v.push_back(0);
   }
-  if (shape.size() > size_t(kMaxRank)) raise(ErrorKind::NotImplemented, "cuda", "", "more than 8 broadcast dims");
-  s.rank = int32_t(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) {
-    s.shape[d] = shape[d];
-    for (size_t k = 0; k < ins.size(); ++k) s.stride[k][d] = st[k][d];
+  return c;
+}
+
+IndexSpace broadcast_space(const Shape& out, const std::vector<Shape>& ins) {
+  IndexSpace s;
+  s.n = num_elements(out);
+  const Collapsed c = collapse_dims(out, ins);
+  if (c.shape.size() > size_t(kMaxRank)) raise(ErrorKind::NotImplemented, "cuda", "", "more than 8 broadcast dims");
+  s.rank = int32_t(c.shape.size());
+  for (size_t d = 0; d < c.shape.size(); ++d) {
+    s.shape[d] = c.shape[d];
+    for (size_t k = 0; k < ins.size(); ++k) s.stride[k][d] = c.stride[k][d];
   }
   return s;
 }
@@ -246,71 +253,6 @@ const std::unordered_map<std::string, OpExpr>& table() {
 }
 #undef WRAP
 
-// Offsets of each operand for element i of the space: no division where the space is 1-D.
-std::string offsets_code(int nops, bool one_dim) {
-  std::string c;
-  if (one_dim) {
-    for (int k = 0; k < nops; ++k) c += "    const i64 o" + std::to_string(k) + " = i * s.stride[" + std::to_string(k) + "][0];\n";
-    return c;
-  }
-  c += "    i64 rem = i";
-  for (int k = 0; k < nops; ++k) c += ", o" + std::to_string(k) + " = 0";
-  c += ";\n    for (int d = s.rank - 1; d >= 0; --d) {\n      const i64 q = rem / s.shape[d], idx = rem - q * s.shape[d];\n      rem = q;\n";
-  for (int k = 0; k < nops; ++k) c += "      o" + std::to_string(k) + " += idx * s.stride[" + std::to_string(k) + "][d];\n";
-  c += "    }\n";
-  return c;
-}
-
-// A kernel reading `ins` (with their dtypes) and writing out = value(x, y, z).
-LaunchFn make_map(const std::vector<DType>& in_dt, DType out_dt, DType compute_dt, const std::string& body_expr,
-                  const IndexSpace& sp) {
-  const bool one_dim = sp.rank == 1;
-  std::string src = prelude() + "typedef " + compute_type(compute_dt) + " C;\nextern \"C\" __global__ void k(Space s";
-  for (size_t k = 0; k < in_dt.size(); ++k) src += ", const " + storage_type(in_dt[k]) + "* __restrict__ a" + std::to_string(k);
-  src += ", " + storage_type(out_dt) + "* __restrict__ out) {\n";
-  src += "  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < s.n; i += (i64)gridDim.x * blockDim.x) {\n";
-  src += offsets_code(int(in_dt.size()), one_dim);
-  static const char* names[] = {"x", "y", "z"};
-  for (size_t k = 0; k < in_dt.size(); ++k) {
-    // x of a cast or select keeps its own compute type; the other operands are C
-    src += "    const " + (in_dt[k] == compute_dt || k > 0 ? std::string("C") : compute_type(in_dt[k])) + " " + names[k] + " = " +
-           load_expr(in_dt[k], "a" + std::to_string(k) + "[o" + std::to_string(k) + "]") + ";\n";
-  }
-  src += "    out[i] = " + store_expr(out_dt, body_expr) + ";\n  }\n}\n";
-  Kernel kern = nvrtc_kernel(src, "k");
-  const size_t nin = in_dt.size();
-  return [kern, sp, nin](cudaStream_t st, const void* const* in, void* const* out) {
-    if (sp.n == 0) return;
-    IndexSpace s = sp;
-    const void* ptrs[4] = {};
-    void* o = out[0];
-    void* args[6] = {&s};
-    for (size_t k = 0; k < nin; ++k) {
-      ptrs[k] = in[k];
-      args[1 + k] = &ptrs[k];
-    }
-    args[1 + nin] = &o;
-    const int64_t blocks = std::min<int64_t>((sp.n + 255) / 256, int64_t(1) << 20);
-    launch(kern, blocks, 256, 0, st, args);
-  };
-}
-
-LaunchFn elementwise_factory(const KernelCtx& c) {
-  const std::string& op = c.node.op->name;
-  const OpExpr& e = table().at(op);
-  const DType dt = c.in[0].dtype;
-  const char* expr = e.e[cls_of(dt)];
-  if (!*expr)
-    raise(ErrorKind::Type, op, c.node.name, std::string("no cuda kernel for ") + dtype_name(dt));
-  std::vector<Shape> shapes;
-  std::vector<DType> dts;
-  for (auto& t : c.in) {
-    shapes.push_back(t.shape);
-    dts.push_back(t.dtype);
-  }
-  return make_map(dts, c.out[0].dtype, dt, expr, broadcast_space(c.out[0].shape, shapes));
-}
-
 // Saturating float -> integer conversion literal bounds, as the CPU's convert<>.
 template <class T>
 std::string lit(T v) {
@@ -335,37 +277,202 @@ std::string int_bounds(DType t, std::string& hi) {
   }
 }
 
-LaunchFn cast_factory(const KernelCtx& c) {
-  const DType from = c.in[0].dtype, to = c.out[0].dtype;
-  std::string expr;
+std::string cast_expr(DType from, DType to) {
   const Cls cf = cls_of(from), ct = cls_of(to);
   const std::string out_c = compute_type(to);
-  if (ct == kB) expr = "(x != 0)";
-  else if (ct == kF) expr = "(float)(x)";
-  else if (cf == kF) {
+  if (ct == kB) return "(x != 0)";
+  if (ct == kF) return "(float)(x)";
+  if (cf == kF) {
     std::string hi;
     const std::string lo = int_bounds(to, hi);
-    expr = "(x != x ? (" + out_c + ")0 : x <= (float)" + lo + " ? (" + out_c + ")" + lo + " : x >= (float)" + hi + " ? (" + out_c +
+    return "(x != x ? (" + out_c + ")0 : x <= (float)" + lo + " ? (" + out_c + ")" + lo + " : x >= (float)" + hi + " ? (" + out_c +
            ")" + hi + " : (" + out_c + ")x)";
-  } else {
-    expr = "(" + out_c + ")(x)";
   }
-  return make_map({from}, to, from, expr, broadcast_space(c.out[0].shape, {c.in[0].shape}));
+  return "(" + out_c + ")(x)";
 }
 
-LaunchFn select_factory(const KernelCtx& c) {
-  // inputs: predicate, true value, false value; x is the predicate in its own compute type
-  const DType dt = c.out[0].dtype;
-  std::vector<DType> dts = {c.in[0].dtype, c.in[1].dtype, c.in[2].dtype};
-  return make_map(dts, dt, dt, "(x ? y : z)", broadcast_space(c.out[0].shape, {c.in[0].shape, c.in[1].shape, c.in[2].shape}));
+}  // namespace
+
+NodeExpr node_expr(const std::string& op, const std::vector<DType>& in, DType out) {
+  if (in.empty()) return {out, ""};
+  if (op == "cast") return {in[0], in.size() == 1 ? cast_expr(in[0], out) : ""};
+  if (op == "select") return {out, in.size() == 3 ? "(x ? y : z)" : ""};
+  auto it = table().find(op);
+  if (it == table().end() || in.size() != size_t(it->second.arity)) return {in[0], ""};
+  return {in[0], it->second.e[cls_of(in[0])]};
+}
+
+namespace {
+
+enum class Access { Direct, Scalar, Broadcast };
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+// The element function f(p, i, operands...): every node's value at flat index i, each rounded
+// to its dtype as its own kernel stores it; returns the root's value in storage form.
+std::string element_function(const std::vector<EwNode>& nodes, const std::vector<DType>& in_dt,
+                             const std::vector<Access>& acc, const std::vector<int>& bslot, int nb, int rank) {
+  std::string src = "__device__ __forceinline__ " + storage_type(nodes.back().out) + " f(const Params& p, const I i";
+  for (size_t k = 0; k < in_dt.size(); ++k) {
+    const std::string e = " e" + num(int64_t(k));
+    if (acc[k] == Access::Direct) src += ", const " + storage_type(in_dt[k]) + e;
+    else if (acc[k] == Access::Scalar) src += ", const " + compute_type(in_dt[k]) + e;
+    else src += ", const " + storage_type(in_dt[k]) + "* __restrict__" + e;
+  }
+  src += ") {\n";
+  if (nb > 0) {  // broadcast operands' offsets: the outermost dim needs no division
+    src += "  I rem = i";
+    for (int b = 0; b < nb; ++b) src += ", o" + num(b) + " = 0";
+    src += ";\n";
+    for (int d = rank - 1; d >= 0; --d) {
+      const std::string D = num(d);
+      if (d > 0) src += "  { const I q = rem / p.shape[" + D + "], c = rem - q * p.shape[" + D + "]; rem = q;";
+      else src += "  { const I c = rem;";
+      for (int b = 0; b < nb; ++b) src += " o" + num(b) + " += c * p.stride[" + num(b) + "][" + D + "];";
+      src += " }\n";
+    }
+  }
+  for (size_t k = 0; k < in_dt.size(); ++k) {
+    const std::string K = num(int64_t(k));
+    std::string v = "e" + K;
+    if (acc[k] == Access::Direct) v = load_expr(in_dt[k], v);
+    if (acc[k] == Access::Broadcast) v = load_expr(in_dt[k], v + "[o" + num(bslot[k]) + "]");
+    src += "  const " + compute_type(in_dt[k]) + " in" + K + " = " + v + ";\n";
+  }
+  static const char* names[] = {"x", "y", "z"};
+  for (size_t j = 0; j < nodes.size(); ++j) {
+    const EwNode& nd = nodes[j];
+    const NodeExpr e = node_expr(nd.op, nd.in, nd.out);
+    const bool root = j + 1 == nodes.size();
+    const std::string J = num(int64_t(j));
+    if (!root) src += "  " + compute_type(nd.out) + " v" + J + ";\n";
+    src += "  {  // " + nd.op + "\n    typedef " + compute_type(e.compute) + " C;\n";
+    for (size_t a = 0; a < nd.arg.size(); ++a) {
+      // x of a cast or select keeps its own compute type; the other operands are C
+      const std::string t = a == 0 ? compute_type(nd.in[0]) : std::string("C");
+      const int r = nd.arg[a];
+      src += "    const " + t + " " + names[a] + " = " + (r >= 0 ? "v" + num(r) : "in" + num(-r - 1)) + ";\n";
+    }
+    if (root) src += "    return " + store_expr(nd.out, e.expr) + ";\n  }\n";
+    else src += "    v" + J + " = " + load_expr(nd.out, store_expr(nd.out, e.expr)) + ";\n  }\n";
+  }
+  return src + "}\n";
+}
+
+}  // namespace
+
+LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs, const Shape& shape) {
+  const int64_t n = num_elements(shape);
+  const DType out_dt = nodes.back().out;
+  std::vector<Access> acc;
+  std::vector<int> bslot;  // per input: its index among the broadcast operands, or -1
+  std::vector<DType> in_dt;
+  std::vector<Shape> bshapes;
+  size_t min_item = dtype_size(out_dt);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const int64_t m = num_elements(inputs[k].shape);
+    in_dt.push_back(inputs[k].dtype);
+    const Access a = m == 1 ? Access::Scalar : m == n ? Access::Direct : Access::Broadcast;
+    acc.push_back(a);
+    bslot.push_back(a == Access::Broadcast ? int(bshapes.size()) : -1);
+    if (a == Access::Broadcast) bshapes.push_back(inputs[k].shape);
+    if (a == Access::Direct) min_item = std::min(min_item, dtype_size(inputs[k].dtype));
+  }
+  // 16-byte accesses: V elements per thread, where every direct operand and the output are aligned
+  const int V = int(std::min<size_t>(8, std::max<size_t>(1, 16 / min_item)));
+  const bool wide = n >= (int64_t(1) << 30);
+  std::vector<int64_t> params{n};
+  int rank = 0;
+  if (!bshapes.empty()) {
+    const Collapsed c = collapse_dims(shape, bshapes);
+    rank = int(c.shape.size());
+    params.insert(params.end(), c.shape.begin(), c.shape.end());
+    for (auto& st : c.stride) params.insert(params.end(), st.begin(), st.end());
+  }
+  std::string src = prelude() + "typedef " + std::string(wide ? "i64" : "i32") + " I;\n" +
+                    "template <class T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Pack { T v[N]; };\n" +
+                    "struct Params { I n;";
+  if (rank) src += " I shape[" + num(rank) + "]; I stride[" + num(int64_t(bshapes.size())) + "][" + num(rank) + "];";
+  src += " };\n" + element_function(nodes, in_dt, acc, bslot, int(bshapes.size()), rank);
+  src += "extern \"C\" __global__ void k(const Params p";
+  for (size_t k = 0; k < in_dt.size(); ++k) src += ", const " + storage_type(in_dt[k]) + "* __restrict__ a" + num(int64_t(k));
+  const std::string ost = storage_type(out_dt), VS = num(V);
+  src += ", " + ost + "* __restrict__ out, const int vec) {\n";
+  for (size_t k = 0; k < in_dt.size(); ++k)
+    if (acc[k] == Access::Scalar)
+      src += "  const " + compute_type(in_dt[k]) + " s" + num(int64_t(k)) + " = " + load_expr(in_dt[k], "a" + num(int64_t(k)) + "[0]") + ";\n";
+  src += "  const I tid = (I)(blockIdx.x * blockDim.x + threadIdx.x), nth = (I)(gridDim.x * blockDim.x);\n  I i = tid;\n";
+  auto call = [&](const std::string& idx, bool vec) {
+    std::string c = "f(p, " + idx;
+    for (size_t k = 0; k < in_dt.size(); ++k) {
+      const std::string K = num(int64_t(k));
+      if (acc[k] == Access::Direct) c += vec ? ", l" + K + ".v[j]" : ", a" + K + "[i]";
+      else if (acc[k] == Access::Scalar) c += ", s" + K;
+      else c += ", a" + K;
+    }
+    return c + ")";
+  };
+  src += "  if (vec) {\n    const I nv = p.n / " + VS + ";\n    for (I c = tid; c < nv; c += nth) {\n      const I i0 = c * " + VS + ";\n";
+  for (size_t k = 0; k < in_dt.size(); ++k)
+    if (acc[k] == Access::Direct) {
+      const std::string K = num(int64_t(k)), pk = "Pack<" + storage_type(in_dt[k]) + ", " + VS + ">";
+      src += "      const " + pk + " l" + K + " = *reinterpret_cast<const " + pk + "*>(a" + K + " + i0);\n";
+    }
+  src += "      Pack<" + ost + ", " + VS + "> r;\n#pragma unroll\n      for (int j = 0; j < " + VS + "; ++j) r.v[j] = " + call("i0 + j", true) +
+         ";\n      *reinterpret_cast<Pack<" + ost + ", " + VS + ">*>(out + i0) = r;\n    }\n    i = nv * " + VS + " + tid;\n  }\n";
+  src += "  for (; i < p.n; i += nth) out[i] = " + call("i", false) + ";\n}\n";
+  // no multiply-add contraction: an op computes the same alone or fused with its neighbours
+  const Kernel kern = nvrtc_kernel(src, "k", {"--fmad=false"});
+  // the alignment each pointer needs for the vector path (a Pack's)
+  std::vector<size_t> align;
+  for (size_t k = 0; k < in_dt.size(); ++k)
+    align.push_back(acc[k] == Access::Direct ? std::min<size_t>(16, dtype_size(in_dt[k]) * size_t(V)) : 1);
+  const size_t out_align = std::min<size_t>(16, dtype_size(out_dt) * size_t(V));
+  const int64_t max_blocks = int64_t(context().sm_count) * 8;  // a full GPU of 256-thread blocks, grid-stride beyond
+  auto blocks_for = [max_blocks](int64_t work) { return std::max<int64_t>(1, std::min<int64_t>((work + 255) / 256, max_blocks)); };
+  const int64_t blocks_vec = blocks_for((n + V - 1) / V), blocks_scalar = blocks_for(n);
+  std::vector<int32_t> params32(params.begin(), params.end());
+  const size_t nin = in_dt.size();
+  return [=](cudaStream_t st, const void* const* in, void* const* out) {
+    if (n == 0) return;
+    bool vec = n >= V && reinterpret_cast<uintptr_t>(out[0]) % out_align == 0;
+    for (size_t k = 0; k < nin; ++k) vec = vec && reinterpret_cast<uintptr_t>(in[k]) % align[k] == 0;
+    const void* ptrs[kMaxFusedInputs];
+    void* args[kMaxFusedInputs + 3];
+    args[0] = wide ? const_cast<int64_t*>(params.data()) : static_cast<void*>(const_cast<int32_t*>(params32.data()));
+    for (size_t k = 0; k < nin; ++k) {
+      ptrs[k] = in[k];
+      args[1 + k] = &ptrs[k];
+    }
+    void* o = out[0];
+    int flag = vec ? 1 : 0;
+    args[1 + nin] = &o;
+    args[2 + nin] = &flag;
+    launch(kern, vec ? blocks_vec : blocks_scalar, 256, 0, st, args);
+  };
+}
+
+namespace {
+
+LaunchFn elementwise_factory(const KernelCtx& c) {
+  const std::string& op = c.node.op->name;
+  EwNode nd{op, {}, {}, c.out[0].dtype};
+  for (size_t k = 0; k < c.in.size(); ++k) {
+    nd.arg.push_back(-int(k) - 1);
+    nd.in.push_back(c.in[k].dtype);
+  }
+  if (node_expr(op, nd.in, nd.out).expr.empty())
+    raise(ErrorKind::Type, op, c.node.name, std::string("no cuda kernel for ") + dtype_name(nd.in.empty() ? nd.out : nd.in[0]));
+  if (c.in.size() > size_t(kMaxFusedInputs)) raise(ErrorKind::NotImplemented, op, c.node.name, "too many operands for a cuda kernel");
+  return make_elementwise({nd}, c.in, c.out[0].shape);
 }
 
 }  // namespace
 
 void register_elementwise_kernels() {
   for (auto& kv : table()) register_kernel(kv.first, elementwise_factory);
-  register_kernel("cast", cast_factory);
-  register_kernel("select", select_factory);
+  register_kernel("cast", elementwise_factory);
+  register_kernel("select", elementwise_factory);
 }
 
 }  // namespace mg::cuda

@@ -118,15 +118,16 @@ void write_file(const std::string& dir, const std::string& path, const std::stri
   std::rename(tmp.c_str(), path.c_str());  // atomic: concurrent processes never see half a file
 }
 
-std::string compile_cubin(const std::string& source, const std::string& arch) {
+std::string compile_cubin(const std::string& source, const std::string& arch, const std::vector<std::string>& options) {
   const Nvrtc& n = nvrtc();
   if (!n.lib) raise(ErrorKind::Runtime, "cuda", "", n.error);
   nvrtcProgram prog = nullptr;
   if (n.create(&prog, source.c_str(), "mpsgraph.cu", 0, nullptr, nullptr) != 0)
     raise(ErrorKind::Runtime, "cuda", "", "nvrtcCreateProgram failed");
   const std::string arch_opt = "--gpu-architecture=" + arch;
-  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "-default-device"};
-  nvrtcResult rc = n.compile(prog, 3, opts);
+  std::vector<const char*> opts = {arch_opt.c_str(), "--std=c++17", "-default-device"};
+  for (auto& o : options) opts.push_back(o.c_str());
+  nvrtcResult rc = n.compile(prog, int(opts.size()), opts.data());
   size_t log_n = 0;
   n.log_size(prog, &log_n);
   std::string log(log_n, '\0');
@@ -151,11 +152,13 @@ struct Loaded {
 
 }  // namespace
 
-Kernel nvrtc_kernel(const std::string& source, const std::string& name) {
+Kernel nvrtc_kernel(const std::string& source, const std::string& name, const std::vector<std::string>& options) {
   static std::mutex mu;
   static std::unordered_map<std::string, Loaded> loaded;  // by source; kernels live as long as the process
   std::lock_guard<std::mutex> l(mu);
-  Loaded& ld = loaded[source];
+  std::string flags;
+  for (auto& o : options) flags += o + "\n";
+  Loaded& ld = loaded[flags + source];
   if (!ld.lib) {
     const Context& ctx = context();
     const std::string arch = "sm_" + std::to_string(ctx.sm_major) + std::to_string(ctx.sm_minor);
@@ -163,7 +166,7 @@ Kernel nvrtc_kernel(const std::string& source, const std::string& name) {
     if (!n.lib) raise(ErrorKind::Runtime, "cuda", "", n.error);
     // hex by hand: an ostringstream crashed here in processes that had not loaded PyTorch
     // (seen on the H200 machine, inside libstdc++'s locale code)
-    uint64_t h = fnv1a(source, fnv1a(arch + "/nvrtc" + std::to_string(n.major) + "." + std::to_string(n.minor)));
+    uint64_t h = fnv1a(flags + source, fnv1a(arch + "/nvrtc" + std::to_string(n.major) + "." + std::to_string(n.minor)));
     std::string key(16, '0');
     for (int i = 15; i >= 0; --i, h >>= 4) key[size_t(i)] = "0123456789abcdef"[h & 15];
     const std::string dir = cache_dir();
@@ -171,7 +174,7 @@ Kernel nvrtc_kernel(const std::string& source, const std::string& name) {
     std::string bin = path.empty() ? "" : read_file(path);
     if (bin.empty() || cudaLibraryLoadData(&ld.lib, bin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0) != cudaSuccess) {
       cudaGetLastError();
-      bin = compile_cubin(source, arch);
+      bin = compile_cubin(source, arch, options);
       check(cudaLibraryLoadData(&ld.lib, bin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "loading a generated kernel");
       if (!path.empty()) write_file(dir, path, bin);
     }

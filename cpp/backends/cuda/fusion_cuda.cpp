@@ -1,0 +1,94 @@
+// Fused elementwise groups on CUDA: the shared grouping rule (runtime/fusion_groups.h) over the
+// ops that have a generated-kernel expression, one NVRTC kernel per group (make_elementwise),
+// so a chain of elementwise ops is one pass over memory and one launch.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/elementwise_cuda.h"
+#include "core/dtype.h"
+#include "core/registry.h"
+#include "core/shape.h"
+
+namespace mg::cuda {
+
+namespace {
+
+constexpr size_t kMaxNodes = 128;     // per group: the 100-op dispatch chain is one kernel
+constexpr size_t kMaxBroadcast = 16;  // operands read through broadcast strides (kernel parameters)
+
+bool fusion_enabled() {
+  const char* e = std::getenv("MPSGRAPH_CUDA_FUSION");
+  return !(e && e[0] == '0');
+}
+
+std::vector<DType> input_dtypes(const Graph& g, const Node& n) {
+  std::vector<DType> r;
+  for (const ValueRef& v : n.inputs) r.push_back(g.type(v).dtype);
+  return r;
+}
+
+bool fusible(const Graph& g, const Node& n) {
+  if (n.op->view || n.outputs.size() != 1 || !n.regions.empty() || n.inputs.empty()) return false;
+  if (num_elements(n.outputs[0].shape) <= 0) return false;
+  for (const ValueRef& v : n.inputs)
+    if (is_complex(g.type(v).dtype) || g.type(v).dtype == DType::Float64) return false;
+  return !node_expr(n.op->name, input_dtypes(g, n), n.outputs[0].dtype).expr.empty();
+}
+
+// The values a group reads from outside, in first-use order of `members`.
+std::vector<ValueRef> outside_inputs(const Graph& g, const std::vector<int32_t>& members) {
+  std::vector<ValueRef> r;
+  for (int32_t id : members)
+    for (const ValueRef& v : g.node(id).inputs)
+      if (std::find(members.begin(), members.end(), v.node) == members.end() && std::find(r.begin(), r.end(), v) == r.end())
+        r.push_back(v);
+  return r;
+}
+
+bool fits(const Graph& g, const std::vector<int32_t>& members) {
+  if (members.size() > kMaxNodes) return false;
+  const std::vector<ValueRef> ins = outside_inputs(g, members);
+  const int64_t n = num_elements(g.node(members.front()).outputs[0].shape);
+  const size_t broadcast = size_t(std::count_if(ins.begin(), ins.end(), [&](const ValueRef& v) {
+    const int64_t m = num_elements(g.type(v).shape);
+    return m != 1 && m != n;
+  }));
+  return ins.size() <= size_t(kMaxFusedInputs) && broadcast <= kMaxBroadcast;
+}
+
+}  // namespace
+
+FusionPlan plan_cuda_fusion(const Graph& g, const std::vector<ValueRef>& targets) {
+  if (!fusion_enabled()) return FusionPlan{std::vector<int32_t>(g.size(), -1), {}};
+  FusionRules rules;
+  rules.fusible = [&g](const Node& n) { return fusible(g, n); };
+  rules.fits = [&g](const std::vector<int32_t>& members) { return fits(g, members); };
+  return plan_fusion_groups(g, targets, std::vector<char>(g.size(), 0), rules);
+}
+
+LaunchFn make_fused_group(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs) {
+  inputs = outside_inputs(g, nodes);
+  std::map<int32_t, int> index_of;  // member node -> its position in the kernel
+  std::vector<EwNode> ew;
+  for (int32_t id : nodes) {
+    const Node& nd = g.node(id);
+    EwNode e{nd.op->name, {}, input_dtypes(g, nd), nd.outputs[0].dtype};
+    for (const ValueRef& v : nd.inputs) {
+      auto it = index_of.find(v.node);
+      e.arg.push_back(it != index_of.end() ? it->second : -int(std::find(inputs.begin(), inputs.end(), v) - inputs.begin()) - 1);
+    }
+    index_of[id] = int(ew.size());
+    ew.push_back(std::move(e));
+  }
+  std::vector<TensorType> types;
+  for (const ValueRef& v : inputs) types.push_back(g.type(v));
+  return make_elementwise(ew, types, g.node(nodes.back()).outputs[0].shape);
+}
+
+}  // namespace mg::cuda

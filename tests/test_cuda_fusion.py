@@ -1,0 +1,287 @@
+"""Fused elementwise groups on CUDA: every fused form against the same graph compiled with
+fusion off (MPSGRAPH_CUDA_FUSION=0; bit-identical, since each node rounds to its dtype as its
+own kernel stores it and no multiply-add is contracted across nodes) and against numpy, across
+dtypes (float32, float16, bfloat16, bool, integers), broadcast operands (bias rows, per-row
+scales, scalars), casts, select and clamp, random elementwise DAGs, the 100-op dispatch chain and
+the benchmark chain. GPU tests skip where no GPU is present."""
+import contextlib
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mpsgraph as mg
+
+HAS_GPU = mg.Device("cuda:0").available
+gpu = pytest.mark.skipif(not HAS_GPU, reason=f"no CUDA GPU here: {mg.Device('cuda:0').unavailable_reason}")
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+MG_DT = {np.dtype("float32"): mg.float32, np.dtype("float16"): mg.float16, BF16: mg.bfloat16,
+         np.dtype("bool"): mg.bool, np.dtype("int32"): mg.int32, np.dtype("uint8"): mg.uint8,
+         np.dtype("int64"): mg.int64, np.dtype("int8"): mg.int8}
+
+
+@contextlib.contextmanager
+def fusion(on):
+    old = os.environ.get("MPSGRAPH_CUDA_FUSION")
+    os.environ["MPSGRAPH_CUDA_FUSION"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["MPSGRAPH_CUDA_FUSION"]
+        else:
+            os.environ["MPSGRAPH_CUDA_FUSION"] = old
+
+
+def compile_run(build, arrays, fuse):
+    """(results, memory plan) of build(g, *placeholders) compiled for cuda:0 with fusion on or off."""
+    with fusion(fuse):
+        g = mg.Graph()
+        ps = [g.placeholder(a.shape, MG_DT[a.dtype]) for a in arrays]
+        out = build(g, *ps)
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        exe = g.compile({p: (a.shape, MG_DT[a.dtype]) for p, a in zip(ps, arrays)}, outs, device="cuda:0")
+        res = exe.run(list(arrays))
+        return [r.numpy().copy() for r in res], exe.memory_plan()
+
+
+def bits(a):
+    """The array's bytes as unsigned integers: NaN payloads and -0.0 compared too."""
+    return a.view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype.kind in "fV" or a.dtype == BF16 else a
+
+
+def arena_values(plan):
+    return sum(1 for e in plan if e["storage"] == "arena")
+
+
+def fused_and_unfused(build, arrays, fewer=True):
+    """Results with fusion on; asserts they equal fusion off bit for bit and (where `fewer`)
+    that fusion removed intermediates."""
+    with np.errstate(all="ignore"):
+        fused, plan_f = compile_run(build, arrays, True)
+        plain, plan_u = compile_run(build, arrays, False)
+    for a, b in zip(fused, plain):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(bits(a), bits(b))
+    if fewer:
+        assert arena_values(plan_f) < arena_values(plan_u)
+    return fused
+
+
+def rand(shape, dtype, rng, scale=2.0):
+    return np.asarray((rng.standard_normal(shape) * scale).astype(np.float32)).astype(dtype)
+
+
+@gpu
+@pytest.mark.parametrize("n", [1, 3, 1000, 4099, 1 << 20])
+def test_benchmark_chain(n):
+    """relu(x*1.5+0.25)*sigmoid(x): one kernel, sizes with and without a vector tail."""
+    x = rand((n,), np.float32, np.random.default_rng(n))
+    y, = fused_and_unfused(lambda g, p: g.relu(p * 1.5 + 0.25) * g.sigmoid(p), [x], fewer=n > 1)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(y, np.maximum(x64 * 1.5 + 0.25, 0) / (1 + np.exp(-x64)), rtol=2e-6, atol=1e-7)
+
+
+@gpu
+def test_dispatch_chain_is_one_kernel():
+    """The 100-op chain (x*1.0001, +0.0001) runs as one kernel with no intermediate buffer, and
+    equals numpy's float32 chain exactly (each op rounds once; nothing is contracted)."""
+    x = rand((1024,), np.float32, np.random.default_rng(0))
+
+    def build(g, p):
+        y = p
+        for i in range(100):
+            y = y * 1.0001 if i % 2 == 0 else y + 0.0001
+        return y
+
+    y, = fused_and_unfused(build, [x])
+    _, plan = compile_run(build, [x], True)
+    assert arena_values(plan) == 0
+    ref = x.copy()
+    for i in range(100):
+        ref = ref * np.float32(1.0001) if i % 2 == 0 else ref + np.float32(0.0001)
+    np.testing.assert_array_equal(y, ref)
+
+
+BROADCASTS = [((37, 129), (129,), (37, 1)), ((37, 129), (1, 129), ()), ((37, 129), (1, 1), (37, 129)),
+              ((5, 7, 33), (7, 1), (5, 1, 33)), ((5, 7, 33), (1, 7, 1), (33,)), ((3, 1, 4000), (1, 1), (4000,))]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
+@pytest.mark.parametrize("shapes", BROADCASTS, ids=lambda s: "x".join(map(str, s)))
+def test_bias_scale_chain_broadcasts(shapes, dtype):
+    """relu(x * s + b) * sigmoid(x) - b with s, b read with broadcast strides."""
+    rng = np.random.default_rng(len(shapes[1]) * 7 + len(shapes[2]))
+    x, s, b = (rand(sh, dtype, rng) for sh in shapes)
+    y, = fused_and_unfused(lambda g, px, ps, pb: g.relu(px * ps + pb) * g.sigmoid(px) - pb, [x, s, b])
+    x64, s64, b64 = (a.astype(np.float64) for a in (x, s, b))
+    ref = np.maximum(x64 * s64 + b64, 0) / (1 + np.exp(-x64)) - b64
+    tol = 2e-6 if dtype == np.float32 else 3e-2
+    np.testing.assert_allclose(y.astype(np.float64), ref, rtol=tol, atol=tol * 4)
+
+
+@gpu
+def test_select_clamp_compare_and_bool_output():
+    """select(x > 0, g, 0) (ReLU's gradient) with NaN and -0.0, clamp with broadcast bounds,
+    comparisons and logical ops ending in a bool result."""
+    rng = np.random.default_rng(2)
+    x, gr = rand((33, 65), np.float32, rng), rand((33, 65), np.float32, rng)
+    x.flat[::7] = np.nan
+    x.flat[1::11] = -0.0
+    lo, hi = rand((65,), np.float32, rng) - 1, rand((33, 1), np.float32, rng) + 1
+
+    def build(g, px, pg, pl, ph):
+        relu_grad = g.select(px > 0.0, pg * 2.0, g.constant(np.float32(0))) + 1.0
+        clamped = g.clamp(px * 3.0, pl, ph) - 0.5
+        mask = g.logical_and(g.less_than(px, pg), g.logical_not(g.isnan(px * pg)))
+        return [relu_grad, clamped, mask]
+
+    rg, cl, mk = fused_and_unfused(build, [x, gr, lo, hi])
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(rg, np.where(x > 0, gr * np.float32(2), np.float32(0)) + np.float32(1))
+        np.testing.assert_array_equal(cl, np.minimum(np.maximum(x * np.float32(3), lo), hi) - np.float32(0.5))
+        np.testing.assert_array_equal(mk, (x < gr) & ~np.isnan(x * gr))
+
+
+@gpu
+@pytest.mark.parametrize("half", [np.float16, BF16], ids=["f16", "bf16"])
+def test_casts_inside_groups_round_each_op(half):
+    """float32 -> half -> arithmetic -> float32 inside one group: each half op rounds as its own
+    kernel does."""
+    rng = np.random.default_rng(6)
+    x, b = rand((50, 40), np.float32, rng), rand((40,), np.float32, rng)
+
+    def build(g, px, pb):
+        h = g.cast(px * pb, MG_DT[np.dtype(half)])
+        return g.cast(g.tanh(h) * h + h, mg.float32) * 2.0
+
+    y, = fused_and_unfused(build, [x, b])
+    h = (x * b).astype(half)
+    hh = (np.tanh(h.astype(np.float32)).astype(half).astype(np.float32) * h.astype(np.float32)).astype(half)
+    ref = (hh.astype(np.float32) + h.astype(np.float32)).astype(half).astype(np.float32) * np.float32(2)
+    np.testing.assert_allclose(y, ref, rtol=1e-2, atol=1e-2)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int8, np.uint8])
+def test_integer_chains(dtype):
+    """Integer arithmetic (floor division and modulo of negatives, shifts, wrapping products),
+    comparisons and saturating float casts in one group."""
+    rng = np.random.default_rng(7)
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, -1000), min(info.max, 1000)
+    a = rng.integers(lo, hi, (40, 30)).astype(dtype)
+    b = rng.integers(lo, hi, (30,)).astype(dtype)
+    b[b == 0] = 3
+    f = (rng.standard_normal((40, 30)) * 1e4).astype(np.float32)
+
+    def build(g, pa, pb, pf):
+        q = g.floor_division(pa, pb) + g.modulo(pa, pb) * pa
+        sat = g.cast(pf, MG_DT[np.dtype(dtype)])
+        return [g.maximum(q, sat) - g.minimum(pa, pb), g.greater_than(q, pa)]
+
+    y, gt = fused_and_unfused(build, [a, b, f])
+    with np.errstate(all="ignore"):
+        q = (a // b + (a % b) * a).astype(dtype)
+        sat = np.where(np.isnan(f), 0, np.clip(f, info.min, info.max)).astype(dtype)
+        np.testing.assert_array_equal(y, (np.maximum(q, sat) - np.minimum(a, b)).astype(dtype))
+        np.testing.assert_array_equal(gt, q > a)
+
+
+@gpu
+def test_intermediate_target_is_kept():
+    """A target inside a chain is materialised (it ends the group), with both values right."""
+    rng = np.random.default_rng(4)
+    x, b = rand((20, 8), np.float32, rng), rand((8,), np.float32, rng)
+
+    def build(g, px, pb):
+        a = px * pb + 1.0
+        return [a, g.tanh(a) * pb]
+
+    fused, _ = compile_run(build, [x, b], True)
+    plain, _ = compile_run(build, [x, b], False)
+    np.testing.assert_array_equal(fused[0], x * b + np.float32(1))
+    np.testing.assert_array_equal(bits(fused[1]), bits(plain[1]))
+
+
+@gpu
+def test_unaligned_gpu_operands_take_the_scalar_path():
+    """A CUDA tensor fed at an offset that breaks 16-byte alignment gives the same results."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA here")
+    x = rand((4097,), np.float32, np.random.default_rng(8))
+    g = mg.Graph()
+    p = g.placeholder((4096,), mg.float32)
+    exe = g.compile({p: ((4096,), mg.float32)}, [g.relu(p * 1.5 + 0.25) * g.sigmoid(p)], device="cuda:0")
+    xt = torch.from_numpy(x).cuda()
+    shifted = exe.run([mg.TensorData(xt[1:])])[0].numpy()
+    aligned = exe.run([x[1:].copy()])[0].numpy()
+    np.testing.assert_array_equal(shifted, aligned)
+
+
+# ---------------- random elementwise DAGs: fused == unfused, bit for bit ----------------
+
+UNARY = ["negative", "absolute", "square", "relu", "exponent", "tanh", "sigmoid", "erf", "reciprocal",
+         "square_root", "logarithm", "floor", "sin"]
+BINARY = ["addition", "subtraction", "multiplication", "division", "maximum", "minimum", "power", "modulo"]
+COMPARE = ["greater_than", "less_than", "equal", "not_equal", "greater_than_or_equal_to", "less_than_or_equal_to"]
+OPERAND_SHAPES = [(6, 70), (70,), (6, 1), (1, 70), ()]
+
+
+@st.composite
+def dag(draw):
+    n_ops = draw(st.integers(2, 20))
+    steps = []
+    for i in range(n_ops):
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "select", "cast", "clamp"]))
+        pick = st.integers(-len(OPERAND_SHAPES), i - 1)  # < 0: a fed operand; else an earlier step
+        args = [draw(pick) for _ in range(3)]
+        op = {"unary": st.sampled_from(UNARY), "binary": st.sampled_from(BINARY),
+              "select": st.sampled_from(COMPARE), "cast": st.sampled_from(["float16", "bfloat16", "int32", "bool"]),
+              "clamp": st.just("clamp")}[kind]
+        steps.append((kind, draw(op), args))
+    targets = draw(st.lists(st.integers(0, n_ops - 1), min_size=1, max_size=3, unique=True))
+    dtype = draw(st.sampled_from(["float32", "float16", "bfloat16"]))
+    return steps, targets, dtype
+
+
+@gpu
+@settings(max_examples=60, deadline=None)
+@given(dag(), st.integers(0, 2**31 - 1))
+def test_random_dags_fused_equal_unfused(case, seed):
+    steps, targets, dtype = case
+    np_dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    arrays = [rand(sh, np_dt, rng) for sh in OPERAND_SHAPES]
+    for a in arrays:
+        if a.size > 3:
+            a.flat[::17] = np.nan
+
+    def build(g, *ps):
+        vals = []
+
+        def val(k):
+            return ps[-k - 1] if k < 0 else vals[k]
+
+        for kind, op, (a, b, c) in steps:
+            if kind == "unary":
+                v = getattr(g, op)(val(a))
+            elif kind == "binary":
+                v = getattr(g, op)(val(a), val(b))
+            elif kind == "select":
+                v = g.select(getattr(g, op)(val(a), val(b)), val(b), val(c))
+            elif kind == "cast":  # a round trip through another dtype
+                t = getattr(mg, op)
+                v = g.cast(g.cast(val(a), t), MG_DT[np_dt])
+            else:
+                v = g.clamp(val(a), val(b), val(c))
+            vals.append(v)
+        return [vals[t] for t in targets]
+
+    fused_and_unfused(build, arrays, fewer=False)
