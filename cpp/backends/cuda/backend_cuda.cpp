@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/epilogue_cuda.h"
 #include "core/error.h"
 #include "core/registry.h"
 
@@ -232,9 +233,11 @@ class CudaProgram final : public Program {
           raise(ErrorKind::NotImplemented, n.op->name, n.name, "complex64 has no cuda kernels yet (it runs on the cpu)");
       }
     }
+    const EpiloguePlan epi = plan_epilogues(g, sg.targets);  // claims its nodes before any other planner
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
+      if (epi.absorbed[id]) continue;
       if (n.op->view && untaken_target({int32_t(id), 0}) < 0) {
         slot_of[{int32_t(id), 0}] = slot_of.at(n.inputs[0]);
         views_.push_back({n.name, op, slot_of.at(n.inputs[0])});
@@ -264,17 +267,19 @@ class CudaProgram final : public Program {
         assigns_.push_back({node_attr<int64_t>(n, "variable"), slot_of.at(n.inputs[0]), g.type(n.inputs[0]), -1});
         continue;
       }
-      const KernelFactory* f = find_kernel(op);
+      const auto fused = epi.fused.find(int32_t(id));
+      const KernelFactory* f = fused != epi.fused.end() ? &fused->second.factory : find_kernel(op);
+      const std::vector<ValueRef>& inputs = fused != epi.fused.end() ? fused->second.inputs : n.inputs;
       if (!f)
         raise(ErrorKind::NotImplemented, op, n.name,
               "has no kernel on the cuda backend yet (it runs on the cpu: device='cpu')");
       std::vector<TensorType> in;
-      for (auto& v : n.inputs) in.push_back(g.type(v));
+      for (auto& v : inputs) in.push_back(g.type(v));
       KernelCtx kctx{n, in, n.outputs};
       Step st;
       st.fn = (*f)(kctx);
       for (auto& chk : kctx.checks) checks_.push_back(std::move(chk));
-      for (auto& v : n.inputs) st.in.push_back(slot_of.at(v));
+      for (auto& v : inputs) st.in.push_back(slot_of.at(v));
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         ValueRef v{int32_t(id), int32_t(k)};
         const int out_index = untaken_target(v);
