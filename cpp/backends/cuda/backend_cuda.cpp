@@ -22,6 +22,7 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/elementwise_cuda.h"
+#include "backends/cuda/epilogue_cuda.h"
 #include "core/error.h"
 #include "core/registry.h"
 
@@ -245,10 +246,14 @@ class CudaProgram final : public Program {
           raise(ErrorKind::NotImplemented, n.op->name, n.name, "complex64 has no cuda kernels yet (it runs on the cpu)");
       }
     }
-    const FusionPlan fusion = plan_cuda_fusion(g, sg.targets);
+    const EpiloguePlan epi = plan_epilogues(g, sg.targets);  // claims its nodes before the fusion groups
+    std::vector<char> unfused = epi.absorbed;
+    for (auto& entry : epi.fused) unfused[size_t(entry.first)] = 1;
+    const FusionPlan fusion = plan_cuda_fusion(g, sg.targets, unfused);
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
+      if (epi.absorbed[id]) continue;
       const int32_t group = fusion.group_of[id];
       if (group >= 0 && fusion.groups[size_t(group)].back() != int32_t(id)) continue;  // runs in its group's step
       if (n.op->view && untaken_target({int32_t(id), 0}) < 0) {
@@ -280,15 +285,17 @@ class CudaProgram final : public Program {
         assigns_.push_back({node_attr<int64_t>(n, "variable"), slot_of.at(n.inputs[0]), g.type(n.inputs[0]), -1});
         continue;
       }
-      const KernelFactory* f = find_kernel(op);
+      const auto fused = epi.fused.find(int32_t(id));
+      const KernelFactory* f = fused != epi.fused.end() ? &fused->second.factory : find_kernel(op);
+      // an epilogue's or a group's inputs replace its root's
+      std::vector<ValueRef> inputs = fused != epi.fused.end() ? fused->second.inputs : n.inputs;
       if (!f)
         raise(ErrorKind::NotImplemented, op, n.name,
               "has no kernel on the cuda backend yet (it runs on the cpu: device='cpu')");
       std::vector<TensorType> in;
-      for (auto& v : n.inputs) in.push_back(g.type(v));
+      for (auto& v : inputs) in.push_back(g.type(v));
       KernelCtx kctx{n, in, n.outputs};
       Step st;
-      std::vector<ValueRef> inputs = n.inputs;  // a group's inputs replace its root's
       st.fn = group >= 0 ? make_fused_group(g, fusion.groups[size_t(group)], inputs) : (*f)(kctx);
       for (auto& chk : kctx.checks) checks_.push_back(std::move(chk));
       for (auto& v : inputs) st.in.push_back(slot_of.at(v));

@@ -41,8 +41,9 @@ constexpr int kMaxFusedInputs = 128;  // kernel parameters stay well under CUDA'
 // shape that broadcasts to it. float16/bfloat16 values are rounded after every node.
 LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs, const Shape& shape);
 
-// Fusion groups of the CUDA backend (MPSGRAPH_CUDA_FUSION=0 at compile time: none).
-FusionPlan plan_cuda_fusion(const Graph& g, const std::vector<ValueRef>& targets);
+// Fusion groups of the CUDA backend (MPSGRAPH_CUDA_FUSION=0 at compile time: none); nodes
+// marked in `skip` (claimed by matmul epilogues) stay out of groups.
+FusionPlan plan_cuda_fusion(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip);
 // The kernel of one group; `inputs` receives the values it reads, in the kernel's input order.
 LaunchFn make_fused_group(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs);
 

@@ -64,12 +64,12 @@ bool fits(const Graph& g, const std::vector<int32_t>& members) {
 
 }  // namespace
 
-FusionPlan plan_cuda_fusion(const Graph& g, const std::vector<ValueRef>& targets) {
+FusionPlan plan_cuda_fusion(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip) {
   if (!fusion_enabled()) return FusionPlan{std::vector<int32_t>(g.size(), -1), {}};
   FusionRules rules;
   rules.fusible = [&g](const Node& n) { return fusible(g, n); };
   rules.fits = [&g](const std::vector<int32_t>& members) { return fits(g, members); };
-  return plan_fusion_groups(g, targets, std::vector<char>(g.size(), 0), rules);
+  return plan_fusion_groups(g, targets, skip, rules);
 }
 
 LaunchFn make_fused_group(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs) {

@@ -1,7 +1,8 @@
 // CUDA matrix multiplication: cuBLASLt for float32/float16/bfloat16 (float accumulation, no
 // TF32), batched with strided batches (stride 0 for an operand without batch dims; other
 // broadcast batches are expanded into scratch first). Integer dtypes use a generated kernel.
-// cuBLASLt is opened with dlopen on first use, like NVRTC (never linked).
+// cuBLASLt is opened with dlopen on first use, like NVRTC (never linked). The bias and
+// relu-bias epilogues serve the steps the epilogue planner fuses (epilogue_cuda.h).
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -35,7 +36,8 @@ struct Heuristic {
   int reserved[4];
 };
 enum : int {
-  kDescComputeType = 0, kDescScaleType = 1, kDescTransA = 3, kDescTransB = 4,
+  kDescComputeType = 0, kDescScaleType = 1, kDescTransA = 3, kDescTransB = 4, kDescEpilogue = 7, kDescBiasPointer = 8,
+  kEpilogueDefault = 1, kEpilogueBias = 4, kEpilogueReluBias = 6,
   kLayoutBatchCount = 5, kLayoutBatchStride = 6,
   kPrefMaxWorkspace = 1,
   kCompute32F = 68,
@@ -140,7 +142,28 @@ LaunchFn int_matmul(DType dt, int64_t batch, int64_t M, int64_t N, int64_t K, in
   };
 }
 
-LaunchFn matmul_factory(const KernelCtx& c) {
+// out[i] += bias[i % N], then relu (NaN stays NaN): the epilogue where cuBLASLt has no
+// algorithm for it.
+LaunchFn bias_kernel(DType dt, int64_t n, int64_t N, bool relu) {
+  const std::string v = relu ? "(v > 0.f ? v : (v != v ? v : 0.f))" : "v";
+  std::string src = prelude() + "extern \"C\" __global__ void k(i64 n, i64 N, " + storage_type(dt) + "* out, const " +
+                    storage_type(dt) + "* bias) {\n"
+                    "  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {\n"
+                    "    const float v = " + load_expr(dt, "out[i]") + " + " + load_expr(dt, "bias[i % N]") + ";\n"
+                    "    out[i] = " + store_expr(dt, v) + ";\n  }\n}\n";
+  Kernel kern = nvrtc_kernel(src, "k");
+  return [kern, n, N](cudaStream_t s, const void* const* in, void* const* out) {
+    int64_t nn = n, nc = N;
+    void* o = out[0];
+    const void* b = in[2];
+    void* args[] = {&nn, &nc, &o, &b};
+    launch(kern, std::min<int64_t>((n + 255) / 256, int64_t(1) << 20), 256, 0, s, args);
+  };
+}
+
+// epilogue: kEpilogueDefault, or kEpilogueBias / kEpilogueReluBias with the bias (N,) as
+// input 2 (float dtypes; the epilogue planner only fuses those).
+LaunchFn matmul_with(const KernelCtx& c, int epilogue) {
   const DType dt = c.in[0].dtype;
   Shape xs = c.in[0].shape, ys = c.in[1].shape;
   if (xs.size() == 1) xs.insert(xs.begin(), 1);
@@ -167,7 +190,12 @@ LaunchFn matmul_factory(const KernelCtx& c) {
   if (n_out == 0) return [](cudaStream_t, const void* const*, void* const*) {};
   if (K == 0) {
     const int32_t es = int32_t(dtype_size(dt));
-    return [n_out, es](cudaStream_t s, const void* const*, void* const* out) { fill_bytes(out[0], n_out, es, 0, s); };
+    LaunchFn post;
+    if (epilogue != kEpilogueDefault) post = bias_kernel(dt, n_out, N, epilogue == kEpilogueReluBias);
+    return [n_out, es, post](cudaStream_t s, const void* const* in, void* const* out) {
+      fill_bytes(out[0], n_out, es, 0, s);
+      if (post) post(s, in, out);
+    };
   }
   // operands whose batch dims are neither full nor absent are expanded into scratch
   const size_t es = dtype_size(dt);
@@ -212,6 +240,7 @@ LaunchFn matmul_factory(const KernelCtx& c) {
     auto g = std::make_shared<Gemm>();
     const int t = lt_type(dt);
     lt_check(l.desc_create(&g->desc, kCompute32F, kR32F), "descriptor");
+    if (epilogue != kEpilogueDefault) lt_check(l.desc_set(g->desc, kDescEpilogue, &epilogue, sizeof(epilogue)), "epilogue");
     // row-major C = A B is column-major C^T = B^T A^T: cuBLAS's A is our y, its B our x
     lt_check(l.layout_create(&g->a, t, uint64_t(N), uint64_t(K), N), "layout");
     lt_check(l.layout_create(&g->b, t, uint64_t(K), uint64_t(M), K), "layout");
@@ -229,26 +258,43 @@ LaunchFn matmul_factory(const KernelCtx& c) {
     l.pref_set(pref, kPrefMaxWorkspace, &l.workspace_size, sizeof(size_t));
     Heuristic h{};
     int found = 0;
-    const Status st = l.heuristic(l.handle, g->desc, g->a, g->b, g->c, g->c, pref, 1, &h, &found);
+    Status st = l.heuristic(l.handle, g->desc, g->a, g->b, g->c, g->c, pref, 1, &h, &found);
+    bool in_gemm = epilogue != kEpilogueDefault;
+    if (in_gemm && (st != 0 || found == 0)) {  // no fused algorithm: plain GEMM, then bias_kernel
+      const int plain = kEpilogueDefault;
+      lt_check(l.desc_set(g->desc, kDescEpilogue, &plain, sizeof(plain)), "epilogue");
+      in_gemm = false;
+      st = l.heuristic(l.handle, g->desc, g->a, g->b, g->c, g->c, pref, 1, &h, &found);
+    }
     l.pref_destroy(pref);
     if (st != 0 || found == 0)
       raise(ErrorKind::NotImplemented, "matrix_multiplication", c.node.name, "cuBLASLt has no algorithm for this GEMM");
     g->algo = h.algo;
-    gemm = [g](cudaStream_t s, const void* const* in, void* const* out) {
+    LaunchFn post;
+    if (epilogue != kEpilogueDefault && !in_gemm) post = bias_kernel(dt, n_out, N, epilogue == kEpilogueReluBias);
+    gemm = [g, in_gemm, post](cudaStream_t s, const void* const* in, void* const* out) {
       Lt& l = lt();
       const float one = 1.f, zero = 0.f;
+      if (in_gemm) {  // the bias buffer's address may change between runs
+        const void* bias = in[2];
+        lt_check(l.desc_set(g->desc, kDescBiasPointer, &bias, sizeof(bias)), "bias pointer");
+      }
       lt_check(l.matmul(l.handle, g->desc, &one, in[1], g->a, in[0], g->b, &zero, out[0], g->c, out[0], g->c, &g->algo,
                         l.workspace, l.workspace_size, s),
                "matmul");
+      if (post) post(s, in, out);
     };
+  } else if (epilogue != kEpilogueDefault) {
+    raise(ErrorKind::Type, "matrix_multiplication", c.node.name, "a bias epilogue needs a float dtype");
   } else if (dt != DType::Bool && dt != DType::Float64) {
     gemm = int_matmul(dt, batch, M, N, K, stride_a, stride_b);
   } else {
     raise(ErrorKind::Type, "matrix_multiplication", c.node.name, std::string("no cuda kernel for ") + dtype_name(dt));
   }
   if (!ex && !ey) return gemm;
-  return [gemm, ex, ey, cx, cy, sx, sy](cudaStream_t s, const void* const* in, void* const* out) {
-    const void* ins[2] = {in[0], in[1]};
+  const bool bias = epilogue != kEpilogueDefault;
+  return [gemm, ex, ey, cx, cy, sx, sy, bias](cudaStream_t s, const void* const* in, void* const* out) {
+    const void* ins[3] = {in[0], in[1], bias ? in[2] : nullptr};
     if (ex) {
       strided_copy(cx, in[0], out[sx], s);
       ins[0] = out[sx];
@@ -261,7 +307,11 @@ LaunchFn matmul_factory(const KernelCtx& c) {
   };
 }
 
+LaunchFn matmul_factory(const KernelCtx& c) { return matmul_with(c, kEpilogueDefault); }
+
 }  // namespace
+
+LaunchFn matmul_bias_kernel(const KernelCtx& c, bool relu) { return matmul_with(c, relu ? kEpilogueReluBias : kEpilogueBias); }
 
 void register_matmul_kernels() { register_kernel("matrix_multiplication", matmul_factory); }
 
