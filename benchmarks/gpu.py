@@ -294,12 +294,16 @@ def _layers_of(net):
                 out.append(bn(m))
             elif isinstance(m, nn.ReLU):
                 out.append(("relu", {}))
+            elif isinstance(m, nn.ReLU6):
+                out.append(("relu6", {}))
             elif isinstance(m, nn.MaxPool2d):
                 out.append(("maxpool", {"k": m.kernel_size, "s": m.stride, "p": m.padding}))
             elif type(m).__name__ == "BasicBlock":
                 body = [conv(m.conv1), bn(m.bn1), ("relu", {}), conv(m.conv2), bn(m.bn2)]
                 down = walk(m.downsample) if m.downsample is not None else None
                 out.append(("block", {"body": body, "down": down}))
+            elif type(m).__name__ == "InvertedResidual":  # MobileNetV2
+                out.append(("ires", {"body": walk(m.conv), "res": m.residual}))
             elif isinstance(m, nn.Linear):
                 out.append(("gap", {}))
                 out.append(("fc", {"w": m.weight.detach().cpu().numpy().T.copy(), "b": m.bias.detach().cpu().numpy()}))
@@ -312,10 +316,17 @@ def _layers_of(net):
     return walk(net)
 
 
-def _mg_net(layers, batch, dtype):
+def _image_shape(batch, layout):
+    return (batch, 3, 224, 224) if layout == "NCHW" else (batch, 224, 224, 3)
+
+
+def _mg_net(layers, batch, dtype, layout="NCHW"):
+    """The layer list as an mpsgraph executable; NHWC: activations channels-last (weights OIHW)."""
     g = mg.Graph()
     dt = mg_dtype(dtype)
-    x = g.placeholder((batch, 3, 224, 224), dt)
+    shape = _image_shape(batch, layout)
+    x = g.placeholder(shape, dt)
+    per_channel = (1, -1, 1, 1) if layout == "NCHW" else (1, 1, 1, -1)
 
     def c(a):
         return g.constant(np_cast(np.asarray(a, np.float32), dtype))
@@ -325,31 +336,38 @@ def _mg_net(layers, batch, dtype):
             if kind == "conv":
                 s, pd = p["s"], p["p"]
                 h = g.convolution_2d(h, c(p["w"]), strides=[s, s], padding=[pd, pd, pd, pd], groups=p["g"],
-                                     data_layout="NCHW", weights_layout="OIHW")
+                                     data_layout=layout, weights_layout="OIHW")
             elif kind == "bn":
-                h = h * c(p["scale"].reshape(1, -1, 1, 1)) + c(p["shift"].reshape(1, -1, 1, 1))
+                h = h * c(p["scale"].reshape(per_channel)) + c(p["shift"].reshape(per_channel))
             elif kind == "relu":
                 h = g.relu(h)
+            elif kind == "relu6":
+                h = g.clamp(h, c(0.0), c(6.0))
             elif kind == "maxpool":
                 k, s, pd = p["k"], p["s"], p["p"]
                 h = g.max_pooling_2d(h, kernel_sizes=[k, k], strides=[s, s], padding=[pd, pd, pd, pd],
-                                     data_layout="NCHW")
+                                     data_layout=layout)
             elif kind == "block":
                 y = run(h, p["body"])
                 h = g.relu(y + (run(h, p["down"]) if p["down"] else h))
+            elif kind == "ires":
+                y = run(h, p["body"])
+                h = h + y if p["res"] else y
             elif kind == "gap":
-                h = g.reshape(g.mean(h, axes=[2, 3]), (batch, -1))
+                h = g.reshape(g.mean(h, axes=[2, 3] if layout == "NCHW" else [1, 2]), (batch, -1))
             elif kind == "fc":
                 h = h @ c(p["w"]) + c(p["b"])
         return h
 
     y = run(x, layers)
-    return g.compile({x: ((batch, 3, 224, 224), dt)}, [y], device=DEV)
+    return g.compile({x: (shape, dt)}, [y], device=DEV)
 
 
-def _jax_net(jax, layers, dtype):
+def _jax_net(jax, layers, dtype, layout="NCHW"):
     jnp, lax = jax.numpy, jax.lax
     jdt = jnp.dtype(dtype)
+    nchw = layout == "NCHW"
+    per_channel = (1, -1, 1, 1) if nchw else (1, 1, 1, -1)
 
     def prep(ls):
         r = []
@@ -367,21 +385,28 @@ def _jax_net(jax, layers, dtype):
             if kind == "conv":
                 s, pd = p["s"], p["p"]
                 h = lax.conv_general_dilated(h, p["w"], (s, s), [(pd, pd), (pd, pd)], feature_group_count=p["g"],
-                                             dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                             dimension_numbers=(layout, "OIHW", layout),
                                              precision=lax.Precision.HIGHEST)
             elif kind == "bn":
-                h = h * p["scale"].reshape(1, -1, 1, 1) + p["shift"].reshape(1, -1, 1, 1)
+                h = h * p["scale"].reshape(per_channel) + p["shift"].reshape(per_channel)
             elif kind == "relu":
                 h = jax.nn.relu(h)
+            elif kind == "relu6":
+                h = jnp.clip(h, 0, 6)
             elif kind == "maxpool":
                 k, s, pd = p["k"], p["s"], p["p"]
-                h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 1, k, k), (1, 1, s, s),
-                                      [(0, 0), (0, 0), (pd, pd), (pd, pd)])
+                win, pads = ((1, 1, k, k), (1, 1, s, s)), [(0, 0), (0, 0), (pd, pd), (pd, pd)]
+                if not nchw:
+                    win, pads = ((1, k, k, 1), (1, s, s, 1)), [(0, 0), (pd, pd), (pd, pd), (0, 0)]
+                h = lax.reduce_window(h, -jnp.inf, lax.max, win[0], win[1], pads)
             elif kind == "block":
                 y = run(h, p["body"])
                 h = jax.nn.relu(y + (run(h, p["down"]) if p["down"] else h))
+            elif kind == "ires":
+                y = run(h, p["body"])
+                h = h + y if p["res"] else y
             elif kind == "gap":
-                h = jnp.mean(h, axis=(2, 3))
+                h = jnp.mean(h, axis=(2, 3) if nchw else (1, 2))
             elif kind == "fc":
                 h = h @ p["w"] + p["b"]
         return h
@@ -389,21 +414,28 @@ def _jax_net(jax, layers, dtype):
     return jax.jit(lambda x: run(x, jl))
 
 
-def w_resnet18(batch, dtype="float32"):
+def w_convnet(name, batch, dtype="float32", layout="NCHW"):
+    """Inference of a torchvision-layered network (mpsgraph.bench.models): mpsgraph and JAX run its
+    layer list in `layout`; PyTorch runs the module (channels_last memory format for NHWC)."""
     def w(torch, jax):
+        title = {"resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2"}[name]
         if torch is None:
-            return "ResNet-18 (needs torch for its definition): skipped", {}
-        from mpsgraph.bench.models import resnet18
+            return f"{title} (needs torch for its definition): skipped", {}
+        from mpsgraph.bench import models
         torch.manual_seed(0)
-        net = resnet18().eval()
+        net = getattr(models, name)().eval()
         layers = _layers_of(net)
         x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
-        exe = _mg_net(layers, batch, dtype)
-        tx = on_gpu(np_cast(x, dtype))
+        xl = x if layout == "NCHW" else np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        exe = _mg_net(layers, batch, dtype, layout)
+        tx = on_gpu(np_cast(xl, dtype))
         fns = {"mpsgraph": (lambda: exe.run([tx]), None)}
         tdt = getattr(torch, dtype)
         tnet = net.cuda().to(tdt)
         xt = torch.from_numpy(x).cuda().to(tdt)
+        if layout == "NHWC":
+            tnet = tnet.to(memory_format=torch.channels_last)
+            xt = xt.contiguous(memory_format=torch.channels_last)
 
         def fwd():
             with torch.no_grad():
@@ -418,26 +450,35 @@ def w_resnet18(batch, dtype="float32"):
 
         fns["torch.compile"] = (cfwd, torch.cuda.synchronize)
         if jax:
-            f = _jax_net(jax, layers, dtype)
-            jx = jax.numpy.asarray(np_cast(x, dtype))
+            f = _jax_net(jax, layers, dtype, layout)
+            jx = jax.numpy.asarray(np_cast(xl, dtype))
             fns["jax"] = (lambda: f(jx).block_until_ready(), None)
-        return (f"ResNet-18 inference (torchvision layers, BatchNorm as scale/shift), batch {batch}, 224x224, "
-                f"{dtype}", fns)
+        how = "BatchNorm as scale/shift" + (", NHWC (PyTorch: channels_last)" if layout == "NHWC" else "")
+        return f"{title} inference (torchvision layers, {how}), batch {batch}, 224x224, {dtype}", fns
     return w
 
 
-def w_small_cnn(torch, jax):
+def w_resnet18(batch, dtype="float32", layout="NCHW"):
+    return w_convnet("resnet18", batch, dtype, layout)
+
+
+def w_small_cnn(dtype="float32"):
+    return lambda torch, jax: _small_cnn(torch, jax, dtype)
+
+
+def _small_cnn(torch, jax, dtype):
     """Small CNN training step: conv3x3(3->32) relu maxpool2 conv3x3(32->64) relu maxpool2 fc(4096->10),
-    32x32 images, batch 128, SGD."""
+    32x32 images, batch 128, SGD; every framework's parameters and data in `dtype`."""
     batch = 128
     rng = np.random.default_rng(0)
-    xb = rng.standard_normal((batch, 3, 32, 32)).astype(np.float32)
-    yb = np.eye(10, dtype=np.float32)[rng.integers(0, 10, batch)]
-    w1 = rng.normal(0, np.sqrt(2 / 27), (32, 3, 3, 3)).astype(np.float32)
-    w2 = rng.normal(0, np.sqrt(2 / 288), (64, 32, 3, 3)).astype(np.float32)
-    w3 = rng.normal(0, np.sqrt(1 / 4096), (4096, 10)).astype(np.float32)
+    xb = np_cast(rng.standard_normal((batch, 3, 32, 32)), dtype)
+    yb = np_cast(np.eye(10)[rng.integers(0, 10, batch)], dtype)
+    w1 = np_cast(rng.normal(0, np.sqrt(2 / 27), (32, 3, 3, 3)), dtype)
+    w2 = np_cast(rng.normal(0, np.sqrt(2 / 288), (64, 32, 3, 3)), dtype)
+    w3 = np_cast(rng.normal(0, np.sqrt(1 / 4096), (4096, 10)), dtype)
     g = mg.Graph()
-    x, t = g.placeholder((batch, 3, 32, 32)), g.placeholder((batch, 10))
+    dt = mg_dtype(dtype)
+    x, t = g.placeholder((batch, 3, 32, 32), dt), g.placeholder((batch, 10), dt)
     v1, v2, v3 = g.variable(w1), g.variable(w2), g.variable(w3)
 
     def block(h, wv):
@@ -447,14 +488,16 @@ def w_small_cnn(torch, jax):
     h = g.reshape(block(block(x, v1), v2), (batch, 4096)) @ v3
     loss = g.softmax_cross_entropy(h, t, reduction="mean")
     ops = mg.optimizers.SGD(lr=0.01).minimize(g, loss, [v1, v2, v3])
-    exe = g.compile({x: ((batch, 3, 32, 32), mg.float32), t: ((batch, 10), mg.float32)}, [loss],
+    exe = g.compile({x: ((batch, 3, 32, 32), dt), t: ((batch, 10), dt)}, [loss],
                     target_operations=ops, device=DEV)
     tx, ty = on_gpu(xb), on_gpu(yb)
     fns = {"mpsgraph": (lambda: exe.run([tx, ty]), None)}
     tw = txb = tyb = None
     if torch:
-        tw = [torch.from_numpy(a).cuda().requires_grad_() for a in (w1, w2, w3)]
-        txb, tyb = torch.from_numpy(xb).cuda(), torch.from_numpy(yb).cuda()
+        def tt(a):  # through float32: numpy has no bfloat16 for torch.from_numpy
+            return torch.from_numpy(np.asarray(a, np.float32)).cuda().to(getattr(torch, dtype))
+        tw = [tt(a).requires_grad_() for a in (w1, w2, w3)]
+        txb, tyb = tt(xb), tt(yb)
 
     def torch_loss():
         F = torch.nn.functional
@@ -473,7 +516,7 @@ def w_small_cnn(torch, jax):
 
     jp = [jax.numpy.asarray(a) for a in (w1, w2, w3)] if jax else None
     _training_peers(torch, jax, fns, torch_loss, tw or [], jax_loss, jp, [xb, yb])
-    return "small CNN training step (2 conv3x3 + maxpool, fc), 32x32, batch 128, SGD", fns
+    return f"small CNN training step (2 conv3x3 + maxpool, fc), 32x32, batch 128, SGD, {dtype}", fns
 
 
 WORKLOADS = {  # most telling first: a deadline cuts the tail
@@ -486,9 +529,16 @@ WORKLOADS = {  # most telling first: a deadline cuts the tail
     "chain256m": w_chain(1 << 28),
     "resnet18_b1": w_resnet18(1),
     "resnet18_b256": w_resnet18(256),
-    "small_cnn": w_small_cnn,
+    "small_cnn": w_small_cnn(),
     "mlp_b8192": w_mlp(8192),
     "resnet18_b256_f16": w_resnet18(256, "float16"),
+    "resnet18_b256_f16_nhwc": w_resnet18(256, "float16", "NHWC"),
+    "mobilenetv2_b1": w_convnet("mobilenet_v2", 1),
+    "mobilenetv2_b256": w_convnet("mobilenet_v2", 256),
+    "mobilenetv2_b256_f16": w_convnet("mobilenet_v2", 256, "float16"),
+    "resnet18_b256_bf16": w_resnet18(256, "bfloat16"),
+    "resnet18_b256_nhwc": w_resnet18(256, "float32", "NHWC"),
+    "small_cnn_f16": w_small_cnn("float16"),
 }
 
 

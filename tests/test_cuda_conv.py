@@ -189,3 +189,125 @@ def test_convolution_is_captured_and_replayed():
         return [float(np.asarray(exe.run([xv])[0].numpy()).reshape(-1)[0]) for _ in range(4)]
 
     np.testing.assert_allclose(step_results("cuda"), step_results("cpu"), rtol=1e-4)
+
+
+# ---- algorithm search by timing (MPSGRAPH_CUDNN_SEARCH) and channels-last (NHWC) graphs ----
+
+SEARCH_CASES = [CASES[0], CASES[1], CASES[2], CASES[4], CASES[5],
+                ((8, 16, 12, 12), (32, 16, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 1)]  # tensor-core sized
+
+
+def _conv_and_grads(case, dtype, seed, device):
+    xs = case[0]
+    rng, xv, wv, (g, x, w, y) = _conv_setup(case, dtype, seed)
+    dy = g.placeholder(tuple(g.run({x: xv, w: wv}, [y], device="cpu")[y].numpy().shape), mg.as_dtype(dtype))
+    loss = g.reduction_sum(y * dy, axes=list(range(len(xs))))
+    gx, gw = g.gradients(loss, [x, w])
+    feeds = {x: xv, w: wv, dy: _np(rng.standard_normal(dy.shape), dtype)}
+    r = g.run(feeds, [y, gx, gw], device=device)
+    return [r[t].numpy().astype(np.float64) for t in (y, gx, gw)], int(np.prod(dy.shape)), int(np.prod(wv.shape[1:]))
+
+
+@pytest.mark.parametrize("case", SEARCH_CASES, ids=range(len(SEARCH_CASES)))
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_search_on_and_off_agree(case, dtype, monkeypatch):
+    """The timed choice (default) and cuDNN's heuristic choice give the same convolution and
+    gradients within tolerance, and both match the CPU."""
+    monkeypatch.setenv("MPSGRAPH_CUDNN_SEARCH", "0")
+    off, n_dy, n_w = _conv_and_grads(case, dtype, 5, "cuda")
+    monkeypatch.setenv("MPSGRAPH_CUDNN_SEARCH", "1")
+    on, _, _ = _conv_and_grads(case, dtype, 5, "cuda")
+    cpu, _, _ = _conv_and_grads(case, "float32", 5, "cpu") if dtype == "float32" else (None, 0, 0)
+    rtol, atol = TOL[dtype]
+    scale = max(1.0, np.sqrt(max(n_dy, n_w)))
+    for i in range(3):
+        np.testing.assert_allclose(on[i], off[i], rtol=rtol, atol=atol * scale)
+        if cpu is not None:
+            np.testing.assert_allclose(on[i], cpu[i], rtol=rtol, atol=atol * scale)
+
+
+NHWC_CASES = [  # (source NHWC, weights HWIO, strides, dilation, padding, groups)
+    ((2, 9, 8, 4), (3, 3, 4, 6), [1, 1], [1, 1], [1, 1, 1, 1], 1),
+    ((2, 9, 8, 4), (3, 2, 2, 6), [2, 1], [1, 2], [1, 1, 0, 0], 2),
+    ((4, 10, 10, 16), (3, 3, 16, 32), [2, 2], [1, 1], [1, 1, 1, 1], 1),
+    ((2, 7, 6, 3), (1, 1, 3, 8), [1, 1], [1, 1], [0, 0, 0, 0], 1),
+    ((2, 7, 6, 3), (2, 3, 3, 4), [1, 1], [1, 1], [0, 1, 2, 0], 1),  # asymmetric padding: direct kernels
+]
+
+
+@pytest.mark.parametrize("case", NHWC_CASES, ids=range(len(NHWC_CASES)))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("search", ["1", "0"])
+def test_nhwc_convolution_and_gradients_match_cpu(case, dtype, search, monkeypatch):
+    """NHWC graphs: cuDNN reads and writes channels-last buffers (the graph's transposes are
+    absorbed); a two-convolution chain with its gradients against the CPU."""
+    monkeypatch.setenv("MPSGRAPH_CUDNN_SEARCH", search)
+    xs, ws, strides, dil, pads, groups = case
+    rng = np.random.default_rng(6)
+    dt = mg.as_dtype(dtype)
+    g = mg.Graph()
+    x, w = g.placeholder(xs, dt), g.placeholder(ws, dt)
+    a = dict(strides=strides, dilation_rates=dil, padding=pads, groups=groups)
+    h = g.relu(g.convolution_2d(x, w, **a))
+    cout = ws[3]
+    w2 = g.placeholder((1, 1, cout, 5), dt)
+    y = g.convolution_2d(h, w2)
+    feeds0 = {x: _np(rng.standard_normal(xs), dtype), w: _np(rng.standard_normal(ws) * 0.5, dtype),
+              w2: _np(rng.standard_normal((1, 1, cout, 5)) * 0.5, dtype)}
+    yshape = g.run(feeds0, [y], device="cpu")[y].numpy().shape
+    dy = g.placeholder(yshape, dt)
+    loss = g.reduction_sum(y * dy, axes=[0, 1, 2, 3])
+    gx, gw, gw2 = g.gradients(loss, [x, w, w2])
+    feeds = dict(feeds0)
+    feeds[dy] = _np(rng.standard_normal(yshape), dtype)
+    targets = [h, y, gx, gw, gw2]
+    cpu = g.run(feeds, targets, device="cpu")
+    gpu = g.run(feeds, targets, device="cuda")
+    rtol, atol = TOL[dtype]
+    scale = max(1.0, np.sqrt(np.prod(yshape)))
+    for t in targets:
+        np.testing.assert_allclose(gpu[t].numpy().astype(np.float64), cpu[t].numpy().astype(np.float64), rtol=rtol,
+                                   atol=atol * scale)
+
+
+def test_nhwc_transposes_are_absorbed():
+    """The transposes around an NHWC convolution are views in the memory plan (cuDNN reads the
+    NHWC source and writes the NHWC result); results still match the CPU, also where the
+    convolution's result is itself a result of the run."""
+    rng = np.random.default_rng(7)
+    g = mg.Graph()
+    x, w = g.placeholder((2, 8, 8, 16), mg.float16), g.placeholder((3, 3, 16, 8), mg.float16)
+    y = g.relu(g.convolution_2d(x, w, padding_style="same"))
+    exe = g.compile({x: ((2, 8, 8, 16), mg.float16), w: ((3, 3, 16, 8), mg.float16)}, [y], device="cuda")
+    xv, wv = rng.standard_normal((2, 8, 8, 16)).astype(np.float16), rng.standard_normal((3, 3, 16, 8)).astype(np.float16)
+    got = exe.run([xv, wv])[0].numpy().astype(np.float64)
+    want = g.run({x: xv, w: wv}, [y], device="cpu")[y].numpy().astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * 12)
+    storage = [e["storage"] for e in exe.memory_plan() if e["op"] == "transpose"]
+    assert storage.count("view") == 2, exe.memory_plan()  # source and result; the weights' transpose runs
+    # the convolution's direct result as a target too
+    z = g.convolution_2d(x, w, padding_style="same")
+    r = g.run({x: xv, w: wv}, [z, y], device="cuda")
+    c = g.run({x: xv, w: wv}, [z, y], device="cpu")
+    for t in (z, y):
+        np.testing.assert_allclose(r[t].numpy().astype(np.float64), c[t].numpy().astype(np.float64), rtol=2e-2, atol=0.3)
+
+
+def test_nchw_half_precision_training_step_matches_cpu():
+    """NCHW float16 convolutions, where the search may pick channels-last through scratch
+    copies: a few SGD steps (CUDA-graph replays) follow the CPU."""
+    rng = np.random.default_rng(8)
+    xv = rng.standard_normal((8, 16, 10, 10)).astype(np.float16)
+    w0 = (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float16)
+
+    def losses(device):
+        g = mg.Graph()
+        x = g.placeholder((8, 16, 10, 10), mg.float16)
+        w = g.variable(w0)
+        y = g.relu(g.convolution_2d(x, w, padding=[1, 1, 1, 1], data_layout="NCHW", weights_layout="OIHW"))
+        loss = g.reduction_sum(g.cast(y * y, mg.float32), axes=[0, 1, 2, 3]) * (1.0 / 8)
+        ops = mg.optimizers.SGD(lr=1e-4).minimize(g, loss, [w])
+        exe = g.compile({x: ((8, 16, 10, 10), mg.float16)}, [loss], target_operations=ops, device=device)
+        return [float(np.asarray(exe.run([xv])[0].numpy()).reshape(-1)[0]) for _ in range(4)]
+
+    np.testing.assert_allclose(losses("cuda"), losses("cpu"), rtol=2e-2)

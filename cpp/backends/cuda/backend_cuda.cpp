@@ -24,7 +24,9 @@
 #include "backends/cuda/elementwise_cuda.h"
 #include "backends/cuda/epilogue_cuda.h"
 #include "core/error.h"
+#include "core/ops/shape_attrs.h"
 #include "core/registry.h"
+#include "core/typed_attrs.h"
 
 namespace mg::cuda {
 
@@ -177,6 +179,50 @@ const KernelFactory* find_kernel(const std::string& op) {
   return it == kernels().end() ? nullptr : &it->second;
 }
 
+struct LayoutOp {
+  std::vector<int> inputs;
+  bool output = false;
+};
+std::unordered_map<std::string, LayoutOp>& layout_ops() {
+  static std::unordered_map<std::string, LayoutOp> m;
+  return m;
+}
+const LayoutOp* layout_op(const std::string& op) {
+  find_kernel(op);  // registers the families
+  auto it = layout_ops().find(op);
+  return it == layout_ops().end() ? nullptr : &it->second;
+}
+
+// Transposes that layout-taking kernels absorb (register_layout_inputs): per node, 1 where
+// its readers take the permuted source, 2 where it is the only reader of the output its
+// producer writes permuted.
+std::vector<char> absorbed_transposes(const Specialised& sg) {
+  const Graph& g = *sg.graph;
+  std::map<ValueRef, std::vector<std::pair<int32_t, int>>> readers;
+  for (size_t id = 0; id < g.size(); ++id)
+    for (size_t i = 0; i < g.node(int32_t(id)).inputs.size(); ++i) readers[g.node(int32_t(id)).inputs[i]].push_back({int32_t(id), int(i)});
+  for (auto& t : sg.targets) readers[t].push_back({-1, -1});
+  std::vector<char> r(g.size(), 0);
+  for (size_t id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(int32_t(id));
+    if (n.op->name != "transpose") continue;
+    const auto& rs = readers[{int32_t(id), 0}];
+    bool all = !rs.empty();
+    for (auto& [reader, input] : rs) {
+      const LayoutOp* l = reader < 0 ? nullptr : layout_op(g.node(reader).op->name);
+      all = all && l && std::find(l->inputs.begin(), l->inputs.end(), input) != l->inputs.end();
+    }
+    if (all) {
+      r[id] = 1;
+      continue;
+    }
+    const ValueRef src = n.inputs[0];
+    const LayoutOp* l = layout_op(g.node(src.node).op->name);
+    if (l && l->output && src.index == 0 && readers[src].size() == 1 && r[size_t(src.node)] == 0) r[id] = 2;
+  }
+  return r;
+}
+
 bool is_device_pointer(const void* p) {
   if (!p) return false;
   cudaPointerAttributes a{};
@@ -250,9 +296,20 @@ class CudaProgram final : public Program {
     std::vector<char> unfused = epi.absorbed;
     for (auto& entry : epi.fused) unfused[size_t(entry.first)] = 1;
     const FusionPlan fusion = plan_cuda_fusion(g, sg.targets, unfused);
+    const std::vector<char> absorbed = absorbed_transposes(sg);
+    std::map<ValueRef, std::vector<int64_t>> perm_of;  // values read through an absorbed transpose
+    std::vector<int32_t> written_by(g.size(), -1);     // producer -> the absorbed transpose it writes for
+    for (size_t id = 0; id < g.size(); ++id)
+      if (absorbed[id] == 2) written_by[size_t(g.node(int32_t(id)).inputs[0].node)] = int32_t(id);
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
+      if (absorbed[id]) {
+        slot_of[{int32_t(id), 0}] = slot_of.at(n.inputs[0]);
+        if (absorbed[id] == 1) perm_of[{int32_t(id), 0}] = typed_attrs<ops::TransposeAttrs>(n).permutation;
+        views_.push_back({n.name, op, slot_of.at(n.inputs[0])});
+        continue;
+      }
       if (epi.absorbed[id]) continue;
       const int32_t group = fusion.group_of[id];
       if (group >= 0 && fusion.groups[size_t(group)].back() != int32_t(id)) continue;  // runs in its group's step
@@ -295,16 +352,24 @@ class CudaProgram final : public Program {
       std::vector<TensorType> in;
       for (auto& v : inputs) in.push_back(g.type(v));
       KernelCtx kctx{n, in, n.outputs};
+      for (auto& v : n.inputs) kctx.in_perm.push_back(perm_of.count(v) ? perm_of.at(v) : std::vector<int64_t>{});
+      const int32_t wb = written_by[id];
+      if (wb >= 0) {  // the transpose's inverse: value dim i is result dim inv[i]
+        const auto& p = typed_attrs<ops::TransposeAttrs>(g.node(wb)).permutation;
+        kctx.out_perm.assign(p.size(), 0);
+        for (size_t i = 0; i < p.size(); ++i) kctx.out_perm[size_t(p[i])] = int64_t(i);
+      }
       Step st;
       st.fn = group >= 0 ? make_fused_group(g, fusion.groups[size_t(group)], inputs) : (*f)(kctx);
       for (auto& chk : kctx.checks) checks_.push_back(std::move(chk));
       for (auto& v : inputs) st.in.push_back(slot_of.at(v));
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         ValueRef v{int32_t(id), int32_t(k)};
-        const int out_index = untaken_target(v);
+        const ValueRef stored = k == 0 && wb >= 0 ? ValueRef{wb, 0} : v;  // an absorbed transpose's result
+        const int out_index = untaken_target(stored);
         if (out_index >= 0) target_taken[size_t(out_index)] = 1;
         Slot s{out_index >= 0 ? SlotKind::Output : SlotKind::Arena, out_index >= 0 ? out_index : -1,
-               nbytes_of(n.outputs[k]), n.outputs[k], n.name, op};
+               nbytes_of(n.outputs[k]), g.type(stored), n.name, op};
         const int si = new_slot(std::move(s));
         slot_of[v] = si;
         st.out.push_back(si);
@@ -615,5 +680,8 @@ const RegisterBackend registered(DeviceKind::CUDA, make_cuda_backend);
 }  // namespace
 
 void register_kernel(const std::string& op, KernelFactory factory) { kernels()[op] = std::move(factory); }
+void register_layout_inputs(const std::string& op, std::vector<int> inputs, bool output) {
+  layout_ops()[op] = {std::move(inputs), output};
+}
 
 }  // namespace mg::cuda

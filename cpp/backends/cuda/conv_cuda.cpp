@@ -4,19 +4,30 @@
 //
 // cuDNN's convolution API (cudnnConvolutionForward / BackwardData / BackwardFilter), opened
 // with dlopen on first use and declared here from its documentation, runs 1-3 spatial dims with
-// symmetric padding in float32 (no TF32), float16 and bfloat16 (float accumulation). Its
-// algorithm is picked by cuDNN's heuristics at compile time and its workspace comes from the
-// program's memory plan, so the calls are captured in the CUDA graph like any launch. Every
-// other case (asymmetric padding, more spatial dims, zero-size tensors, no cuDNN, or cuDNN
-// refusing the descriptors) runs generated direct kernels: one thread per output element
+// symmetric padding in float32 (FMA math: no TF32 unless MPSGRAPH_TF32=1), float16 and bfloat16
+// (tensor-op math, float accumulation). At compile time each geometry's plan is chosen once per
+// process by timing every usable algorithm in both packed layouts (channels-first and
+// channels-last, the copies a layout needs included) on buffers allocated for the search;
+// MPSGRAPH_CUDNN_SEARCH=0 keeps cuDNN's heuristic choice in the source's layout. Data tensors
+// are read and written in their buffers' layout where it is packed (an NHWC graph's transposes
+// are absorbed: register_layout_inputs), otherwise through scratch copies. The workspace comes
+// from the program's memory plan, so the calls are captured in the CUDA graph like any launch.
+// Every other case (asymmetric padding, more spatial dims, zero-size tensors, no cuDNN, or
+// cuDNN refusing the descriptors) runs generated direct kernels: one thread per output element
 // (forward, data gradient) or one block per weight (weights gradient), float accumulation.
 // MPSGRAPH_CUDNN names the library file; MPSGRAPH_CUDNN=0 turns cuDNN off.
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,7 +59,7 @@ struct Perf {  // cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t share this l
 };
 enum : int {
   kFloat = 0, kHalf = 2, kBFloat16 = 9,  // cudnnDataType_t
-  kNCHW = 0,                             // cudnnTensorFormat_t
+  kNCHW = 0, kNHWC = 1,                  // cudnnTensorFormat_t
   kCrossCorrelation = 1,                 // cudnnConvolutionMode_t
   kDefaultMath = 0, kTensorOpMath = 1, kFmaMath = 3,  // cudnnMathType_t
 };
@@ -139,7 +150,78 @@ struct Geom {
           pb[kMaxSpatial] = {};
 };
 
-// One prepared cuDNN call: descriptors owned for the program's life.
+// ---- layouts ----
+// Each tensor a call reads or writes is a value (N, C, *spatial), weights (O, C/groups,
+// *kernel); its buffer may hold it permuted (KernelCtx::in_perm / out_perm: an NHWC graph's
+// transposes absorbed). A plan runs on packed channels-first or channels-last tensors: a
+// buffer that is not packed so is copied into (or out of) scratch by the step.
+enum class Layout { First, Last };
+enum Role { X = 0, W = 1, Y = 2 };  // source, weights, result of the forward convolution
+
+Ints packed(const Shape& s, Layout l) {
+  if (l == Layout::First) return contiguous_strides(s);
+  Ints st(s.size());
+  int64_t m = s[1];
+  st[1] = 1;
+  for (size_t i = s.size(); i-- > 2;) {
+    st[i] = m;
+    m *= s[i];
+  }
+  st[0] = m;
+  return st;
+}
+
+// Strides of the value's dims in a buffer holding it as value = transpose(buffer, perm).
+Ints buffer_strides(const Shape& s, const Ints& perm) {
+  if (perm.empty()) return contiguous_strides(s);
+  Shape b(s.size());
+  for (size_t i = 0; i < s.size(); ++i) b[size_t(perm[i])] = s[i];
+  const Ints bs = contiguous_strides(b);
+  Ints r;
+  for (auto p : perm) r.push_back(bs[size_t(p)]);
+  return r;
+}
+
+bool same_strides(const Shape& s, const Ints& a, const Ints& b) {
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i] != 1 && a[i] != b[i]) return false;
+  return true;
+}
+
+struct Operand {
+  Shape shape;
+  Ints buf;           // the value's strides in its buffer
+  int pos = -1;       // input index; -1: the output
+  bool copy = false;  // staged through scratch, packed in the plan's layout
+  StridedCopy cp;
+  size_t slot = 0;    // the scratch buffer when copied
+};
+
+// What a step is built from: the op's geometry and where its three tensors are.
+struct Setup {
+  Kind kind = Kind::Forward;
+  Geom g;
+  Ints pads;
+  DType dt = DType::Float32;
+  std::array<Operand, 3> ops;
+  std::string op;
+};
+
+// How a step runs: cuDNN with an algorithm and math type, or the direct kernels.
+struct Plan {
+  bool dnn = false;
+  Layout layout = Layout::First;
+  int algo = 0, math = kDefaultMath;
+};
+
+bool tf32_allowed() {
+  static const bool on = std::getenv("MPSGRAPH_TF32") && std::string(std::getenv("MPSGRAPH_TF32")) == "1";
+  return on;
+}
+
+// ---- cuDNN calls ----
+
+// Descriptors owned for the program's life.
 struct DnnConv {
   Desc x = nullptr, w = nullptr, y = nullptr, conv = nullptr;
   int algo = 0;
@@ -154,88 +236,114 @@ struct DnnConv {
 };
 
 int dnn_type(DType t) { return t == DType::Float16 ? kHalf : t == DType::BFloat16 ? kBFloat16 : kFloat; }
+constexpr size_t kWorkspaceCap = size_t(1) << 30;
 
-// The cuDNN call for this geometry, or nullptr where cuDNN cannot take it.
-std::shared_ptr<DnnConv> prepare_dnn(Kind kind, const Geom& g, const Ints& pads, DType dt) {
-  Dnn* d = dnn();
-  if (!d || g.k < 1 || g.k > 3) return nullptr;
-  if (g.N == 0 || g.Cg == 0 || g.Og == 0 || g.P == 0 || g.in_plane == 0) return nullptr;
+// Whether cuDNN can take this geometry at all.
+bool dnn_takes(const Setup& su) {
+  const Geom& g = su.g;
+  if (!dnn() || g.k < 1 || g.k > 3) return false;
+  if (g.N == 0 || g.Cg == 0 || g.Og == 0 || g.P == 0 || g.in_plane == 0) return false;
   const int64_t lim = int64_t(1) << 31;
-  if (g.N * g.C * g.in_plane >= lim || g.N * g.O * g.P >= lim) return nullptr;
-  std::vector<int> in, out, ker, pad, st, dil;
-  if (g.k == 1) {  // 1-d as 2-d with a unit leading spatial dim
-    in.push_back(1), out.push_back(1), ker.push_back(1), pad.push_back(0), st.push_back(1), dil.push_back(1);
-  }
+  if (g.N * g.C * g.in_plane >= lim || g.N * g.O * g.P >= lim) return false;
   for (int i = 0; i < g.k; ++i) {
-    if (pads[size_t(2 * i)] != pads[size_t(2 * i + 1)] || pads[size_t(2 * i)] < 0) return nullptr;
+    if (su.pads[size_t(2 * i)] != su.pads[size_t(2 * i + 1)] || su.pads[size_t(2 * i)] < 0) return false;
     // cuDNN derives the output dims from the source's: they must agree (data gradients with
     // output_padding or explicit source dims may not)
     const int64_t e = g.dil[i] * (g.ker[i] - 1) + 1, L = g.in[i] + 2 * g.pb[i];
-    if (L < e || (L - e) / g.st[i] + 1 != g.out[i]) return nullptr;
-    in.push_back(int(g.in[i])), out.push_back(int(g.out[i])), ker.push_back(int(g.ker[i]));
-    pad.push_back(int(g.pb[i])), st.push_back(int(g.st[i])), dil.push_back(int(g.dil[i]));
+    if (L < e || (L - e) / g.st[i] + 1 != g.out[i]) return false;
   }
-  const int nd = int(in.size()) + 2;
-  auto tensor = [&](Desc& desc, int64_t c, const std::vector<int>& sp) {
-    std::vector<int> dims{int(g.N), int(c)};
-    std::vector<int> strides(static_cast<size_t>(nd));
-    dims.insert(dims.end(), sp.begin(), sp.end());
-    int64_t s = 1;
-    for (int i = nd - 1; i >= 0; --i) {
-      strides[size_t(i)] = int(s);
-      s *= dims[size_t(i)];
-    }
-    return d->tensor_create(&desc) == 0 && d->tensor_set(desc, dnn_type(dt), nd, dims.data(), strides.data()) == 0;
-  };
-  auto r = std::make_shared<DnnConv>();
-  std::vector<int> wdims{int(g.O), int(g.Cg)};
-  wdims.insert(wdims.end(), ker.begin(), ker.end());
-  const bool f32 = dt == DType::Float32;
-  if (!tensor(r->x, g.C, in) || !tensor(r->y, g.O, out) || d->filter_create(&r->w) != 0 ||
-      d->filter_set(r->w, dnn_type(dt), kNCHW, nd, wdims.data()) != 0 || d->conv_create(&r->conv) != 0 ||
-      d->conv_set(r->conv, nd - 2, pad.data(), st.data(), dil.data(), kCrossCorrelation, kFloat) != 0 ||
-      d->conv_groups(r->conv, int(g.G)) != 0 || d->conv_math(r->conv, f32 ? kFmaMath : kTensorOpMath) != 0)
-    return nullptr;
-  const int ki = int(kind);
-  Desc a = kind == Kind::Data ? r->w : r->x, b = kind == Kind::Forward ? r->w : r->y,
-       c = kind == Kind::Forward ? r->y : kind == Kind::Data ? r->x : r->w;
-  Perf perf[16];
-  int found = 0;
-  if (d->algos[ki](d->handle, a, b, r->conv, c, 16, &found, perf) != 0) return nullptr;
-  const size_t ws_cap = size_t(1) << 30;
-  for (int i = 0; i < found; ++i) {
-    const Perf& p = perf[i];
-    if (p.status != 0 || p.memory > ws_cap) continue;
-    if (f32 && p.math_type != kFmaMath && p.math_type != kDefaultMath) continue;  // no TF32
-    if (d->conv_math(r->conv, f32 ? kFmaMath : p.math_type) != 0) continue;
-    size_t ws = 0;
-    if (d->workspace[ki](d->handle, a, b, r->conv, c, p.algo, &ws) != 0 || ws > ws_cap) continue;
-    r->algo = p.algo;
-    r->ws = ws;
-    return r;
-  }
-  return nullptr;
+  return true;
 }
 
-LaunchFn dnn_launch(Kind kind, std::shared_ptr<DnnConv> r, size_t ws_slot, const std::string& op) {
-  return [kind, r, ws_slot, op](cudaStream_t s, const void* const* in, void* const* out) {
-    Dnn* d = dnn();
-    const float one = 1.f, zero = 0.f;
-    void* ws = r->ws ? out[ws_slot] : nullptr;
-    Status st = d->set_stream(d->handle, s);
-    if (st == 0) switch (kind) {
-        case Kind::Forward:
-          st = d->run[0](d->handle, &one, r->x, in[0], r->w, in[1], r->conv, r->algo, ws, r->ws, &zero, r->y, out[0]);
-          break;
-        case Kind::Data:
-          st = d->run[1](d->handle, &one, r->w, in[1], r->y, in[0], r->conv, r->algo, ws, r->ws, &zero, r->x, out[0]);
-          break;
-        case Kind::Weights:
-          st = d->run[2](d->handle, &one, r->x, in[1], r->y, in[0], r->conv, r->algo, ws, r->ws, &zero, r->w, out[0]);
-          break;
-      }
-    if (st != 0) raise(ErrorKind::Runtime, op, "", "cuDNN convolution failed (status " + std::to_string(st) + ")");
+// Descriptors for packed tensors in layout l (1-d as 2-d with a unit leading spatial dim).
+std::shared_ptr<DnnConv> dnn_descriptors(const Setup& su, Layout l) {
+  Dnn* d = dnn();
+  const Geom& g = su.g;
+  const bool one = g.k == 1;
+  auto dims_of = [&](const Shape& s, Ints st, std::vector<int>& dims, std::vector<int>& strides) {
+    Shape sh = s;
+    if (one) {
+      sh.insert(sh.begin() + 2, 1);
+      st.insert(st.begin() + 2, st[2] * s[2]);
+    }
+    for (size_t i = 0; i < sh.size(); ++i) dims.push_back(int(sh[i])), strides.push_back(int(st[i]));
   };
+  auto tensor = [&](Desc& desc, const Shape& s) {
+    std::vector<int> dims, strides;
+    dims_of(s, packed(s, l), dims, strides);
+    return d->tensor_create(&desc) == 0 &&
+           d->tensor_set(desc, dnn_type(su.dt), int(dims.size()), dims.data(), strides.data()) == 0;
+  };
+  std::vector<int> wdims, unused, pad, st, dil;
+  dims_of(su.ops[W].shape, contiguous_strides(su.ops[W].shape), wdims, unused);
+  if (one) pad.push_back(0), st.push_back(1), dil.push_back(1);
+  for (int i = 0; i < g.k; ++i) pad.push_back(int(g.pb[i])), st.push_back(int(g.st[i])), dil.push_back(int(g.dil[i]));
+  auto r = std::make_shared<DnnConv>();
+  if (!tensor(r->x, su.ops[X].shape) || !tensor(r->y, su.ops[Y].shape) || d->filter_create(&r->w) != 0 ||
+      d->filter_set(r->w, dnn_type(su.dt), l == Layout::Last ? kNHWC : kNCHW, int(wdims.size()), wdims.data()) != 0 ||
+      d->conv_create(&r->conv) != 0 ||
+      d->conv_set(r->conv, int(pad.size()), pad.data(), st.data(), dil.data(), kCrossCorrelation, kFloat) != 0 ||
+      d->conv_groups(r->conv, int(g.G)) != 0)
+    return nullptr;
+  return r;
+}
+
+// (a, b, c) of cuDNN's calls: forward (x, w, y), data (w, dy, dx), filter (x, dy, dw).
+std::array<Desc, 3> call_descs(Kind kind, const DnnConv& r) {
+  if (kind == Kind::Forward) return {r.x, r.w, r.y};
+  if (kind == Kind::Data) return {r.w, r.y, r.x};
+  return {r.x, r.y, r.w};
+}
+
+// cuDNN's usable (algorithm, math type) pairs, best first by its heuristics.
+std::vector<Perf> dnn_candidates(const Setup& su, DnnConv& r) {
+  Dnn* d = dnn();
+  const bool f32 = su.dt == DType::Float32, tf32 = f32 && tf32_allowed();
+  if (d->conv_math(r.conv, f32 && !tf32 ? kFmaMath : kTensorOpMath) != 0) return {};
+  const auto c = call_descs(su.kind, r);
+  Perf perf[16];
+  int found = 0;
+  if (d->algos[int(su.kind)](d->handle, c[0], c[1], r.conv, c[2], 16, &found, perf) != 0) return {};
+  std::vector<Perf> out;
+  for (int i = 0; i < found; ++i) {
+    Perf p = perf[i];
+    if (p.status != 0 || p.memory > kWorkspaceCap) continue;
+    if (f32 && !tf32 && p.math_type != kFmaMath && p.math_type != kDefaultMath) continue;  // no TF32
+    if (f32 && !tf32) p.math_type = kFmaMath;
+    out.push_back(p);
+  }
+  return out;
+}
+
+// Sets the plan's algorithm and math type on r; false where cuDNN refuses them.
+bool dnn_choose(const Setup& su, DnnConv& r, const Plan& plan) {
+  Dnn* d = dnn();
+  const auto c = call_descs(su.kind, r);
+  size_t ws = 0;
+  if (d->conv_math(r.conv, plan.math) != 0 ||
+      d->workspace[int(su.kind)](d->handle, c[0], c[1], r.conv, c[2], plan.algo, &ws) != 0 || ws > kWorkspaceCap)
+    return false;
+  r.algo = plan.algo;
+  r.ws = ws;
+  return true;
+}
+
+void dnn_run(Kind kind, const DnnConv& r, cudaStream_t s, void* const* p, void* ws, const std::string& op) {
+  Dnn* d = dnn();
+  const float one = 1.f, zero = 0.f;
+  Status st = d->set_stream(d->handle, s);
+  if (st == 0) switch (kind) {
+      case Kind::Forward:
+        st = d->run[0](d->handle, &one, r.x, p[X], r.w, p[W], r.conv, r.algo, ws, r.ws, &zero, r.y, p[Y]);
+        break;
+      case Kind::Data:
+        st = d->run[1](d->handle, &one, r.w, p[W], r.y, p[Y], r.conv, r.algo, ws, r.ws, &zero, r.x, p[X]);
+        break;
+      case Kind::Weights:
+        st = d->run[2](d->handle, &one, r.x, p[X], r.y, p[Y], r.conv, r.algo, ws, r.ws, &zero, r.w, p[W]);
+        break;
+    }
+  if (st != 0) raise(ErrorKind::Runtime, op, "", "cuDNN convolution failed (status " + std::to_string(st) + ")");
 }
 
 // ---- direct kernels ----
@@ -327,53 +435,242 @@ std::string direct_source(Kind kind, DType dt) {
   return src;
 }
 
-LaunchFn direct_launch(Kind kind, const Geom& g, DType dt) {
-  Kernel kern = nvrtc_kernel(direct_source(kind, dt), "k");
+// The direct kernel's arguments (a, b, result) by role: forward (x, w, y), data (dy, w, dx),
+// weights (dy, x, dw).
+std::array<Role, 3> direct_roles(Kind kind) {
+  if (kind == Kind::Forward) return {X, W, Y};
+  if (kind == Kind::Data) return {Y, W, X};
+  return {Y, X, W};
+}
+
+void direct_run(const Kernel& kern, Kind kind, const Geom& g, cudaStream_t s, void* const* p) {
   const int64_t total = kind == Kind::Forward ? g.N * g.O * g.P : kind == Kind::Data ? g.N * g.C * g.in_plane : g.O * g.Cg * g.ksz;
-  const bool per_block = kind == Kind::Weights;
-  return [kern, g, total, per_block](cudaStream_t s, const void* const* in, void* const* out) {
-    if (total == 0) return;
-    Geom geom = g;
-    const void* a = in[0];
-    const void* b = in[1];
-    void* o = out[0];
-    void* args[] = {&geom, &a, &b, &o};
-    const int64_t blocks = per_block ? total : (total + 255) / 256;
-    launch(kern, std::min<int64_t>(blocks, int64_t(1) << 20), 256, 0, s, args);
+  if (total == 0) return;
+  Geom geom = g;
+  const auto r = direct_roles(kind);
+  const void* a = p[r[0]];
+  const void* b = p[r[1]];
+  void* o = p[r[2]];
+  void* args[] = {&geom, &a, &b, &o};
+  const int64_t blocks = kind == Kind::Weights ? total : (total + 255) / 256;
+  launch(kern, std::min<int64_t>(blocks, int64_t(1) << 20), 256, 0, s, args);
+}
+
+StridedCopy copy_of(const Shape& s, const Ints& src, const Ints& dst, DType dt) {
+  StridedCopy c;
+  c.itemsize = int32_t(dtype_size(dt));
+  c.n = num_elements(s);
+  c.rank = int32_t(s.size());
+  for (size_t i = 0; i < s.size(); ++i) c.shape[i] = s[i], c.src_stride[i] = src[i], c.dst_stride[i] = dst[i];
+  return c;
+}
+
+// The step for `plan`, or nullptr where cuDNN refuses it; scratch(n) gives a scratch buffer's
+// index among the launch's outputs.
+LaunchFn build(const Setup& su, const Plan& plan, const std::function<size_t(size_t)>& scratch) {
+  std::array<Operand, 3> o = su.ops;
+  for (auto& x : o) {
+    const Ints want = packed(x.shape, plan.layout);
+    if (num_elements(x.shape) == 0 || same_strides(x.shape, x.buf, want)) continue;
+    x.copy = true;
+    x.cp = x.pos >= 0 ? copy_of(x.shape, x.buf, want, su.dt) : copy_of(x.shape, want, x.buf, su.dt);
+  }
+  std::shared_ptr<DnnConv> r;
+  Kernel kern;
+  if (plan.dnn) {
+    r = dnn_descriptors(su, plan.layout);
+    if (!r || !dnn_choose(su, *r, plan)) return nullptr;
+  } else {
+    kern = nvrtc_kernel(direct_source(su.kind, su.dt), "k");
+  }
+  for (auto& x : o)
+    if (x.copy) x.slot = scratch(size_t(num_elements(x.shape)) * dtype_size(su.dt));
+  const size_t ws_slot = r && r->ws ? scratch(r->ws) : 0;
+  const Kind kind = su.kind;
+  const Geom g = su.g;
+  const std::string op = su.op;
+  return [o, r, kern, ws_slot, kind, g, op](cudaStream_t s, const void* const* in, void* const* out) {
+    void* p[3];
+    for (int i = 0; i < 3; ++i) {
+      const Operand& x = o[size_t(i)];
+      p[i] = x.copy ? out[x.slot] : x.pos >= 0 ? const_cast<void*>(in[x.pos]) : out[0];
+      if (x.copy && x.pos >= 0) strided_copy(x.cp, in[x.pos], p[i], s);
+    }
+    if (r) dnn_run(kind, *r, s, p, r->ws ? out[ws_slot] : nullptr, op);
+    else direct_run(kern, kind, g, s, p);
+    for (auto& x : o)
+      if (x.copy && x.pos < 0) strided_copy(x.cp, p[&x - o.data()], out[0], s);
   };
+}
+
+// ---- the plan: cuDNN's heuristic choice, or the fastest candidate by timing ----
+
+// The heuristic plan: the source buffer's layout where it is packed channels-last, cuDNN's
+// first usable algorithm.
+Plan heuristic_plan(const Setup& su) {
+  const Operand& x = su.ops[X];
+  Plan p;
+  p.layout = same_strides(x.shape, x.buf, packed(x.shape, Layout::Last)) &&
+                     !same_strides(x.shape, x.buf, packed(x.shape, Layout::First))
+                 ? Layout::Last
+                 : Layout::First;
+  auto r = dnn_descriptors(su, p.layout);
+  if (!r) return p;
+  for (const Perf& c : dnn_candidates(su, *r)) {
+    Plan q = p;
+    q.dnn = true, q.algo = c.algo, q.math = c.math_type;
+    if (dnn_choose(su, *r, q)) return q;
+  }
+  return p;
+}
+
+// Milliseconds one launch takes (the best of a few; stops early once clearly slower than
+// `best`), or infinity where it fails.
+float time_launch(const LaunchFn& fn, cudaStream_t s, const void* const* in, void* const* out, float best) {
+  cudaEvent_t a = nullptr, b = nullptr;
+  float t = std::numeric_limits<float>::infinity();
+  if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) {
+    cudaGetLastError();
+    if (a) cudaEventDestroy(a);
+    return t;
+  }
+  try {
+    fn(s, in, out);  // warm-up: cuDNN loads its kernels on first use
+    for (int i = 0; i < 3 && !(t > 2 * best); ++i) {
+      cudaEventRecord(a, s);
+      fn(s, in, out);
+      cudaEventRecord(b, s);
+      float ms = 0;
+      if (cudaEventSynchronize(b) != cudaSuccess || cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
+        t = std::numeric_limits<float>::infinity();
+        break;
+      }
+      t = std::min(t, ms);
+    }
+  } catch (const std::exception&) {
+    t = std::numeric_limits<float>::infinity();
+  }
+  if (cudaStreamSynchronize(s) != cudaSuccess) t = std::numeric_limits<float>::infinity();
+  cudaGetLastError();
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return t;
+}
+
+// Times every usable cuDNN algorithm in both layouts (copies into and out of scratch
+// included) on buffers allocated for the search only; the heuristic plan where none runs.
+Plan searched_plan(const Setup& su) {
+  static cudaStream_t s = [] {
+    cudaStream_t r = nullptr;
+    check(cudaStreamCreateWithFlags(&r, cudaStreamNonBlocking), "creating a stream");
+    return r;
+  }();
+  std::array<std::shared_ptr<Buffer>, 3> bufs;
+  const void* in[2] = {};
+  std::vector<void*> out(1);
+  for (auto& x : su.ops) {
+    auto& b = bufs[size_t(&x - su.ops.data())];
+    const size_t nb = size_t(num_elements(x.shape)) * dtype_size(su.dt);
+    b = device_alloc(nb);
+    check(cudaMemsetAsync(b->data, 0, nb, s), "clearing a search buffer");
+    if (x.pos >= 0) in[x.pos] = b->data;
+    else out[0] = b->data;
+  }
+  Plan best = heuristic_plan(su);
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (Layout l : {Layout::First, Layout::Last}) {
+    auto r = dnn_descriptors(su, l);
+    if (!r) continue;
+    for (const Perf& c : dnn_candidates(su, *r)) {
+      Plan p{true, l, c.algo, c.math_type};
+      std::vector<size_t> sizes;
+      LaunchFn fn = build(su, p, [&](size_t n) {
+        sizes.push_back(n);
+        return sizes.size();
+      });
+      if (!fn) continue;
+      std::vector<std::shared_ptr<Buffer>> scratch;
+      out.resize(1);
+      for (size_t n : sizes) scratch.push_back(device_alloc(n)), out.push_back(scratch.back()->data);
+      const float ms = time_launch(fn, s, in, out.data(), best_ms);
+      if (ms < best_ms) best_ms = ms, best = p;
+    }
+  }
+  return best;
+}
+
+std::string plan_key(const Setup& su) {
+  const Geom& g = su.g;
+  std::string k = dtype_name(su.dt);
+  auto add = [&k](int64_t v) {
+    k += ',';
+    k += std::to_string(v);
+  };
+  for (int64_t v : {int64_t(su.kind), int64_t(tf32_allowed()), g.N, g.C, g.O, g.G, int64_t(g.k)}) add(v);
+  for (int i = 0; i < g.k; ++i)
+    for (int64_t v : {g.in[i], g.out[i], g.ker[i], g.st[i], g.dil[i], g.pb[i]}) add(v);
+  for (auto& x : su.ops)
+    for (int64_t v : x.buf) add(v);
+  return k;
+}
+
+// Timed once per (geometry, dtype, buffer layouts) in the process (one device is used);
+// MPSGRAPH_CUDNN_SEARCH=0 keeps cuDNN's heuristic choice.
+Plan choose_plan(const Setup& su) {
+  if (!dnn_takes(su)) return Plan{};
+  const char* env = std::getenv("MPSGRAPH_CUDNN_SEARCH");
+  if (env && std::string(env) == "0") return heuristic_plan(su);
+  static std::mutex mu;
+  static std::map<std::string, Plan> cache;
+  const std::string key = plan_key(su);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  return cache[key] = searched_plan(su);
 }
 
 KernelFactory factory(Kind kind) {
   return [kind](const KernelCtx& c) -> LaunchFn {
     const std::string& op = c.node.op->name;
-    const Shape *src, *w, *dy;
-    switch (kind) {
-      case Kind::Forward: src = &c.in[0].shape; w = &c.in[1].shape; dy = &c.out[0].shape; break;
-      case Kind::Data: dy = &c.in[0].shape; w = &c.in[1].shape; src = &c.out[0].shape; break;
-      default: dy = &c.in[0].shape; src = &c.in[1].shape; w = &c.out[0].shape; break;
-    }
     const DType dt = c.out[0].dtype;
     if (dt != DType::Float32 && dt != DType::Float16 && dt != DType::BFloat16)
       raise(ErrorKind::Type, op, c.node.name, std::string("expects a floating-point dtype, got ") + dtype_name(dt));
+    // where each role is: input index or -1 for the result
+    const std::array<int, 3> pos = kind == Kind::Forward ? std::array<int, 3>{0, 1, -1}
+                                   : kind == Kind::Data  ? std::array<int, 3>{-1, 1, 0}
+                                                         : std::array<int, 3>{1, -1, 0};
+    Setup su;
+    su.kind = kind;
+    su.dt = dt;
+    su.op = op;
+    for (int r = 0; r < 3; ++r) {
+      Operand& x = su.ops[size_t(r)];
+      x.pos = pos[size_t(r)];
+      x.shape = x.pos >= 0 ? c.in[size_t(x.pos)].shape : c.out[0].shape;
+      const Ints none;
+      const Ints& perm = x.pos < 0 ? c.out_perm : size_t(x.pos) < c.in_perm.size() ? c.in_perm[size_t(x.pos)] : none;
+      x.buf = buffer_strides(x.shape, perm);
+    }
+    const Shape &src = su.ops[X].shape, &w = su.ops[W].shape, &dy = su.ops[Y].shape;
     const ops::ConvolutionAttrs& a = typed_attrs<ops::ConvolutionAttrs>(c.node);
-    const size_t k = src->size() - 2;
-    if (a.strides.size() != k || a.dilation_rates.size() != k || a.padding.size() != 2 * k || w->size() != k + 2 ||
-        dy->size() != k + 2 || a.groups < 1)
+    const size_t k = src.size() - 2;
+    if (a.strides.size() != k || a.dilation_rates.size() != k || a.padding.size() != 2 * k || w.size() != k + 2 ||
+        dy.size() != k + 2 || a.groups < 1)
       raise(ErrorKind::Runtime, op, c.node.name, "convolution attributes were not resolved for these shapes");
     if (k > size_t(kMaxSpatial))
       raise(ErrorKind::NotImplemented, op, c.node.name, "more than 6 spatial dims are not supported on cuda");
-    Geom g;
+    Geom& g = su.g;
     g.k = int32_t(k);
-    g.N = (*src)[0];
-    g.C = (*src)[1];
-    g.O = (*w)[0];
+    g.N = src[0];
+    g.C = src[1];
+    g.O = w[0];
     g.G = a.groups;
     g.Cg = g.C / g.G;
     g.Og = g.O / g.G;
     for (size_t i = 0; i < k; ++i) {
-      g.in[i] = (*src)[2 + i];
-      g.out[i] = (*dy)[2 + i];
-      g.ker[i] = (*w)[2 + i];
+      g.in[i] = src[2 + i];
+      g.out[i] = dy[2 + i];
+      g.ker[i] = w[2 + i];
       g.st[i] = a.strides[i];
       g.dil[i] = a.dilation_rates[i];
       g.pb[i] = a.padding[2 * i];
@@ -381,11 +678,11 @@ KernelFactory factory(Kind kind) {
       g.P *= g.out[i];
       g.ksz *= g.ker[i];
     }
-    if (auto r = prepare_dnn(kind, g, a.padding, dt)) {
-      const size_t ws_slot = r->ws ? c.scratch(r->ws) : 0;
-      return dnn_launch(kind, r, ws_slot, op);
-    }
-    return direct_launch(kind, g, dt);
+    su.pads = a.padding;
+    auto scratch = [&c](size_t n) { return c.scratch(n); };
+    const Plan plan = choose_plan(su);
+    if (LaunchFn fn = build(su, plan, scratch)) return fn;
+    return build(su, Plan{}, scratch);  // cuDNN refused what it chose before: the direct kernels
   };
 }
 
@@ -395,6 +692,11 @@ void register_convolution_kernels() {
   register_kernel("convolution", factory(Kind::Forward));
   register_kernel("convolution_data_gradient", factory(Kind::Data));
   register_kernel("convolution_weights_gradient", factory(Kind::Weights));
+  // cuDNN reads and writes the data tensors in any layout (an NHWC graph's transposes are not
+  // run); `like` (input 2 of the gradients) is never read
+  register_layout_inputs("convolution", {0}, true);
+  register_layout_inputs("convolution_data_gradient", {0, 2}, true);
+  register_layout_inputs("convolution_weights_gradient", {0, 1, 2}, false);
 }
 
 }  // namespace mg::cuda

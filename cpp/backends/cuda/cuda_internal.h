@@ -57,9 +57,19 @@ struct KernelCtx {
   // error a kernel recorded in pinned memory; launches cannot raise: they may be replayed).
   void after_run(std::function<void()> f) const { checks.push_back(std::move(f)); }
   mutable std::vector<std::function<void()>> checks;
+  // Ops registered with register_layout_inputs only: the value of input i is
+  // transpose(buffer, in_perm[i]) (empty: the buffer itself), and output 0's value is
+  // transpose(its buffer, out_perm) (empty: the buffer itself).
+  std::vector<std::vector<int64_t>> in_perm;
+  std::vector<int64_t> out_perm;
 };
 using KernelFactory = std::function<LaunchFn(const KernelCtx&)>;
 void register_kernel(const std::string& op, KernelFactory factory);
+// `op`'s kernel reads `inputs` (and writes output 0 where `output`) in any dim order, as
+// KernelCtx::in_perm / out_perm say. A transpose whose every reader is such an input is not
+// run, nor is a transpose that is the only reader of such an output (the kernel reads the
+// transpose's source, or writes the transpose's result), e.g. cuDNN taking NHWC directly.
+void register_layout_inputs(const std::string& op, std::vector<int> inputs, bool output);
 
 void register_elementwise_kernels();
 void register_reduction_kernels();
