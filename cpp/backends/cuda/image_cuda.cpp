@@ -136,10 +136,10 @@ extern "C" __global__ void k(SG g, const S* __restrict__ x, const S* __restrict_
         outside = outside || p < 0;
         at += p * g.in_stride[d];
       }
-      const double v = (outside ? g.fill : sign * LD(xb[at])) * LD(w[t]);
+      const double v = __dmul_rn(outside ? g.fill : sign * LD(xb[at]), LD(w[t]));  // no contraction: the CPU's rounding
       switch (g.reduction) {
-        case 0: acc += v; break;
-        case 1: acc *= v; break;
+        case 0: acc = __dadd_rn(acc, v); break;
+        case 1: acc = __dmul_rn(acc, v); break;
         case 2: acc = (v < acc || v != v) ? v : acc; break;
         case 3: acc = (v > acc || v != v) ? v : acc; break;
       }
@@ -199,18 +199,21 @@ struct NmsGeom {
 const char* kNmsSrc = R"(
 struct NG { i64 nb, nk; double iou_threshold, score_threshold; int per_class, mode; };
 struct Box { double y0, x0, y1, x1; };
-__device__ __forceinline__ double area(const Box& b) { return (b.y1 - b.y0) * (b.x1 - b.x0); }
+// std::min / std::max (the first argument on NaN) and uncontracted arithmetic, as on the CPU
+__device__ __forceinline__ double mn(double a, double b) { return b < a ? b : a; }
+__device__ __forceinline__ double mx(double a, double b) { return a < b ? b : a; }
+__device__ __forceinline__ double area(const Box& b) { return __dmul_rn(b.y1 - b.y0, b.x1 - b.x0); }
 __device__ __forceinline__ Box box_of(double a, double b, double c, double d, int mode) {
   if (mode == 1 || mode == 3) { double t = a; a = b; b = t; t = c; c = d; d = t; }  // width first
   Box r;
   if (mode >= 2) { r.y0 = a - c / 2; r.x0 = b - d / 2; r.y1 = a + c / 2; r.x1 = b + d / 2; return r; }
-  r.y0 = fmin(a, c); r.x0 = fmin(b, d); r.y1 = fmax(a, c); r.x1 = fmax(b, d);
+  r.y0 = mn(a, c); r.x0 = mn(b, d); r.y1 = mx(a, c); r.x1 = mx(b, d);
   return r;
 }
 __device__ __forceinline__ double iou(const Box& p, const Box& q) {
-  const double h = fmin(p.y1, q.y1) - fmax(p.y0, q.y0), w = fmin(p.x1, q.x1) - fmax(p.x0, q.x0);
+  const double h = mn(p.y1, q.y1) - mx(p.y0, q.y0), w = mn(p.x1, q.x1) - mx(p.x0, q.x0);
   if (!(h > 0 && w > 0)) return 0.0;
-  const double inter = h * w, uni = area(p) + area(q) - inter;
+  const double inter = __dmul_rn(h, w), uni = __dsub_rn(__dadd_rn(area(p), area(q)), inter);
   return uni > 0 ? inter / uni : 0.0;
 }
 // scratch per batch item: boxes, scores, classes, the candidate order, candidate/dead flags
