@@ -1850,3 +1850,4 @@ import conformance_rnn  # noqa: E402,F401
 import conformance_linalg  # noqa: E402,F401
 import conformance_quantization  # noqa: E402,F401
 import conformance_image  # noqa: E402,F401
+import conformance_cuops  # noqa: E402,F401

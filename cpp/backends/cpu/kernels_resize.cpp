@@ -17,38 +17,15 @@ namespace mg::cpu {
 
 namespace {
 
-using Axis = ops::ResizeAxis;
-
-struct ResizePlan {
-  int64_t outer = 1, H = 0, W = 0, inner = 1, OH = 0, OW = 0;
+struct ResizePlan : ops::ResizeView {
   bool bilinear = true;
-  Axis y, x;
 };
 
-
 ResizePlan make_plan(const KernelCtx& c, const Shape& src, const Shape& dst) {
-  ResizePlan p;
   const ops::ResizeAttrs& a = typed_attrs<ops::ResizeAttrs>(c.node);
-  const ops::ResizeLayout lay = a.layout;
-  if (!lay.rank || int(src.size()) != lay.rank || dst.size() != src.size())
-    raise(ErrorKind::Runtime, "resize", c.node.name, "bad resize plan");
-  const size_t h = size_t(lay.h);
-  for (size_t i = 0; i < h; ++i) p.outer *= src[i];
-  for (size_t i = h + 2; i < src.size(); ++i) p.inner *= src[i];
-  p.H = src[h];
-  p.W = src[h + 1];
-  p.OH = dst[h];
-  p.OW = dst[h + 1];
-  const int64_t lim = int64_t(1) << 60;
-  if (p.H > 0 && p.W > 0 && ((2 * p.OH + 1) > lim / p.H || (2 * p.OW + 1) > lim / p.W))
-    raise(ErrorKind::NotImplemented, "resize", c.node.name, "sizes too large for exact index arithmetic");
+  ResizePlan p;
+  static_cast<ops::ResizeView&>(p) = ops::resize_plan(a, src, dst, c.node.name);
   p.bilinear = a.bilinear;
-  bool align = a.align_corners, center = a.center_result;
-  const std::string& rounding = a.nearest_rounding_mode;
-  if (p.H > 0 && p.W > 0) {
-    p.y = ops::resize_axis(p.H, p.OH, p.bilinear, align, center, rounding);
-    p.x = ops::resize_axis(p.W, p.OW, p.bilinear, align, center, rounding);
-  }
   return p;
 }
 

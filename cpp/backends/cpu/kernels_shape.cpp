@@ -502,11 +502,9 @@ KernelFn pad_gradient_loop(const Shape& ds, const Shape& xs, const Ints& l, ops:
 KernelFn space_depth_kernel(const KernelCtx& c, bool to_depth) {
   const Shape& space = to_depth ? c.in[0].shape : c.out[0].shape;
   const ops::SpaceDepthAttrs& a = typed_attrs<ops::SpaceDepthAttrs>(c.node);
-  Ints view(6), sst(6);
-  ops::space_depth_view(space.data(), a.nchw, a.use_pixel_shuffle_order, a.block_size, view.data(), sst.data());
-  const Ints dst = contiguous_strides(view);
-  const size_t es = esize(c.in[0]);
-  return gather_kernel(to_depth ? make_copy_plan(es, view, sst, dst, 0, 0) : make_copy_plan(es, view, dst, sst, 0, 0));
+  Ints view(6), ss(6), ds(6);
+  ops::space_depth_copy(space.data(), a.nchw, a.use_pixel_shuffle_order, a.block_size, to_depth, view.data(), ss.data(), ds.data());
+  return gather_kernel(make_copy_plan(esize(c.in[0]), view, ss, ds, 0, 0));
 }
 
 // ---- one_hot ----

@@ -172,6 +172,10 @@ const KernelFactory* find_kernel(const std::string& op) {
     register_sort_kernels();
     register_random_kernels();
     register_creation_kernels();
+    register_shape_gradient_kernels();
+    register_resize_kernels();
+    register_image_kernels();
+    register_linalg_kernels();
     return true;
   }();
   (void)done;

@@ -1,4 +1,4 @@
-// CUDA arange and eye: their values depend only on attributes and the (static) result shape,
+// CUDA arange, eye and shape_of: their values depend only on attributes and the (static) result shape,
 // so the factory computes them on the host exactly as the CPU does (store_from_double per
 // element), uploads them once, and a run is one device-to-device copy.
 #include <cuda_runtime_api.h>
@@ -45,11 +45,19 @@ LaunchFn eye_factory(const KernelCtx& c) {
   return upload_once(v);
 }
 
+// shape_of: the (static) input shape as int32, computed at compile time.
+LaunchFn shape_of_factory(const KernelCtx& c) {
+  std::vector<uint8_t> v(c.in[0].shape.size() * sizeof(int32_t));
+  for (size_t i = 0; i < c.in[0].shape.size(); ++i) store_from_double(v.data(), DType::Int32, int64_t(i), double(c.in[0].shape[i]));
+  return upload_once(v);
+}
+
 }  // namespace
 
 void register_creation_kernels() {
   register_kernel("arange", arange_factory);
   register_kernel("eye", eye_factory);
+  register_kernel("shape_of", shape_of_factory);
 }
 
 }  // namespace mg::cuda

@@ -81,6 +81,10 @@ void register_gather_kernels();
 void register_sort_kernels();
 void register_random_kernels();
 void register_creation_kernels();
+void register_shape_gradient_kernels();
+void register_resize_kernels();
+void register_image_kernels();
+void register_linalg_kernels();
 
 // ---- NVRTC ----
 

@@ -79,4 +79,11 @@ inline ResizeAxis resize_axis(int64_t n, int64_t m, bool bilinear, bool align, b
   return a;
 }
 
+// A resize seen as (outer, H, W, inner) -> (outer, OH, OW, inner) for every layout, with both
+// axes' plans (left empty where the source is empty): resize_plan in resize_attrs.h.
+struct ResizeView {
+  int64_t outer = 1, H = 0, W = 0, inner = 1, OH = 0, OW = 0;
+  ResizeAxis y, x;
+};
+
 }  // namespace mg::ops

@@ -135,4 +135,18 @@ inline void space_depth_view(const int64_t* space, bool nchw, bool pixel_shuffle
   }
 }
 
+// The copy of one into the other (to_depth: space into depth) over view6, with the source's and
+// the destination's strides (the depth tensor is contiguous in view6's order).
+inline void space_depth_copy(const int64_t* space, bool nchw, bool pixel_shuffle, int64_t b, bool to_depth, int64_t* view6,
+                             int64_t* src_strides, int64_t* dst_strides) {
+  int64_t sst[6], dense[6];
+  space_depth_view(space, nchw, pixel_shuffle, b, view6, sst);
+  dense[5] = 1;
+  for (int k = 4; k >= 0; --k) dense[k] = dense[k + 1] * view6[k + 1];
+  for (int k = 0; k < 6; ++k) {
+    src_strides[k] = to_depth ? sst[k] : dense[k];
+    dst_strides[k] = to_depth ? dense[k] : sst[k];
+  }
+}
+
 }  // namespace mg::ops
