@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -828,6 +829,20 @@ PYBIND11_MODULE(_core, m) {
             if (out) given = arrays_of(*out, e.device(), true);
             outs = without_gil([&] { return e.run(in, out ? &given : nullptr); });
             return wrap_outputs(outs, e.device());
+          }, py::arg("inputs"), py::arg("out") = py::none())
+      .def("_start", [](const std::shared_ptr<Executable>& e, std::vector<py::handle> inputs,
+                        std::optional<std::vector<py::handle>> out) {
+            // run_async on a GPU: queues the run here and returns what waits for it; the
+            // closure holds the inputs, out buffers and results until it is dropped
+            auto in = arrays_of(inputs, e->device());
+            std::vector<std::shared_ptr<Array>> given;
+            if (out) given = arrays_of(*out, e->device(), true);
+            auto wait = std::make_shared<std::function<void()>>();
+            auto outs = without_gil([&] { return e->start(in, out ? &given : nullptr, *wait); });
+            return py::cpp_function([e, in, given, outs, wait]() {
+              if (*wait) without_gil([&] { (*wait)(); });
+              return wrap_outputs(outs, e->device());
+            });
           }, py::arg("inputs"), py::arg("out") = py::none())
       .def_property_readonly("feed_nodes", &Executable::feeds)
       .def_property_readonly("feed_types", [](const Executable& e) {

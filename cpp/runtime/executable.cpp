@@ -11,6 +11,7 @@
 #include "runtime/executable.h"
 
 #include "core/registry.h"
+#include "runtime/async_program.h"
 #include "runtime/profile.h"
 
 namespace mg {
@@ -234,7 +235,8 @@ std::shared_ptr<Array> Executable::take_output(Stage& c, size_t k) {
 }
 
 void Executable::run_stage(Compiled& c, const std::shared_ptr<Stage>& stp, const std::vector<std::shared_ptr<Array>>& values,
-                           const std::vector<std::shared_ptr<Array>>* out, std::vector<std::shared_ptr<Array>>& outputs) {
+                           const std::vector<std::shared_ptr<Array>>* out, std::vector<std::shared_ptr<Array>>& outputs,
+                           std::function<void()>* wait) {
   Stage& st = *stp;
   c.last_path.push_back(stp);
   if (st.program) {
@@ -253,7 +255,11 @@ void Executable::run_stage(Compiled& c, const std::shared_ptr<Stage>& stp, const
     } else {
       for (size_t k = 0; k < st.out_types.size(); ++k) outputs.push_back(take_output(st, k));
     }
-    st.program->run(values, outputs);
+    auto* async = wait ? dynamic_cast<AsyncProgram*>(st.program.get()) : nullptr;
+    if (async)
+      *wait = async->start(values, outputs);
+    else
+      st.program->run(values, outputs);
     return;
   }
   std::vector<std::shared_ptr<Array>> next;  // the next stage's values: placeholders, frontier, results
@@ -306,11 +312,24 @@ void Executable::run_stage(Compiled& c, const std::shared_ptr<Stage>& stp, const
   } else if (it != st.next.begin()) {
     st.next.splice(st.next.begin(), st.next, it);
   }
-  run_stage(c, st.next.front().second, next, out, outputs);
+  run_stage(c, st.next.front().second, next, out, outputs, wait);
 }
 
 std::vector<std::shared_ptr<Array>> Executable::run(const std::vector<std::shared_ptr<Array>>& inputs,
                                                     const std::vector<std::shared_ptr<Array>>* out) {
+  return start_run(inputs, out, nullptr);
+}
+
+std::vector<std::shared_ptr<Array>> Executable::start(const std::vector<std::shared_ptr<Array>>& inputs,
+                                                      const std::vector<std::shared_ptr<Array>>* out,
+                                                      std::function<void()>& wait) {
+  wait = {};
+  return start_run(inputs, out, &wait);
+}
+
+std::vector<std::shared_ptr<Array>> Executable::start_run(const std::vector<std::shared_ptr<Array>>& inputs,
+                                                          const std::vector<std::shared_ptr<Array>>* out,
+                                                          std::function<void()>* wait) {
   if (inputs.size() != feeds_.size())
     raise(ErrorKind::Value, "run", "", "expected " + std::to_string(feeds_.size()) + " inputs, got " +
                                            std::to_string(inputs.size()));
@@ -333,7 +352,8 @@ std::vector<std::shared_ptr<Array>> Executable::run(const std::vector<std::share
   std::unique_lock<std::mutex> state;
   if (c.assigns && c.root->sg.vars) state = std::unique_lock<std::mutex>(c.root->sg.vars->run_mu);
   c.last_path.clear();
-  run_stage(c, c.root, inputs, out, outputs);
+  // assigns land when the run completes, under the variable lock: such runs finish here
+  run_stage(c, c.root, inputs, out, outputs, c.assigns ? nullptr : wait);
   return outputs;
 }
 

@@ -11,6 +11,7 @@
 // the types its data-dependent nodes produced, so a run with the same sizes compiles nothing.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <unordered_map>
 #include <memory>
@@ -34,6 +35,10 @@ class Executable {
   // inputs in feed order; `out` (optional) receives results in caller-owned buffers.
   std::vector<std::shared_ptr<Array>> run(const std::vector<std::shared_ptr<Array>>& inputs,
                                           const std::vector<std::shared_ptr<Array>>* out = nullptr);
+  // As run, but returns once the device has the work queued (Program::start): `wait` then
+  // completes it. Executables that assign variables run to completion here (wait is empty).
+  std::vector<std::shared_ptr<Array>> start(const std::vector<std::shared_ptr<Array>>& inputs,
+                                            const std::vector<std::shared_ptr<Array>>* out, std::function<void()>& wait);
 
   const std::vector<int32_t>& feeds() const { return feeds_; }
   const std::vector<TensorType>& feed_types() const { return feed_types_; }
@@ -83,10 +88,13 @@ class Executable {
   };
   Compiled& compiled_for(const std::vector<TensorType>& types);
   std::shared_ptr<Stage> make_stage(Specialised sg);
+  std::vector<std::shared_ptr<Array>> start_run(const std::vector<std::shared_ptr<Array>>& inputs,
+                                                const std::vector<std::shared_ptr<Array>>* out, std::function<void()>* wait);
   Specialised specialise_stage(const Stage& st, const std::vector<ValueRef>& targets, const std::vector<int32_t>& ops,
                                const ValueFeeds& values) const;
   void run_stage(Compiled& c, const std::shared_ptr<Stage>& st, const std::vector<std::shared_ptr<Array>>& values,
-                 const std::vector<std::shared_ptr<Array>>* out, std::vector<std::shared_ptr<Array>>& outputs);
+                 const std::vector<std::shared_ptr<Array>>* out, std::vector<std::shared_ptr<Array>>& outputs,
+                 std::function<void()>* wait);
   std::shared_ptr<Array> take_output(Stage& c, size_t k);
   void check_out_buffers(const std::vector<std::shared_ptr<Array>>& inputs,
                          const std::vector<std::shared_ptr<Array>>& out) const;

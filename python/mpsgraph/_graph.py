@@ -657,8 +657,22 @@ class Executable:
         return self._exe.run(ins, _out_values(out))
 
     def run_async(self, inputs=(), out=None):
-        """Starts a run and returns a concurrent.futures.Future of its result list."""
+        """Starts a run and returns a concurrent.futures.Future of its result list.
+
+        On cuda:0 the run is queued before this returns (input copies, the CUDA graph,
+        result copies) and the future completes when the GPU has finished it, so host work
+        and the next run's copies overlap this run's compute."""
         ins = self._inputs(inputs)
+        if self._exe.device.startswith("cuda"):
+            try:
+                wait = self._exe._start(ins, _out_values(out))
+            except Exception as e:  # raised through the future, as on the other devices
+                import concurrent.futures
+
+                f = concurrent.futures.Future()
+                f.set_exception(e)
+                return f
+            return _pool().submit(wait)
         return _pool().submit(self._exe.run, ins, _out_values(out))
 
     __call__ = run

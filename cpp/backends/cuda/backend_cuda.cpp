@@ -7,6 +7,7 @@
 // sees; a few address sets are kept, and a program whose addresses keep changing stops
 // capturing and launches directly), lands assigns, and synchronises once.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,7 @@
 #include "core/ops/shape_attrs.h"
 #include "core/registry.h"
 #include "core/typed_attrs.h"
+#include "runtime/async_program.h"
 
 namespace mg::cuda {
 
@@ -153,6 +156,16 @@ Context& context() {
   return c;
 }
 
+bool is_device_pointer(const void* p) {
+  if (!p) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 namespace {
 
 std::unordered_map<std::string, KernelFactory>& kernels() {
@@ -176,6 +189,7 @@ const KernelFactory* find_kernel(const std::string& op) {
     register_resize_kernels();
     register_image_kernels();
     register_linalg_kernels();
+    register_control_flow_kernels();
     return true;
   }();
   (void)done;
@@ -227,16 +241,6 @@ std::vector<char> absorbed_transposes(const Specialised& sg) {
   return r;
 }
 
-bool is_device_pointer(const void* p) {
-  if (!p) return false;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-
 // An array in GPU memory: this backend's own buffers are known without asking the driver
 // (a run checks every feed and result).
 bool on_device(const Array& a) {
@@ -253,7 +257,7 @@ struct Slot {
   TensorType type;
   std::string node, op;
   bool scratch = false;
-  std::shared_ptr<Buffer> own;  // Const, Var, Feed (staging target) and Output (host results) buffers
+  std::shared_ptr<Buffer> own;  // Const, Var and Output (host results) buffers
 };
 
 struct Step {
@@ -267,7 +271,31 @@ struct PinnedDeleter {
   void operator()(void* p) const { cudaFreeHost(p); }
 };
 
-class CudaProgram final : public Program {
+// One run at a time per process: runs share the stream, and a capture must see only its own work.
+std::mutex& run_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// Host inputs' copies to the GPU run here, so that the next run's copies overlap this run's
+// compute (ordered against it by events).
+cudaStream_t copy_stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t r = nullptr;
+    check(cudaStreamCreateWithFlags(&r, cudaStreamNonBlocking), "creating a copy stream");
+    return r;
+  }();
+  return s;
+}
+
+using Event = std::shared_ptr<std::remove_pointer_t<cudaEvent_t>>;
+Event new_event() {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating an event");
+  return Event(e, [](cudaEvent_t q) { cudaEventDestroy(q); });
+}
+
+class CudaProgram final : public Program, public AsyncProgram {
  public:
   explicit CudaProgram(const Specialised& sg) : vars_(sg.vars) {
     Context& ctx = context();
@@ -365,7 +393,8 @@ class CudaProgram final : public Program {
       }
       Step st;
       st.fn = group >= 0 ? make_fused_group(g, fusion.groups[size_t(group)], inputs) : (*f)(kctx);
-      for (auto& chk : kctx.checks) checks_.push_back(std::move(chk));
+      for (auto& chk : kctx.checks) checks_->push_back(std::move(chk));
+      direct_ = direct_ || kctx.host_driven;
       for (auto& v : inputs) st.in.push_back(slot_of.at(v));
       for (size_t k = 0; k < n.outputs.size(); ++k) {
         ValueRef v{int32_t(id), int32_t(k)};
@@ -404,13 +433,22 @@ class CudaProgram final : public Program {
   }
 
   ~CudaProgram() override {
+    cudaStreamSynchronize(stream_);  // a started run may still use the buffers and graphs
+    cudaGetLastError();
     for (auto& gr : graphs_) cudaGraphExecDestroy(gr.exec);
   }
 
   void run(const std::vector<std::shared_ptr<Array>>& inputs, const std::vector<std::shared_ptr<Array>>& outputs) override {
-    // one run at a time per process: runs share the stream, and a capture must see only its own work
-    static std::mutex run_mu;
-    std::lock_guard<std::mutex> l(run_mu);
+    start(inputs, outputs)();
+  }
+
+  // Queues the copies in, the steps and the copies out; the returned function waits for the
+  // run's event, runs the kernels' checks and lands the assigns.
+  std::function<void()> start(const std::vector<std::shared_ptr<Array>>& inputs,
+                              const std::vector<std::shared_ptr<Array>>& outputs) override {
+    std::unique_lock<std::mutex> l(run_mutex());
+    const int parity = int(runs_++ & 1);
+    staged_.clear();
     std::vector<const void*> key;  // the outside addresses the steps see
     std::vector<std::shared_ptr<Array>> var_values;
     std::vector<std::pair<void*, size_t>> host_out;  // (host pointer, slot) copied back after the run
@@ -422,7 +460,8 @@ class CudaProgram final : public Program {
           ptr_[s] = a.data();
           key.push_back(a.data());
         } else {
-          stage_in(s, a.data(), sl.nbytes);
+          stage_in(s, a.data(), sl.nbytes, parity);
+          key.push_back(ptr_[s]);
         }
       } else if (sl.kind == SlotKind::Var) {
         auto v = vars_->get(sl.index);
@@ -452,7 +491,9 @@ class CudaProgram final : public Program {
       copy_dst.push_back(on_device(*outputs[size_t(c.out)]) ? d : nullptr);
       key.push_back(d);
     }
+    for (auto* sg : staged_) check(cudaStreamWaitEvent(stream_, sg->copied.get(), 0), "ordering a run after its inputs' copies");
     launch_steps(key, copy_dst);
+    for (auto* sg : staged_) check(cudaEventRecord(sg->consumed.get(), stream_), "recording an event");
     for (size_t i = 0; i < copies_.size(); ++i) {
       const Copy& c = copies_[i];
       if (c.nbytes && !copy_dst[i])
@@ -474,12 +515,54 @@ class CudaProgram final : public Program {
       }
       landed.push_back(v);
     }
-    check(cudaStreamSynchronize(stream_), "running a cuda program");
-    for (auto& chk : checks_) chk();  // a recorded error stops the run before its assigns land
-    for (size_t i = 0; i < assigns_.size(); ++i) {  // assigns land when the run completes
-      vars_->set(assigns_[i].var, landed[i]);
-      if (assigns_[i].read_slot >= 0) uploaded_[size_t(assigns_[i].read_slot)] = landed[i];
+    Event done = new_event();
+    check(cudaEventRecord(done.get(), stream_), "recording an event");
+    auto checks = checks_;
+    if (assigns_.empty())
+      return [done, checks] {
+        check(cudaEventSynchronize(done.get()), "running a cuda program");
+        for (auto& chk : *checks) chk();
+      };
+    // a program that assigns is waited for at once (Executable::start), while it lives
+    return [this, done, checks, landed = std::move(landed)] {
+      check(cudaEventSynchronize(done.get()), "running a cuda program");
+      for (auto& chk : *checks) chk();  // a recorded error stops the run before its assigns land
+      for (size_t i = 0; i < assigns_.size(); ++i) {  // assigns land when the run completes
+        vars_->set(assigns_[i].var, landed[i]);
+        if (assigns_[i].read_slot >= 0) uploaded_[size_t(assigns_[i].read_slot)] = landed[i];
+      }
+    };
+  }
+
+  // A region's run (RegionProgram): every feed and result is a device pointer; nothing is
+  // staged and nothing waits.
+  void launch_region(const void* const* in, void* const* out) {
+    region_key_.clear();
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      Slot& sl = slots_[s];
+      if (sl.kind == SlotKind::Feed)
+        ptr_[s] = const_cast<void*>(in[size_t(sl.index)]);
+      else if (sl.kind == SlotKind::Output)
+        ptr_[s] = out[size_t(sl.index)];
+      else
+        continue;
+      region_key_.push_back(ptr_[s]);
     }
+    region_copy_dst_.clear();
+    for (auto& c : copies_) {
+      region_copy_dst_.push_back(out[size_t(c.out)]);
+      region_key_.push_back(out[size_t(c.out)]);
+    }
+    launch_steps(region_key_, region_copy_dst_);
+  }
+  void run_checks() {
+    for (auto& chk : *checks_) chk();
+  }
+  // Regions read variables through captured values and assign through their results.
+  bool stateless() const {
+    for (auto& sl : slots_)
+      if (sl.kind == SlotKind::Var) return false;
+    return assigns_.empty();
   }
 
   std::vector<PlanEntry> memory_plan() const override {
@@ -500,20 +583,27 @@ class CudaProgram final : public Program {
   }
 
  private:
-  // Host input -> pinned staging -> the feed's device buffer (ordered on the stream).
-  void stage_in(size_t s, const void* host, size_t nbytes) {
-    Slot& sl = slots_[s];
-    if (!sl.own) sl.own = device_alloc(nbytes);
-    auto& pin = pinned_[s];
-    if (!pin) {
+  // Host input -> pinned staging -> a device buffer, on the copy stream. Two sets alternate
+  // between runs: a run's copies wait only for the compute of the run two before it (which
+  // read that set), so they overlap the previous run's compute.
+  void stage_in(size_t s, const void* host, size_t nbytes, int parity) {
+    Staging& sg = staging_[s][size_t(parity)];
+    if (!sg.dev) {
+      sg.dev = device_alloc(nbytes);
       void* p = nullptr;
       check(cudaMallocHost(&p, nbytes), "allocating pinned staging memory");
-      pin.reset(p);
+      sg.pin.reset(p);
+      sg.copied = new_event();
+      sg.consumed = new_event();
     }
-    // the previous run's copy out of this staging buffer has completed: runs synchronise
-    std::memcpy(pin.get(), host, nbytes);
-    check(cudaMemcpyAsync(sl.own->data, pin.get(), nbytes, cudaMemcpyHostToDevice, stream_), "copying an input to the GPU");
-    ptr_[s] = sl.own->data;
+    check(cudaEventSynchronize(sg.copied.get()), "copying an input to the GPU");  // the pinned buffer is free again
+    std::memcpy(sg.pin.get(), host, nbytes);
+    cudaStream_t cs = copy_stream();
+    check(cudaStreamWaitEvent(cs, sg.consumed.get(), 0), "ordering an input's copy");
+    check(cudaMemcpyAsync(sg.dev->data, sg.pin.get(), nbytes, cudaMemcpyHostToDevice, cs), "copying an input to the GPU");
+    check(cudaEventRecord(sg.copied.get(), cs), "recording an event");
+    ptr_[s] = sg.dev->data;
+    staged_.push_back(&sg);
   }
 
   void enqueue(const std::vector<void*>& copy_dst) {
@@ -531,7 +621,7 @@ class CudaProgram final : public Program {
 
   void launch_steps(const std::vector<const void*>& key, const std::vector<void*>& copy_dst) {
     static const bool no_graphs = std::getenv("MPSGRAPH_CUDA_GRAPHS") && std::string(std::getenv("MPSGRAPH_CUDA_GRAPHS")) == "0";
-    if (no_graphs || capture_failures_ >= kMaxCaptureMisses || steps_.empty()) {
+    if (no_graphs || direct_ || capture_failures_ >= kMaxCaptureMisses || steps_.empty()) {
       enqueue(copy_dst);
       return;
     }
@@ -634,16 +724,39 @@ class CudaProgram final : public Program {
   cudaStream_t stream_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<Step> steps_;
-  std::vector<std::function<void()>> checks_;
+  std::shared_ptr<std::vector<std::function<void()>>> checks_ = std::make_shared<std::vector<std::function<void()>>>();
   std::vector<Copy> copies_;
   std::vector<View> views_;
   std::vector<AssignStep> assigns_;
   std::vector<std::shared_ptr<Buffer>> arena_;
   std::vector<void*> ptr_;
   std::vector<std::shared_ptr<Array>> uploaded_;  // per Var slot: the host value its buffer holds
-  std::unordered_map<size_t, std::unique_ptr<void, PinnedDeleter>> pinned_;
+  struct Staging {
+    std::shared_ptr<Buffer> dev;
+    std::unique_ptr<void, PinnedDeleter> pin;
+    Event copied, consumed;  // on the copy stream / after the run's steps
+  };
+  std::unordered_map<size_t, std::array<Staging, 2>> staging_;
+  std::vector<Staging*> staged_;  // this run's
+  uint64_t runs_ = 0;
   std::list<CachedGraph> graphs_;
   int captures_ = 0, capture_failures_ = 0;
+  bool direct_ = false;  // a step is host-driven: launch directly, never capture
+  std::vector<const void*> region_key_;
+  std::vector<void*> region_copy_dst_;
+};
+
+class CudaRegionProgram final : public RegionProgram {
+ public:
+  explicit CudaRegionProgram(const Specialised& sg) : program_(sg) {
+    if (!program_.stateless())
+      raise(ErrorKind::NotImplemented, "cuda", "", "a control-flow region that reads or assigns a variable itself");
+  }
+  void launch(const void* const* feeds, void* const* results) override { program_.launch_region(feeds, results); }
+  void after_run() override { program_.run_checks(); }
+
+ private:
+  CudaProgram program_;
 };
 
 class CudaBackend final : public Backend {
@@ -664,6 +777,10 @@ class CudaBackend final : public Backend {
     auto h = Array::empty(a->dtype, a->shape);
     if (h->nbytes()) check(cudaMemcpy(h->data(), a->data(), h->nbytes(), cudaMemcpyDeviceToHost), "copying to the host");
     return h;
+  }
+  std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
+                                                         const std::vector<std::shared_ptr<const Array>>& inputs) override {
+    return cuda::run_data_dependent(node, in_types, inputs);
   }
   std::shared_ptr<Array> from_host(const std::shared_ptr<Array>& a) override {
     if (a->data() && on_device(*a)) return a;
@@ -686,6 +803,10 @@ const RegisterBackend registered(DeviceKind::CUDA, make_cuda_backend);
 void register_kernel(const std::string& op, KernelFactory factory) { kernels()[op] = std::move(factory); }
 void register_layout_inputs(const std::string& op, std::vector<int> inputs, bool output) {
   layout_ops()[op] = {std::move(inputs), output};
+}
+
+std::unique_ptr<RegionProgram> compile_region_program(const Specialised& sg) {
+  return std::make_unique<CudaRegionProgram>(sg);
 }
 
 }  // namespace mg::cuda

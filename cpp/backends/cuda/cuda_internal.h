@@ -62,6 +62,9 @@ struct KernelCtx {
   // transpose(its buffer, out_perm) (empty: the buffer itself).
   std::vector<std::vector<int64_t>> in_perm;
   std::vector<int64_t> out_perm;
+  // Set by a factory whose launch reads values back and synchronises (control flow): its
+  // program then launches its steps directly instead of replaying a CUDA graph.
+  mutable bool host_driven = false;
 };
 using KernelFactory = std::function<LaunchFn(const KernelCtx&)>;
 void register_kernel(const std::string& op, KernelFactory factory);
@@ -85,6 +88,25 @@ void register_shape_gradient_kernels();
 void register_resize_kernels();
 void register_image_kernels();
 void register_linalg_kernels();
+void register_control_flow_kernels();
+
+// A program compiled for a control-flow region (control_flow_cuda.cpp): launched on the
+// stream with device pointers (feeds in feed order, results in target order); it neither
+// stages nor synchronises, and replays its own CUDA graph where it has no host-driven step.
+class RegionProgram {
+ public:
+  virtual ~RegionProgram() = default;
+  virtual void launch(const void* const* feeds, void* const* results) = 0;
+  virtual void after_run() = 0;  // the checks its kernels registered
+};
+std::unique_ptr<RegionProgram> compile_region_program(const Specialised& sg);
+
+// Whether p is device (or managed) memory.
+bool is_device_pointer(const void* p);
+
+// Backend::run_data_dependent on the GPU (dynamic_cuda.cpp).
+std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
+                                                       const std::vector<std::shared_ptr<const Array>>& inputs);
 
 // ---- NVRTC ----
 
