@@ -163,6 +163,8 @@ const KernelFactory* find_kernel(const std::string& op) {
     register_sort_kernels();
     register_random_kernels();
     register_creation_kernels();
+    register_complex_kernels();
+    register_fft_kernels();
     return true;
   }();
   (void)done;
@@ -228,9 +230,12 @@ class CudaProgram final : public Program {
         if (t.dtype == DType::Float64 || t.dtype == DType::Complex128)
           raise(ErrorKind::Type, n.op->name, n.name,
                 std::string(dtype_name(t.dtype)) + " is not supported on the cuda backend (it runs on the cpu only)");
-        if (t.dtype == DType::Complex64)
-          raise(ErrorKind::NotImplemented, n.op->name, n.name, "complex64 has no cuda kernels yet (it runs on the cpu)");
       }
+      bool cx = false;
+      for (auto& t : n.outputs) cx = cx || t.dtype == DType::Complex64;
+      for (auto& v : n.inputs) cx = cx || g.type(v).dtype == DType::Complex64;
+      if (cx && !n.op->view && !complex64_supported(n.op->name))
+        raise(ErrorKind::NotImplemented, n.op->name, n.name, "has no complex64 kernel on the cuda backend yet (it runs on the cpu)");
     }
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
@@ -591,5 +596,10 @@ const RegisterBackend registered(DeviceKind::CUDA, make_cuda_backend);
 }  // namespace
 
 void register_kernel(const std::string& op, KernelFactory factory) { kernels()[op] = std::move(factory); }
+
+KernelFactory registered_kernel(const std::string& op) {
+  auto it = kernels().find(op);
+  return it == kernels().end() ? KernelFactory() : it->second;
+}
 
 }  // namespace mg::cuda

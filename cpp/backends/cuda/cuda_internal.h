@@ -60,6 +60,7 @@ struct KernelCtx {
 };
 using KernelFactory = std::function<LaunchFn(const KernelCtx&)>;
 void register_kernel(const std::string& op, KernelFactory factory);
+KernelFactory registered_kernel(const std::string& op);  // the factory so far (empty if none)
 
 void register_elementwise_kernels();
 void register_reduction_kernels();
@@ -71,6 +72,10 @@ void register_gather_kernels();
 void register_sort_kernels();
 void register_random_kernels();
 void register_creation_kernels();
+void register_complex_kernels();  // after the real kernels it extends
+void register_fft_kernels();
+// Whether op has a complex64 kernel (or moves bytes); other ops are refused for complex64.
+bool complex64_supported(const std::string& op);
 
 // ---- NVRTC ----
 
