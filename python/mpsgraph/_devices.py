@@ -69,10 +69,11 @@ class Device:
 def _point_at_pip_cuda_libraries():
     """The cuda backend opens NVRTC and cuBLASLt with dlopen when it first needs them; where
     they come from NVIDIA's pip wheels (as PyTorch installs them) rather than a system CUDA,
-    tell it where (MPSGRAPH_NVRTC / MPSGRAPH_CUBLASLT / MPSGRAPH_CUDNN, unless already set). Finds,
+    tell it where (MPSGRAPH_NVRTC / MPSGRAPH_CUBLASLT / MPSGRAPH_CUDNN / MPSGRAPH_CUFFT, unless already set). Finds,
     never imports."""
     import importlib.util
-    wanted = {"MPSGRAPH_NVRTC": "libnvrtc.so", "MPSGRAPH_CUBLASLT": "libcublasLt.so", "MPSGRAPH_CUDNN": "libcudnn.so"}
+    wanted = {"MPSGRAPH_NVRTC": "libnvrtc.so", "MPSGRAPH_CUBLASLT": "libcublasLt.so", "MPSGRAPH_CUDNN": "libcudnn.so",
+              "MPSGRAPH_CUFFT": "libcufft.so"}
     wanted = {k: v for k, v in wanted.items() if not os.environ.get(k)}
     if not wanted:
         return
@@ -83,7 +84,7 @@ def _point_at_pip_cuda_libraries():
     if spec is None or not spec.submodule_search_locations:
         return
     for root in spec.submodule_search_locations:
-        for sub in ("cu13/lib", "cuda_nvrtc/lib", "cublas/lib", "cudnn/lib", "cu12/lib"):
+        for sub in ("cu13/lib", "cuda_nvrtc/lib", "cublas/lib", "cudnn/lib", "cufft/lib", "cu12/lib"):
             d = os.path.join(root, sub)
             if not os.path.isdir(d):
                 continue

@@ -190,6 +190,8 @@ const KernelFactory* find_kernel(const std::string& op) {
     register_image_kernels();
     register_linalg_kernels();
     register_control_flow_kernels();
+    register_complex_kernels();
+    register_fft_kernels();
     return true;
   }();
   (void)done;
@@ -320,9 +322,12 @@ class CudaProgram final : public Program, public AsyncProgram {
         if (t.dtype == DType::Float64 || t.dtype == DType::Complex128)
           raise(ErrorKind::Type, n.op->name, n.name,
                 std::string(dtype_name(t.dtype)) + " is not supported on the cuda backend (it runs on the cpu only)");
-        if (t.dtype == DType::Complex64)
-          raise(ErrorKind::NotImplemented, n.op->name, n.name, "complex64 has no cuda kernels yet (it runs on the cpu)");
       }
+      bool cx = false;
+      for (auto& t : n.outputs) cx = cx || t.dtype == DType::Complex64;
+      for (auto& v : n.inputs) cx = cx || g.type(v).dtype == DType::Complex64;
+      if (cx && !n.op->view && !complex64_supported(n.op->name))
+        raise(ErrorKind::NotImplemented, n.op->name, n.name, "has no complex64 kernel on the cuda backend yet (it runs on the cpu)");
     }
     const EpiloguePlan epi = plan_epilogues(g, sg.targets);  // claims its nodes before the fusion groups
     std::vector<char> unfused = epi.absorbed;
@@ -807,6 +812,11 @@ void register_layout_inputs(const std::string& op, std::vector<int> inputs, bool
 
 std::unique_ptr<RegionProgram> compile_region_program(const Specialised& sg) {
   return std::make_unique<CudaRegionProgram>(sg);
+}
+
+KernelFactory registered_kernel(const std::string& op) {
+  auto it = kernels().find(op);
+  return it == kernels().end() ? KernelFactory() : it->second;
 }
 
 }  // namespace mg::cuda

@@ -73,6 +73,7 @@ void register_kernel(const std::string& op, KernelFactory factory);
 // run, nor is a transpose that is the only reader of such an output (the kernel reads the
 // transpose's source, or writes the transpose's result), e.g. cuDNN taking NHWC directly.
 void register_layout_inputs(const std::string& op, std::vector<int> inputs, bool output);
+KernelFactory registered_kernel(const std::string& op);  // the factory so far (empty if none)
 
 void register_elementwise_kernels();
 void register_reduction_kernels();
@@ -107,6 +108,10 @@ bool is_device_pointer(const void* p);
 // Backend::run_data_dependent on the GPU (dynamic_cuda.cpp).
 std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
                                                        const std::vector<std::shared_ptr<const Array>>& inputs);
+void register_complex_kernels();  // after the real kernels it extends
+void register_fft_kernels();
+// Whether op has a complex64 kernel (or moves bytes); other ops are refused for complex64.
+bool complex64_supported(const std::string& op);
 
 // ---- NVRTC ----
 
