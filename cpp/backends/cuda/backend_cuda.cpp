@@ -498,7 +498,6 @@ class CudaProgram final : public Program, public AsyncProgram {
     }
     for (auto* sg : staged_) check(cudaStreamWaitEvent(stream_, sg->copied.get(), 0), "ordering a run after its inputs' copies");
     launch_steps(key, copy_dst);
-    for (auto* sg : staged_) check(cudaEventRecord(sg->consumed.get(), stream_), "recording an event");
     for (size_t i = 0; i < copies_.size(); ++i) {
       const Copy& c = copies_[i];
       if (c.nbytes && !copy_dst[i])
@@ -509,6 +508,8 @@ class CudaProgram final : public Program, public AsyncProgram {
       if (slots_[h.second].nbytes)
         check(cudaMemcpyAsync(h.first, ptr_[h.second], slots_[h.second].nbytes, cudaMemcpyDeviceToHost, stream_),
               "copying a result to the host");
+    // after the last reader of the staged inputs (a target may be a feed copied out above)
+    for (auto* sg : staged_) check(cudaEventRecord(sg->consumed.get(), stream_), "recording an event");
     std::vector<std::shared_ptr<Array>> landed;
     for (auto& a : assigns_) {
       auto v = Array::empty(a.type.dtype, a.type.shape);
@@ -785,6 +786,7 @@ class CudaBackend final : public Backend {
   }
   std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
                                                          const std::vector<std::shared_ptr<const Array>>& inputs) override {
+    std::lock_guard<std::mutex> l(run_mutex());  // its launches must not join another thread's capture
     return cuda::run_data_dependent(node, in_types, inputs);
   }
   std::shared_ptr<Array> from_host(const std::shared_ptr<Array>& a) override {
