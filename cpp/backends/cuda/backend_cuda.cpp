@@ -511,8 +511,9 @@ class CudaProgram final : public Program, public AsyncProgram {
     // after the last reader of the staged inputs (a target may be a feed copied out above)
     for (auto* sg : staged_) check(cudaEventRecord(sg->consumed.get(), stream_), "recording an event");
     std::vector<std::shared_ptr<Array>> landed;
-    for (auto& a : assigns_) {
-      auto v = Array::empty(a.type.dtype, a.type.shape);
+    for (size_t i = 0; i < assigns_.size(); ++i) {
+      const AssignStep& a = assigns_[i];
+      auto v = landing_array(i);
       if (v->nbytes()) {
         check(cudaMemcpyAsync(v->data(), ptr_[size_t(a.slot)], v->nbytes(), cudaMemcpyDeviceToHost, stream_), "landing an assign");
         if (a.read_slot >= 0 && a.read_slot != a.slot)
@@ -716,6 +717,33 @@ class CudaProgram final : public Program, public AsyncProgram {
     std::string node, op;
     int slot;
   };
+  // The host array an assign lands in: pinned, so the copy is a DMA the stream orders rather
+  // than a synchronous staged copy of pageable memory. One is reused once nothing but this
+  // list holds it (the variable store and readers keep theirs: an assign never writes into an
+  // array someone holds); at most kLandingArrays each, then pageable arrays.
+  std::shared_ptr<Array> landing_array(size_t i) {
+    static constexpr size_t kLandingArrays = 4;
+    const AssignStep& a = assigns_[i];
+    if (landing_.size() < assigns_.size()) landing_.resize(assigns_.size());
+    auto& list = landing_[i];
+    for (auto& arr : list) {
+      const bool in_read_buffer = a.read_slot >= 0 && uploaded_[size_t(a.read_slot)] == arr;
+      if (!in_read_buffer && arr.use_count() == 1) return arr;
+    }
+    const size_t nbytes = size_t(num_elements(a.type.shape)) * dtype_size(a.type.dtype);
+    void* p = nullptr;
+    if (nbytes == 0 || list.size() >= kLandingArrays || cudaMallocHost(&p, nbytes) != cudaSuccess) {
+      cudaGetLastError();
+      return Array::empty(a.type.dtype, a.type.shape);
+    }
+    auto arr = std::make_shared<Array>();
+    arr->dtype = a.type.dtype;
+    arr->shape = a.type.shape;
+    arr->buffer = Buffer::borrow(p, nbytes, std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); }));
+    list.push_back(arr);
+    return arr;
+  }
+
   struct AssignStep {
     int64_t var;
     int slot;
@@ -737,6 +765,7 @@ class CudaProgram final : public Program, public AsyncProgram {
   std::vector<std::shared_ptr<Buffer>> arena_;
   std::vector<void*> ptr_;
   std::vector<std::shared_ptr<Array>> uploaded_;  // per Var slot: the host value its buffer holds
+  std::vector<std::vector<std::shared_ptr<Array>>> landing_;  // per assign: pinned host arrays it lands in
   struct Staging {
     std::shared_ptr<Buffer> dev;
     std::unique_ptr<void, PinnedDeleter> pin;
