@@ -311,3 +311,28 @@ def test_nchw_half_precision_training_step_matches_cpu():
         return [float(np.asarray(exe.run([xv])[0].numpy()).reshape(-1)[0]) for _ in range(4)]
 
     np.testing.assert_allclose(losses("cuda"), losses("cpu"), rtol=2e-2)
+
+
+def test_algorithm_search_times_every_candidate():
+    """Regression: the search's early-out compared an untimed candidate's infinity with twice the
+    best, so only the first candidate was ever timed and channels-last plans never won."""
+    import re
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, mpsgraph as mg\n"
+        "g = mg.Graph()\n"
+        "x = g.placeholder((4, 28, 28, 32), mg.float16)\n"
+        "w = g.constant(np.ones((32, 32, 3, 3), np.float16))\n"
+        "y = g.convolution_2d(x, w, strides=[1, 1], padding=[1, 1, 1, 1], data_layout='NHWC', weights_layout='OIHW')\n"
+        "g.compile({x: ((4, 28, 28, 32), mg.float16)}, [y], device='cuda')\n")
+    env = dict(__import__("os").environ, MPSGRAPH_CUDNN_VERBOSE="1", MPSGRAPH_CUDNN_SEARCH="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    timed = re.findall(r"algo \d+ math \d+: ([0-9.]+) ms", r.stderr)
+    if "descriptors ok" not in r.stderr:
+        pytest.skip("cuDNN is not available: the direct kernels run")
+    assert len(timed) >= 2, r.stderr
+    # both layouts were searched and at least one channels-last candidate got a finite time
+    last = r.stderr.split("layout last")[-1]
+    assert re.search(r"algo \d+ math \d+: [0-9.]+ ms", last), r.stderr
