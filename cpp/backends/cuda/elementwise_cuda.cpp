@@ -310,9 +310,17 @@ std::string num(int64_t v) { return std::to_string(v); }
 
 // The element function f(p, i, operands...): every node's value at flat index i, each rounded
 // to its dtype as its own kernel stores it; returns the root's value in storage form.
+//
+// Broadcast operands' offsets come from the collapsed dims, written into the source as literals
+// (the program is specialised to its shapes), so the divisions compile to multiply-shifts. The
+// element is i0 + j: where the innermost dim is a multiple of the vector width, i0 (a vector's
+// first element) fixes the outer coordinates and j only steps along the innermost dim, so the
+// divisions are shared by the vector's elements once f is inlined.
 std::string element_function(const std::vector<EwNode>& nodes, const std::vector<DType>& in_dt,
-                             const std::vector<Access>& acc, const std::vector<int>& bslot, int nb, int rank) {
-  std::string src = "__device__ __forceinline__ " + storage_type(nodes.back().out) + " f(const Params& p, const I i";
+                             const std::vector<Access>& acc, const std::vector<int>& bslot, const Collapsed& bc,
+                             bool rows_hold_vectors) {
+  const int nb = int(bc.stride.size()), rank = nb ? int(bc.shape.size()) : 0;
+  std::string src = "__device__ __forceinline__ " + storage_type(nodes.back().out) + " f(const I i0, const int j";
   for (size_t k = 0; k < in_dt.size(); ++k) {
     const std::string e = " e" + num(int64_t(k));
     if (acc[k] == Access::Direct) src += ", const " + storage_type(in_dt[k]) + e;
@@ -321,16 +329,20 @@ std::string element_function(const std::vector<EwNode>& nodes, const std::vector
   }
   src += ") {\n";
   if (nb > 0) {  // broadcast operands' offsets: the outermost dim needs no division
-    src += "  I rem = i";
+    src += std::string("  I rem = ") + (rows_hold_vectors ? "i0" : "i0 + j");
     for (int b = 0; b < nb; ++b) src += ", o" + num(b) + " = 0";
     src += ";\n";
     for (int d = rank - 1; d >= 0; --d) {
-      const std::string D = num(d);
-      if (d > 0) src += "  { const I q = rem / p.shape[" + D + "], c = rem - q * p.shape[" + D + "]; rem = q;";
+      const std::string S = "(I)" + num(bc.shape[size_t(d)]);
+      if (d > 0) src += "  { const I q = rem / " + S + ", c = rem - q * " + S + "; rem = q;";
       else src += "  { const I c = rem;";
-      for (int b = 0; b < nb; ++b) src += " o" + num(b) + " += c * p.stride[" + num(b) + "][" + D + "];";
+      for (int b = 0; b < nb; ++b)
+        if (bc.stride[size_t(b)][size_t(d)] != 0) src += " o" + num(b) + " += c * (I)" + num(bc.stride[size_t(b)][size_t(d)]) + ";";
       src += " }\n";
     }
+    if (rows_hold_vectors)
+      for (int b = 0; b < nb; ++b)
+        if (bc.stride[size_t(b)].back() != 0) src += "  o" + num(b) + " += j * (I)" + num(bc.stride[size_t(b)].back()) + ";\n";
   }
   for (size_t k = 0; k < in_dt.size(); ++k) {
     const std::string K = num(int64_t(k));
@@ -381,19 +393,13 @@ LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<Te
   // 16-byte accesses: V elements per thread, where every direct operand and the output are aligned
   const int V = int(std::min<size_t>(8, std::max<size_t>(1, 16 / min_item)));
   const bool wide = n >= (int64_t(1) << 30);
-  std::vector<int64_t> params{n};
-  int rank = 0;
-  if (!bshapes.empty()) {
-    const Collapsed c = collapse_dims(shape, bshapes);
-    rank = int(c.shape.size());
-    params.insert(params.end(), c.shape.begin(), c.shape.end());
-    for (auto& st : c.stride) params.insert(params.end(), st.begin(), st.end());
-  }
+  const std::vector<int64_t> params{n};
+  Collapsed bc;
+  if (!bshapes.empty()) bc = collapse_dims(shape, bshapes);
+  const bool rows_hold_vectors = bshapes.empty() || bc.shape.back() % V == 0;
   std::string src = prelude() + "typedef " + std::string(wide ? "i64" : "i32") + " I;\n" +
                     "template <class T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Pack { T v[N]; };\n" +
-                    "struct Params { I n;";
-  if (rank) src += " I shape[" + num(rank) + "]; I stride[" + num(int64_t(bshapes.size())) + "][" + num(rank) + "];";
-  src += " };\n" + element_function(nodes, in_dt, acc, bslot, int(bshapes.size()), rank);
+                    "struct Params { I n; };\n" + element_function(nodes, in_dt, acc, bslot, bc, rows_hold_vectors);
   src += "extern \"C\" __global__ void k(const Params p";
   for (size_t k = 0; k < in_dt.size(); ++k) src += ", const " + storage_type(in_dt[k]) + "* __restrict__ a" + num(int64_t(k));
   const std::string ost = storage_type(out_dt), VS = num(V);
@@ -403,7 +409,7 @@ LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<Te
       src += "  const " + compute_type(in_dt[k]) + " s" + num(int64_t(k)) + " = " + load_expr(in_dt[k], "a" + num(int64_t(k)) + "[0]") + ";\n";
   src += "  const I tid = (I)(blockIdx.x * blockDim.x + threadIdx.x), nth = (I)(gridDim.x * blockDim.x);\n  I i = tid;\n";
   auto call = [&](const std::string& idx, bool vec) {
-    std::string c = "f(p, " + idx;
+    std::string c = "f(" + idx;
     for (size_t k = 0; k < in_dt.size(); ++k) {
       const std::string K = num(int64_t(k));
       if (acc[k] == Access::Direct) c += vec ? ", l" + K + ".v[j]" : ", a" + K + "[i]";
@@ -418,9 +424,9 @@ LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<Te
       const std::string K = num(int64_t(k)), pk = "Pack<" + storage_type(in_dt[k]) + ", " + VS + ">";
       src += "      const " + pk + " l" + K + " = *reinterpret_cast<const " + pk + "*>(a" + K + " + i0);\n";
     }
-  src += "      Pack<" + ost + ", " + VS + "> r;\n#pragma unroll\n      for (int j = 0; j < " + VS + "; ++j) r.v[j] = " + call("i0 + j", true) +
+  src += "      Pack<" + ost + ", " + VS + "> r;\n#pragma unroll\n      for (int j = 0; j < " + VS + "; ++j) r.v[j] = " + call("i0, j", true) +
          ";\n      *reinterpret_cast<Pack<" + ost + ", " + VS + ">*>(out + i0) = r;\n    }\n    i = nv * " + VS + " + tid;\n  }\n";
-  src += "  for (; i < p.n; i += nth) out[i] = " + call("i", false) + ";\n}\n";
+  src += "  for (; i < p.n; i += nth) out[i] = " + call("i, 0", false) + ";\n}\n";
   // no multiply-add contraction: an op computes the same alone or fused with its neighbours
   const Kernel kern = nvrtc_kernel(src, "k", {"--fmad=false"});
   // the alignment each pointer needs for the vector path (a Pack's)
