@@ -23,6 +23,8 @@ typedef signed char i8; typedef short i16; typedef int i32; typedef long long i6
 typedef unsigned char u8; typedef unsigned short u16; typedef unsigned int u32; typedef unsigned long long u64;
 __device__ __forceinline__ float h2f(u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ u16 f2h(float f) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+// 1/(1+e^-x) for x >= 0, e^x/(1+e^x) below: one exp of -|x| gives both (no overflow, no cancellation)
+__device__ __forceinline__ float sigmoid_f(float x) { const float e = expf(-fabsf(x)); return x >= 0.f ? 1.f / (1.f + e) : e / (1.f + e); }
 __device__ __forceinline__ float bf2f(u16 b) { return __uint_as_float(((u32)b) << 16); }
 __device__ __forceinline__ u16 f2bf(float f) {
   u32 u = __float_as_uint(f);
@@ -214,7 +216,7 @@ const std::unordered_map<std::string, OpExpr>& table() {
       {"atanh", {1, {"atanhf(x)", "", "", ""}, false}},
       {"erf", {1, {"erff(x)", "", "", ""}, false}},
       {"erfinv", {1, {"erfinvf(x)", "", "", ""}, false}},
-      {"sigmoid", {1, {"(x >= 0.f ? 1.f / (1.f + expf(-x)) : expf(x) / (1.f + expf(x)))", "", "", ""}, false}},
+      {"sigmoid", {1, {"sigmoid_f(x)", "", "", ""}, false}},
       {"relu", {1, {"(x > 0.f ? x : (x != x ? x : 0.f))", "(x > 0 ? x : C(0))", "x", ""}, false}},
       {"logical_not", {1, {"", "", "", "!x"}, false}},
       {"bitwise_not", {1, {"", "C(~x)", "C(~x)", "!x"}, false}},
