@@ -12,6 +12,7 @@ import pytest
 
 import mpsgraph as mg
 from cuda_device import DEVICE, run as _run, skip_without_device
+from fft_reference import fft_ref, irfft_ref, rfft_ref
 
 pytestmark = skip_without_device
 
@@ -25,39 +26,6 @@ def _rng(seed):
 def _cplx(shape, seed):
     r = _rng(seed)
     return (r.standard_normal(shape) + 1j * r.standard_normal(shape)).astype(np.complex64)
-
-
-def _scale(n, mode):
-    return {"none": 1.0, "size": 1.0 / n, "unitary": 1.0 / np.sqrt(n)}[mode]
-
-
-def _axes(rank, axes):
-    return tuple(range(rank)) if axes is None else tuple(sorted(a % rank for a in axes))
-
-
-# MPSGraph's conventions in numpy (as tests/conformance_fft.py, which needs the whole table):
-# '+' in the exponent when inverse, the scaling whatever the sign.
-def fft_ref(z, axes=None, inverse=False, scaling_mode="none"):
-    ax = _axes(z.ndim, axes)
-    n = int(np.prod([z.shape[a] for a in ax]))
-    y = np.fft.ifftn(z, axes=ax, norm="forward") if inverse else np.fft.fftn(z, axes=ax)
-    return y * _scale(n, scaling_mode)
-
-
-def rfft_ref(x, axes=None, inverse=False, scaling_mode="none"):
-    ax = _axes(x.ndim, axes)
-    n = int(np.prod([x.shape[a] for a in ax]))
-    y = np.fft.rfftn(np.asarray(x, np.float64), axes=ax)
-    return (np.conj(y) if inverse else y) * _scale(n, scaling_mode)
-
-
-def irfft_ref(h, axes=None, inverse=False, scaling_mode="none", round_to_odd_hermitean=False):
-    ax = _axes(h.ndim, axes)
-    s = [h.shape[a] for a in ax]
-    s[-1] = 2 * (s[-1] - 1) + (1 if round_to_odd_hermitean else 0)
-    n = int(np.prod(s))
-    y = np.fft.irfftn(h if inverse else np.conj(h), s=s, axes=ax, norm="forward")
-    return y * _scale(n, scaling_mode)
 
 
 def _close(got, want, rtol=2e-5):

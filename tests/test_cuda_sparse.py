@@ -60,15 +60,6 @@ def _bits(a):
     return a.reshape(-1).view(np.uint8)
 
 
-def _run(build, values, device):
-    g = mg.Graph()
-    ph = [g.placeholder(v.shape, mg.as_dtype(v.dtype)) for v in values]
-    outs = build(g, *ph)
-    outs = outs if isinstance(outs, (list, tuple)) else [outs]
-    r = g.run(dict(zip(ph, values)), list(outs), device=device)
-    return [np.asarray(r[o]) for o in outs]
-
-
 def _same_as_cpu(build, *values):
     """The results on DEVICE, checked bit for bit against the CPU's."""
     cpu = _run(build, values, "cpu")
