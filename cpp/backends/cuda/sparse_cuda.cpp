@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "backends/cuda/cuda_internal.h"
 #include "core/error.h"
@@ -217,6 +216,9 @@ std::string source(DType vt, DType it) {
   return s + kStructureSrc + kComputeSrc;
 }
 
+// Kernel `name` of the source for values `vt` and indices `it`, without contraction as on the CPU.
+Kernel sparse_kernel(DType vt, DType it, const char* name) { return nvrtc_kernel(source(vt, it), name, {"--fmad=false"}); }
+
 int64_t grid(int64_t n) { return std::min<int64_t>((n + 255) / 256, int64_t(1) << 20); }
 
 struct Kernels {
@@ -278,9 +280,7 @@ std::shared_ptr<Step> prepare(const KernelCtx& c, size_t i0, DType vt, bool row_
   const DType it = c.in[i0].dtype;
   if (it != DType::Int32 && it != DType::Int64)
     raise(ErrorKind::Type, p->op, p->node, std::string("indices must be int32 or int64, got ") + dtype_name(it));
-  const std::string src = source(vt, it);
-  const std::vector<std::string> opts{"--fmad=false"};
-  auto kern = [&](const char* name) { return nvrtc_kernel(src, name, opts); };
+  auto kern = [&](const char* name) { return sparse_kernel(vt, it, name); };
   p->k.check = kern("check_idx");
   p->k.record = kern("record");
   p->k.coords = kern("coords");
@@ -344,12 +344,11 @@ LaunchFn sparse_tensor_factory(const KernelCtx& c) {
   const DType vt = c.in[0].dtype;
   if (vt == DType::Bool) raise(ErrorKind::Type, c.node.op->name, c.node.name, "no cuda kernel for bool values");
   auto p = prepare(c, 1, vt, true);
-  const std::string src = source(vt, c.in[1].dtype);
-  p->k.main = nvrtc_kernel(src, "to_dense", {"--fmad=false"});
+  p->k.main = sparse_kernel(vt, c.in[1].dtype, "to_dense");
   const int64_t total = p->g.rows * p->g.cols;
   const bool half = is_half(vt);
   if (half) {
-    p->k.store = nvrtc_kernel(src, "store", {"--fmad=false"});
+    p->k.store = sparse_kernel(vt, c.in[1].dtype, "store");
     p->acc = c.scratch(size_t(std::max<int64_t>(total, 1)) * sizeof(float));
   }
   const size_t acc_bytes = size_t(total) * (half ? sizeof(float) : dtype_size(vt));
@@ -374,7 +373,7 @@ LaunchFn sparse_tensor_factory(const KernelCtx& c) {
 LaunchFn sparse_gather_factory(const KernelCtx& c) {
   const DType vt = c.in[0].dtype;
   auto p = prepare(c, 1, vt, false);
-  p->k.main = nvrtc_kernel(source(vt, c.in[1].dtype), "gather", {"--fmad=false"});
+  p->k.main = sparse_kernel(vt, c.in[1].dtype, "gather");
   return [p](cudaStream_t s, const void* const* in, void* const* out) {
     launch_structure(*p, s, in[1], in[2], out);
     SG g = p->g;
@@ -395,7 +394,7 @@ LaunchFn sparse_matmul_factory(const KernelCtx& c) {
   require_float(c, vt);
   auto p = prepare(c, 1, vt, true);
   p->n = c.in[3].shape[1];
-  p->k.main = nvrtc_kernel(source(vt, c.in[1].dtype), "spmm", {"--fmad=false"});
+  p->k.main = sparse_kernel(vt, c.in[1].dtype, "spmm");
   return [p](cudaStream_t s, const void* const* in, void* const* out) {
     launch_structure(*p, s, in[1], in[2], out);
     SG g = p->g;
@@ -412,7 +411,7 @@ LaunchFn sparse_sampled_matmul_factory(const KernelCtx& c) {
   require_float(c, vt);
   auto p = prepare(c, 2, vt, false);
   p->n = c.in[0].shape[1];
-  p->k.main = nvrtc_kernel(source(vt, c.in[2].dtype), "sddmm", {"--fmad=false"});
+  p->k.main = sparse_kernel(vt, c.in[2].dtype, "sddmm");
   return [p](cudaStream_t s, const void* const* in, void* const* out) {
     launch_structure(*p, s, in[2], in[3], out);
     SG g = p->g;
