@@ -519,6 +519,34 @@ def _small_cnn(torch, jax, dtype):
     return f"small CNN training step (2 conv3x3 + maxpool, fc), 32x32, batch 128, SGD, {dtype}", fns
 
 
+def w_spmm(n, density, k):
+    """csr (n, n) @ dense (n, k) float32: mpsgraph's generated kernels against PyTorch's csr
+    product (cuSPARSE) and the dense GEMM of the same matrix."""
+    def w(torch, jax):
+        rng = np.random.default_rng(0)
+        nnz = int(n * n * density)
+        r, c = np.sort(rng.integers(0, n, nnz)), rng.integers(0, n, nnz).astype(np.int32)
+        starts = np.searchsorted(r, np.arange(n + 1)).astype(np.int32)
+        v = rng.standard_normal(nnz).astype(np.float32)
+        d = rng.standard_normal((n, k)).astype(np.float32)
+        g = mg.Graph()
+        types = [((nnz,), mg.float32), ((nnz,), mg.int32), ((n + 1,), mg.int32), ((n, k), mg.float32)]
+        ph = [g.placeholder(*t) for t in types]
+        y = g.sparse_matmul(g.sparse_tensor("csr", tuple(ph[:3]), (n, n)), ph[3])
+        exe = g.compile(dict(zip(ph, types)), [y], device=DEV)
+        args = [on_gpu(x) for x in (v, c, starts, d)]
+        fns = {"mpsgraph": (lambda: exe.run(args), None)}
+        if torch:
+            a = torch.sparse_csr_tensor(torch.from_numpy(starts.astype(np.int64)), torch.from_numpy(c.astype(np.int64)),
+                                        torch.from_numpy(v), (n, n)).cuda()
+            xd = torch.from_numpy(d).cuda()
+            fns["torch csr (cuSPARSE)"] = (lambda: a @ xd, torch.cuda.synchronize)
+            dense = a.to_dense()
+            fns["torch dense GEMM"] = (lambda: dense @ xd, torch.cuda.synchronize)
+        return f"csr {n}x{n} ({nnz} entries, {density:.0%}) @ dense ({n}, {k}) float32", fns
+    return w
+
+
 WORKLOADS = {  # most telling first: a deadline cuts the tail
     "dispatch100": w_dispatch100,
     "mlp_b128": w_mlp(128),
@@ -539,6 +567,7 @@ WORKLOADS = {  # most telling first: a deadline cuts the tail
     "resnet18_b256_bf16": w_resnet18(256, "bfloat16"),
     "resnet18_b256_nhwc": w_resnet18(256, "float32", "NHWC"),
     "small_cnn_f16": w_small_cnn("float16"),
+    "spmm_csr16k": w_spmm(16384, 0.001, 256),
 }
 
 

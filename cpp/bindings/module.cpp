@@ -35,6 +35,9 @@
 #include "runtime/executable.h"
 #include "runtime/profile.h"
 #include "runtime/tensor_data.h"
+#ifdef MG_HAVE_CUDA
+#include "backends/cuda/kernel_table.h"
+#endif
 
 namespace py = pybind11;
 using namespace mg;
@@ -1062,6 +1065,11 @@ PYBIND11_MODULE(_core, m) {
       return py::make_tuple(false, std::string(e.what()), std::string());
     }
   });
+#ifdef MG_HAVE_CUDA
+  m.def("cuda_kernel_names", &cuda::kernel_ops,
+        "Ops with a kernel in the cuda backend (a static table: no GPU needed). Composites are expanded "
+        "before it is consulted. Defined only where the cuda backend is built.");
+#endif
   m.def("check_device", [](const std::string& s) {
     Device d = parse_device(s);
     backend_for(d);

@@ -25,6 +25,7 @@
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/elementwise_cuda.h"
 #include "backends/cuda/epilogue_cuda.h"
+#include "backends/cuda/kernel_table.h"
 #include "core/error.h"
 #include "core/ops/shape_attrs.h"
 #include "core/registry.h"
@@ -189,6 +190,7 @@ const KernelFactory* find_kernel(const std::string& op) {
     register_resize_kernels();
     register_image_kernels();
     register_linalg_kernels();
+    register_sparse_kernels();
     register_control_flow_kernels();
     register_complex_kernels();
     register_fft_kernels();
@@ -848,6 +850,14 @@ std::unique_ptr<RegionProgram> compile_region_program(const Specialised& sg) {
 KernelFactory registered_kernel(const std::string& op) {
   auto it = kernels().find(op);
   return it == kernels().end() ? KernelFactory() : it->second;
+}
+
+std::vector<std::string> kernel_ops() {
+  (void)find_kernel("");  // fills the table on first use
+  std::vector<std::string> names;
+  for (auto& entry : kernels()) names.push_back(entry.first);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace mg::cuda

@@ -89,6 +89,7 @@ void register_shape_gradient_kernels();
 void register_resize_kernels();
 void register_image_kernels();
 void register_linalg_kernels();
+void register_sparse_kernels();
 void register_control_flow_kernels();
 
 // A program compiled for a control-flow region (control_flow_cuda.cpp): launched on the
