@@ -404,6 +404,15 @@ py::capsule to_dlpack(const TensorData& td, py::object stream, py::object max_ve
   return make_dl_capsule<DLManagedTensor>(td, arr, "dltensor");
 }
 
+// The CUDA device index of a DLPack object on a CUDA GPU (by __dlpack_device__), else none.
+std::optional<int> dlpack_cuda_index(py::handle h) {
+  if (!py::hasattr(h, "__dlpack__") || !py::hasattr(h, "__dlpack_device__")) return std::nullopt;
+  py::object dev = h.attr("__dlpack_device__")();
+  if (!py::isinstance<py::tuple>(dev) || py::len(dev) != 2 || dev.cast<py::tuple>()[0].cast<int>() != kDLCUDA)
+    return std::nullopt;
+  return dev.cast<py::tuple>()[1].cast<int>();
+}
+
 // Calls obj.__dlpack__, asking for a versioned capsule; producers that predate DLPack 1.0
 // (no max_version keyword) are asked again without it.
 // A CUDA producer is given the stream the cuda backend runs on, and orders its pending work
@@ -411,12 +420,7 @@ py::capsule to_dlpack(const TensorData& td, py::object stream, py::object max_ve
 // that wrote it, without the host waiting.
 py::object call_dlpack(py::handle h) {
   py::object fn = h.attr("__dlpack__");
-  std::optional<int> cuda_index;
-  if (py::hasattr(h, "__dlpack_device__")) {
-    py::object dev = h.attr("__dlpack_device__")();
-    if (py::isinstance<py::tuple>(dev) && py::len(dev) == 2 && dev.cast<py::tuple>()[0].cast<int>() == kDLCUDA)
-      cuda_index = dev.cast<py::tuple>()[1].cast<int>();
-  }
+  const std::optional<int> cuda_index = dlpack_cuda_index(h);
   if (cuda_index) {
     uintptr_t ours = 0;
     try {
@@ -449,7 +453,9 @@ TensorData to_tensor_data(py::handle h, bool for_output = false) {
                                              " wraps read-only memory");
     return td;
   }
-  if (PyObject_CheckBuffer(h.ptr())) return from_buffer(py::reinterpret_borrow<py::buffer>(h), for_output);
+  // CuPy and JAX arrays offer the buffer protocol too, and refuse it for GPU memory
+  if (PyObject_CheckBuffer(h.ptr()) && (py::isinstance<py::array>(h) || !dlpack_cuda_index(h)))
+    return from_buffer(py::reinterpret_borrow<py::buffer>(h), for_output);
   if (py::hasattr(h, "__dlpack__")) {
     py::object cap;
     try {
