@@ -346,19 +346,19 @@ py::capsule make_dl_capsule(const TensorData& td, const std::shared_ptr<Array>& 
 // legacy default stream, 2 the per-thread default stream, a larger int a cudaStream_t, -1 no
 // synchronisation; 0 is refused (ambiguous). Host memory takes None or -1 only.
 int64_t dlpack_stream(const TensorData& td, const py::object& stream) {
-  const std::string given = py::repr(stream).cast<std::string>();
+  auto given = [&] { return py::repr(stream).cast<std::string>(); };
   if (!stream.is_none() && (py::isinstance<py::bool_>(stream) || !py::isinstance<py::int_>(stream)))
-    throw GraphError(ErrorKind::Type, "[TensorData] __dlpack__: stream must be an int or None, got " + given);
+    throw GraphError(ErrorKind::Type, "[TensorData] __dlpack__: stream must be an int or None, got " + given());
   int overflow = 0;
   const long long s = stream.is_none() ? 1 : PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow);
   if (td.device.kind != DeviceKind::CUDA) {
     if (!stream.is_none() && s != -1)
       throw py::buffer_error("[TensorData] __dlpack__: stream must be None or -1 for data on " + td.device.str() +
-                             ", got " + given);
+                             ", got " + given());
     return -1;
   }
   if (overflow || s < -1 || s == 0)
-    throw py::buffer_error("[TensorData] __dlpack__: stream " + given + " is not a CUDA stream for data on " +
+    throw py::buffer_error("[TensorData] __dlpack__: stream " + given() + " is not a CUDA stream for data on " +
                            td.device.str() + " (DLPack: None or 1 the legacy default stream, 2 the per-thread one, "
                            "a cudaStream_t, or -1 for no synchronisation; 0 is ambiguous)");
   return s;
@@ -426,7 +426,7 @@ py::object call_dlpack(py::handle h) {
     try {
       ours = backend_for(Device{DeviceKind::CUDA, *cuda_index}).stream_handle();
     } catch (const GraphError& e) {
-      dlpack_fail(ErrorKind::Value, "gave a tensor on device type 2 (cuda:" + std::to_string(*cuda_index) +
+      dlpack_fail(ErrorKind::Value, "object is on device type 2 (cuda:" + std::to_string(*cuda_index) +
                                         "), which cannot be used here: " + e.what());
     }
     py::int_ stream(ours);
@@ -454,8 +454,14 @@ TensorData to_tensor_data(py::handle h, bool for_output = false) {
     return td;
   }
   // CuPy and JAX arrays offer the buffer protocol too, and refuse it for GPU memory
-  if (PyObject_CheckBuffer(h.ptr()) && (py::isinstance<py::array>(h) || !dlpack_cuda_index(h)))
-    return from_buffer(py::reinterpret_borrow<py::buffer>(h), for_output);
+  if (PyObject_CheckBuffer(h.ptr())) {
+    bool on_cuda = false;
+    try {
+      on_cuda = !py::isinstance<py::array>(h) && dlpack_cuda_index(h);
+    } catch (py::error_already_set&) {  // a broken __dlpack_device__: the buffer it offers decides
+    }
+    if (!on_cuda) return from_buffer(py::reinterpret_borrow<py::buffer>(h), for_output);
+  }
   if (py::hasattr(h, "__dlpack__")) {
     py::object cap;
     try {
