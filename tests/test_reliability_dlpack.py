@@ -270,3 +270,28 @@ def test_torch_round_trip_versioned():
     tds = mg.TensorData(s)
     assert tds.copied
     np.testing.assert_array_equal(np.asarray(tds), s.numpy())
+
+
+class _GpuArrayWithBuffer(bytearray):
+    """Says it lives on cuda:0 yet offers the buffer protocol (as CuPy and JAX arrays do, which
+    refuse it for GPU memory): its DLPack side must decide, never its host buffer."""
+    streams = []
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None, **kw):
+        self.streams.append(stream)
+        raise RuntimeError("no GPU memory behind this test object")
+
+
+def test_gpu_dlpack_objects_are_not_read_through_their_buffer():
+    obj = _GpuArrayWithBuffer(b"\0" * 16)
+    if mg.Device("cuda:0").available:  # asked with the backend's stream (an int beyond 0, 1, 2)
+        with pytest.raises(mg.GraphValueError, match=r"__dlpack__\(\) raised .*no GPU memory"):
+            mg.TensorData(obj)
+        assert len(obj.streams) == 1 and isinstance(obj.streams[0], int) and obj.streams[0] > 2
+    else:
+        with pytest.raises(mg.GraphValueError, match=r"\[TensorData\] __dlpack__ object is on device type 2 \(cuda:0\)"):
+            mg.TensorData(obj)
+        assert obj.streams == []

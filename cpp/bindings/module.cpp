@@ -345,14 +345,32 @@ py::capsule make_dl_capsule(const TensorData& td, const std::shared_ptr<Array>& 
   return py::reinterpret_steal<py::capsule>(cap);
 }
 
+// The consumer's stream given to __dlpack__, as DLPack numbers CUDA streams: None and 1 the
+// legacy default stream, 2 the per-thread default stream, a larger int a cudaStream_t, -1 no
+// synchronisation; 0 is refused (ambiguous). Host memory takes None or -1 only.
+int64_t dlpack_stream(const TensorData& td, const py::object& stream) {
+  auto given = [&] { return py::repr(stream).cast<std::string>(); };
+  if (!stream.is_none() && (py::isinstance<py::bool_>(stream) || !py::isinstance<py::int_>(stream)))
+    throw GraphError(ErrorKind::Type, "[TensorData] __dlpack__: stream must be an int or None, got " + given());
+  int overflow = 0;
+  const long long s = stream.is_none() ? 1 : PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow);
+  if (td.device.kind != DeviceKind::CUDA) {
+    if (!stream.is_none() && s != -1)
+      throw py::buffer_error("[TensorData] __dlpack__: stream must be None or -1 for data on " + td.device.str() +
+                             ", got " + given());
+    return -1;
+  }
+  if (overflow || s < -1 || s == 0)
+    throw py::buffer_error("[TensorData] __dlpack__: stream " + given() + " is not a CUDA stream for data on " +
+                           td.device.str() + " (DLPack: None or 1 the legacy default stream, 2 the per-thread one, "
+                           "a cudaStream_t, or -1 for no synchronisation; 0 is ambiguous)");
+  return s;
+}
+
 py::capsule to_dlpack(const TensorData& td, py::object stream, py::object max_version, py::object dl_device,
                       py::object copy) {
   const int dev_type = dl_device_type(td.device);
-  // GPU results are complete when run() returns (it synchronises): any consumer stream is fine
-  if (td.device.kind != DeviceKind::CUDA && !stream.is_none() &&
-      !(py::isinstance<py::int_>(stream) && stream.cast<int64_t>() == -1))
-    throw py::buffer_error("[TensorData] __dlpack__: stream must be None for host memory, got " +
-                           py::repr(stream).cast<std::string>());
+  const int64_t consumer = dlpack_stream(td, stream);
   int major = 0;
   if (!max_version.is_none()) {
     py::sequence mv = py::reinterpret_borrow<py::sequence>(max_version);
@@ -374,6 +392,8 @@ py::capsule to_dlpack(const TensorData& td, py::object stream, py::object max_ve
     arr = Array::empty(td.array->dtype, td.array->shape);
     if (arr->nbytes()) std::memcpy(arr->data(), td.array->data(), arr->nbytes());
   }
+  if (td.device.kind == DeviceKind::CUDA && consumer != -1)
+    backend_for(td.device).order_before(uintptr_t(consumer));
   if (major >= 1) {
     py::capsule cap = make_dl_capsule<DLManagedTensorVersioned>(td, arr, "dltensor_versioned");
     auto* m = static_cast<DLManagedTensorVersioned*>(cap.get_pointer<void>());
@@ -387,24 +407,38 @@ py::capsule to_dlpack(const TensorData& td, py::object stream, py::object max_ve
   return make_dl_capsule<DLManagedTensor>(td, arr, "dltensor");
 }
 
+// The CUDA device index of a DLPack object on a CUDA GPU (by __dlpack_device__), else none.
+std::optional<int> dlpack_cuda_index(py::handle h) {
+  if (!py::hasattr(h, "__dlpack__") || !py::hasattr(h, "__dlpack_device__")) return std::nullopt;
+  py::object dev = h.attr("__dlpack_device__")();
+  if (!py::isinstance<py::tuple>(dev) || py::len(dev) != 2 || dev.cast<py::tuple>()[0].cast<int>() != kDLCUDA)
+    return std::nullopt;
+  return dev.cast<py::tuple>()[1].cast<int>();
+}
+
 // Calls obj.__dlpack__, asking for a versioned capsule; producers that predate DLPack 1.0
 // (no max_version keyword) are asked again without it.
-// A CUDA producer is asked to order its work before the legacy default stream (1), which the
-// cuda backend's blocking stream follows (DLPack's stream semantics).
+// A CUDA producer is given the stream the cuda backend runs on, and orders its pending work
+// before it (DLPack's stream semantics): a run that reads the tensor comes after the work
+// that wrote it, without the host waiting.
 py::object call_dlpack(py::handle h) {
   py::object fn = h.attr("__dlpack__");
-  bool cuda = false;
-  if (py::hasattr(h, "__dlpack_device__")) {
-    py::object dev = h.attr("__dlpack_device__")();
-    cuda = py::isinstance<py::tuple>(dev) && py::len(dev) == 2 && dev.cast<py::tuple>()[0].cast<int>() == kDLCUDA;
-  }
-  if (cuda) {
+  const std::optional<int> cuda_index = dlpack_cuda_index(h);
+  if (cuda_index) {
+    uintptr_t ours = 0;
     try {
-      return fn(py::arg("stream") = 1, py::arg("max_version") = py::make_tuple(1, 0));
+      ours = backend_for(Device{DeviceKind::CUDA, *cuda_index}).stream_handle();
+    } catch (const GraphError& e) {
+      dlpack_fail(ErrorKind::Value, "object is on device type 2 (cuda:" + std::to_string(*cuda_index) +
+                                        "), which cannot be used here: " + e.what());
+    }
+    py::int_ stream(ours);
+    try {
+      return fn(py::arg("stream") = stream, py::arg("max_version") = py::make_tuple(1, 0));
     } catch (py::error_already_set& e) {
       if (!e.matches(PyExc_TypeError)) throw;
     }
-    return fn(py::arg("stream") = 1);
+    return fn(py::arg("stream") = stream);
   }
   try {
     return fn(py::arg("max_version") = py::make_tuple(1, 0));
@@ -422,7 +456,15 @@ TensorData to_tensor_data(py::handle h, bool for_output = false) {
                                              " wraps read-only memory");
     return td;
   }
-  if (PyObject_CheckBuffer(h.ptr())) return from_buffer(py::reinterpret_borrow<py::buffer>(h), for_output);
+  // CuPy and JAX arrays offer the buffer protocol too, and refuse it for GPU memory
+  if (PyObject_CheckBuffer(h.ptr())) {
+    bool on_cuda = false;
+    try {
+      on_cuda = !py::isinstance<py::array>(h) && dlpack_cuda_index(h);
+    } catch (py::error_already_set&) {  // a broken __dlpack_device__: the buffer it offers decides
+    }
+    if (!on_cuda) return from_buffer(py::reinterpret_borrow<py::buffer>(h), for_output);
+  }
   if (py::hasattr(h, "__dlpack__")) {
     py::object cap;
     try {
@@ -802,7 +844,8 @@ PYBIND11_MODULE(_core, m) {
             d["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(t.array->data()), false);
             d["version"] = 3;
             d["strides"] = py::none();
-            d["stream"] = py::none();  // complete: run() synchronised
+            // the stream its producing work was queued on: a consumer synchronises with it (CAI v3)
+            d["stream"] = py::int_(backend_for(t.device).stream_handle());
             return d;
           })
       .def("_to_host", [](const TensorData& t) { return host_td(t); }, "The data in host memory (a copy for GPU data).")

@@ -53,6 +53,13 @@ class Backend {
   // host memory; an array already where it is asked for is returned as it is.
   virtual std::shared_ptr<Array> to_host(const std::shared_ptr<Array>& a) { return a; }
   virtual std::shared_ptr<Array> from_host(const std::shared_ptr<Array>& a) { return a; }
+  // Stream interop for DLPack and __cuda_array_interface__, with streams named as those
+  // protocols name them (1: CUDA's legacy default stream, 2: its per-thread default stream,
+  // else a cudaStream_t). stream_handle() is the stream this device's runs are queued on (0
+  // where there is none); order_before(s) makes stream s wait for the work queued so far on
+  // it. The defaults do nothing: host memory is complete when a run returns.
+  virtual uintptr_t stream_handle() { return 0; }
+  virtual void order_before(uintptr_t consumer) { (void)consumer; }
   // The device's name for humans ("NVIDIA H200 (sm_90, 132 SMs)"); empty where none.
   virtual std::string describe() const { return ""; }
   // Composite nodes this backend runs as one kernel or lowering; the others are expanded

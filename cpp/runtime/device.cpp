@@ -82,7 +82,14 @@ Backend& backend_for(const Device& d) {
   if (!be) raise(ErrorKind::Runtime, "device", "", "device '" + d.str() + "' is not available: no backend of this kind is built");
   if (!be->available())
     raise(ErrorKind::Runtime, "device", "", "device '" + d.str() + "' is not available: " + be->unavailable_reason());
-  if (d.index != 0) raise(ErrorKind::Runtime, "device", "", "device '" + d.str() + "' is not available: only index 0 is supported");
+  if (d.index != 0) {
+    std::string why = "device '" + d.str() + "' is not available: only index 0 is supported";
+    if (d.kind == DeviceKind::CUDA)  // one context, stream, pool and library handles per process
+      why += " (the cuda backend drives one GPU per process, the first visible one; to run on another, make it "
+             "the first: CUDA_VISIBLE_DEVICES=" + std::to_string(d.index) + " makes GPU " + std::to_string(d.index) +
+             " cuda:0)";
+    raise(ErrorKind::Runtime, "device", "", why);
+  }
   return *be;
 }
 

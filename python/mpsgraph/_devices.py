@@ -13,7 +13,8 @@ class Device:
     """A compute device, e.g. Device("cpu"), Device("metal"), Device("cuda:0").
 
     Constructing names a device; using one that is not present raises GraphRuntimeError
-    saying why (for example, a build without the Metal backend)."""
+    saying why (for example, a build without the Metal backend). The cuda backend drives one
+    GPU per process, cuda:0 (the first visible one; CUDA_VISIBLE_DEVICES selects it)."""
 
     __slots__ = ("kind", "index")
 

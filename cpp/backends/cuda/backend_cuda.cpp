@@ -98,6 +98,7 @@ struct PoolReturn {
     Pool& pl = pool();
     std::lock_guard<std::mutex> l(pl.mu);
     if (pl.free_bytes + sz > kPoolLimit) {
+      DeviceScope on_gpu;
       cudaFree(q);
       return;
     }
@@ -109,7 +110,7 @@ struct PoolReturn {
 }  // namespace
 
 std::shared_ptr<Buffer> device_alloc(size_t nbytes) {
-  context();
+  DeviceScope on_gpu;
   const size_t sz = round_size(nbytes);
   Pool& p = pool();
   void* ptr = nullptr;
@@ -155,6 +156,22 @@ Context& context() {
     return r;
   }();
   return c;
+}
+
+DeviceScope::DeviceScope() {
+  const int want = context().device;
+  int cur = 0;
+  if (cudaGetDevice(&cur) != cudaSuccess) {
+    cudaGetLastError();
+    cur = -1;
+  }
+  if (cur == want) return;
+  check(cudaSetDevice(want), "selecting cuda:0");
+  restore_ = cur;
+}
+
+DeviceScope::~DeviceScope() {
+  if (restore_ >= 0 && cudaSetDevice(restore_) != cudaSuccess) cudaGetLastError();
 }
 
 bool is_device_pointer(const void* p) {
@@ -440,6 +457,7 @@ class CudaProgram final : public Program, public AsyncProgram {
   }
 
   ~CudaProgram() override {
+    DeviceScope on_gpu;
     cudaStreamSynchronize(stream_);  // a started run may still use the buffers and graphs
     cudaGetLastError();
     for (auto& gr : graphs_) cudaGraphExecDestroy(gr.exec);
@@ -453,6 +471,7 @@ class CudaProgram final : public Program, public AsyncProgram {
   // run's event, runs the kernels' checks and lands the assigns.
   std::function<void()> start(const std::vector<std::shared_ptr<Array>>& inputs,
                               const std::vector<std::shared_ptr<Array>>& outputs) override {
+    DeviceScope on_gpu;
     std::unique_lock<std::mutex> l(run_mutex());
     const int parity = int(runs_++ & 1);
     staged_.clear();
@@ -801,7 +820,10 @@ class CudaBackend final : public Backend {
   DeviceKind kind() const override { return DeviceKind::CUDA; }
   bool available() const override { return probe().ok; }
   std::string unavailable_reason() const override { return probe().reason; }
-  std::unique_ptr<Program> compile(const Specialised& sg) override { return std::make_unique<CudaProgram>(sg); }
+  std::unique_ptr<Program> compile(const Specialised& sg) override {
+    DeviceScope on_gpu;
+    return std::make_unique<CudaProgram>(sg);
+  }
   std::shared_ptr<Array> allocate(DType dtype, const Shape& shape) override {
     auto a = std::make_shared<Array>();
     a->dtype = dtype;
@@ -811,20 +833,38 @@ class CudaBackend final : public Backend {
   }
   std::shared_ptr<Array> to_host(const std::shared_ptr<Array>& a) override {
     if (!a->data() || !on_device(*a)) return a;
+    DeviceScope on_gpu;
     auto h = Array::empty(a->dtype, a->shape);
     if (h->nbytes()) check(cudaMemcpy(h->data(), a->data(), h->nbytes(), cudaMemcpyDeviceToHost), "copying to the host");
     return h;
   }
   std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
                                                          const std::vector<std::shared_ptr<const Array>>& inputs) override {
+    DeviceScope on_gpu;
     std::lock_guard<std::mutex> l(run_mutex());  // its launches must not join another thread's capture
     return cuda::run_data_dependent(node, in_types, inputs);
   }
   std::shared_ptr<Array> from_host(const std::shared_ptr<Array>& a) override {
     if (a->data() && on_device(*a)) return a;
+    DeviceScope on_gpu;
     auto d = allocate(a->dtype, a->shape);
     if (d->nbytes()) check(cudaMemcpy(d->data(), a->data(), d->nbytes(), cudaMemcpyHostToDevice), "copying to the GPU");
     return d;
+  }
+  uintptr_t stream_handle() override { return reinterpret_cast<uintptr_t>(context().stream); }
+  // An event recorded on our stream, waited for on the consumer's: the consumer's later work
+  // runs after ours without the host waiting (DLPack's producer side).
+  void order_before(uintptr_t consumer) override {
+    cudaStream_t ours = context().stream;
+    cudaStream_t theirs = consumer == 1   ? cudaStreamLegacy
+                          : consumer == 2 ? cudaStreamPerThread
+                                          : reinterpret_cast<cudaStream_t>(consumer);
+    if (theirs == ours) return;
+    DeviceScope on_gpu;
+    std::lock_guard<std::mutex> l(run_mutex());  // the record must not join another thread's capture
+    Event e = new_event();
+    check(cudaEventRecord(e.get(), ours), "recording an event for a DLPack consumer");
+    check(cudaStreamWaitEvent(theirs, e.get(), 0), "ordering the consumer's stream after mpsgraph's work");
   }
   std::string describe() const override {
     if (!probe().ok) return "";

@@ -25,7 +25,7 @@ namespace mg::cuda {
 // Throws GraphRuntimeError naming what failed and CUDA's message.
 void check(cudaError_t e, const char* what);
 
-// The one GPU this process uses (device 0) and its stream.
+// The one GPU this process uses (device 0, the first visible one) and its stream.
 struct Context {
   int device = 0;
   int sm_major = 0, sm_minor = 0, sm_count = 0;
@@ -33,6 +33,20 @@ struct Context {
   cudaStream_t stream = nullptr;
 };
 Context& context();  // initialises on first use; only called once available() said yes
+
+// Makes the backend's GPU current on this thread for a scope, then restores the caller's:
+// a process that also drives another GPU (PyTorch, CuPy) may have made that one current,
+// and allocations and launches go to the current device.
+class DeviceScope {
+ public:
+  DeviceScope();
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int restore_ = -1;
+};
 
 // Device memory from a pool of freed blocks by size class, bounded (cuda_backend_cuda.cpp).
 std::shared_ptr<Buffer> device_alloc(size_t nbytes);
