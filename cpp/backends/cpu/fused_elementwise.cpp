@@ -37,6 +37,7 @@ namespace {
 constexpr int kMaxInstr = 16;  // per group
 constexpr int kMaxBuf = 28;    // tiles on the stack: instructions plus loaded inputs
 constexpr int64_t kTile = 512;
+constexpr int64_t kLeadBlock = 4096;  // outputs reduced together over leading axes (the kernel's block)
 
 enum class Op : uint8_t {
   Neg, Abs, Square, Sqrt, Recip, Relu, Exp, Log, Tanh, Sigmoid, Erf, Not, Copy,  // unary (Copy: cast, identity)
@@ -361,115 +362,114 @@ bool reduction_fits(const Graph& g, const Node& n, ReduceWalk* walk) {
 }
 
 // Accumulators: sums and products in double, maximum / minimum in float (as the kernels).
+template <bool Prod>
 struct SumAcc {
   using Acc = double;
-  bool prod;
-  Acc init() const { return prod ? 1.0 : 0.0; }
-  void add(Acc& a, float v) const { a = prod ? a * double(v) : a + double(v); }
-  void combine(Acc& a, Acc b) const { a = prod ? a * b : a + b; }
+  static Acc init() { return Prod ? 1.0 : 0.0; }
+  static void add(Acc& a, float v) { a = Prod ? a * double(v) : a + double(v); }
+  static void combine(Acc& a, Acc b) { a = Prod ? a * b : a + b; }
+  static void add_row(Acc* a, const float* v, int64_t m) {
+    for (int64_t j = 0; j < m; ++j) a[j] = Prod ? a[j] * double(v[j]) : a[j] + double(v[j]);
+  }
 
   // One contiguous run of n values fed in pieces (the kernel's lanes(): eight lanes for
   // n >= 16, value i to lane i % 8, lanes folded in halves; shorter runs add in order).
   struct Run {
-    const SumAcc* p;
-    Acc a, b[8];
+    Acc a = init(), b[8];
     bool lanes;
     int64_t i = 0;
-    Run(const SumAcc* p, int64_t n) : p(p), a(p->init()), lanes(n >= 16) {
-      for (Acc& x : b) x = p->init();
+    explicit Run(int64_t n) : lanes(n >= 16) {
+      for (Acc& x : b) x = init();
     }
     void feed(const float* v, int64_t m) {
       if (!lanes) {
-        for (int64_t j = 0; j < m; ++j) p->add(a, v[j]);
-      } else if (p->prod) {
-        for (int64_t j = 0; j < m; ++j) b[(i + j) & 7] *= double(v[j]);
-      } else {
-        int64_t j = 0;
-        if ((i & 7) == 0)
-          for (; j + 8 <= m; j += 8)
-            for (int l = 0; l < 8; ++l) b[l] += double(v[j + l]);
-        for (; j < m; ++j) b[(i + j) & 7] += double(v[j]);
+        for (int64_t j = 0; j < m; ++j) add(a, v[j]);
+        i += m;
+        return;
       }
+      int64_t j = 0;
+      if ((i & 7) == 0)
+        for (; j + 8 <= m; j += 8)
+          for (int l = 0; l < 8; ++l) add(b[l], v[j + l]);
+      for (; j < m; ++j) add(b[(i + j) & 7], v[j]);
       i += m;
     }
     Acc finish() {
       if (lanes) {
         for (int w = 4; w >= 1; w /= 2)
-          for (int l = 0; l < w; ++l) p->combine(b[l], b[l + w]);
-        p->combine(a, b[0]);
+          for (int l = 0; l < w; ++l) combine(b[l], b[l + w]);
+        combine(a, b[0]);
       }
       return a;
     }
   };
 };
 
+template <bool Max>
 struct ExtAcc {
   using Acc = float;
-  bool max;
-  Acc init() const {
-    return max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
-  }
-  void add(Acc& a, float v) const { combine(a, v); }
-  void combine(Acc& a, Acc v) const {  // a NaN is taken (ExtP::combine)
-    const bool take = (max ? (v > a) : (v < a)) | (v != v);
+  static Acc init() { return Max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity(); }
+  static void combine(Acc& a, Acc v) {  // a NaN is taken (ExtP::combine)
+    const bool take = (Max ? (v > a) : (v < a)) | (v != v);
     a = take ? v : a;
   }
+  static void add(Acc& a, float v) { combine(a, v); }
+  static void add_row(Acc* a, const float* v, int64_t m) {
+    for (int64_t j = 0; j < m; ++j) combine(a[j], v[j]);
+  }
+  static float lane(float y, float x) { return (Max ? (x > y) : (x < y)) ? x : y; }  // NaN x: y stays
 
   // One contiguous run (ExtP::run): for n >= 32, sixteen lanes of selects over the first
   // n - n % 16 values, folded into a in lane order; then the rest in order; then, when the
   // lanes saw a NaN, the first NaN once more.
   struct Run {
-    const ExtAcc* p;
-    Acc a, b[16];
+    Acc a = init(), b[16];
     bool lanes, folded = false, nan = false;
     float first_nan = 0;
     int64_t i = 0, main_end;
-    Run(const ExtAcc* p, int64_t n) : p(p), a(p->init()), lanes(n >= 32), main_end(n - n % 16) {
-      for (Acc& x : b) x = p->init();
+    explicit Run(int64_t n) : lanes(n >= 32), main_end(n - n % 16) {
+      for (Acc& x : b) x = init();
     }
     void fold() {
-      for (const Acc& x : b) p->combine(a, x);
+      for (const Acc& x : b) combine(a, x);
       folded = true;
     }
     void feed(const float* v, int64_t m) {
       if (!lanes) {
-        for (int64_t j = 0; j < m; ++j) p->combine(a, v[j]);
+        for (int64_t j = 0; j < m; ++j) combine(a, v[j]);
         i += m;
         return;
       }
       const int64_t in_main = std::max<int64_t>(0, std::min(m, main_end - i));
       int32_t seen = 0;
-      if (p->max)
-        for (int64_t j = 0; j < in_main; ++j) {
-          const float x = v[j];
-          float& y = b[(i + j) & 15];
-          y = x > y ? x : y;
-          seen |= int32_t(x != x);
-        }
-      else
-        for (int64_t j = 0; j < in_main; ++j) {
-          const float x = v[j];
-          float& y = b[(i + j) & 15];
-          y = x < y ? x : y;
-          seen |= int32_t(x != x);
-        }
+      int64_t j = 0;
+      if ((i & 15) == 0)
+        for (; j + 16 <= in_main; j += 16)
+          for (int l = 0; l < 16; ++l) {
+            b[l] = lane(b[l], v[j + l]);
+            seen |= int32_t(v[j + l] != v[j + l]);
+          }
+      for (; j < in_main; ++j) {
+        b[(i + j) & 15] = lane(b[(i + j) & 15], v[j]);
+        seen |= int32_t(v[j] != v[j]);
+      }
       if (seen && !nan)
-        for (int64_t j = 0; j < in_main; ++j)
+        for (j = 0; j < in_main; ++j)
           if (v[j] != v[j]) {
             first_nan = v[j];
             nan = true;
             break;
           }
-      for (int64_t j = in_main; j < m; ++j) {
+      for (j = in_main; j < m; ++j) {
         if (!folded) fold();
-        p->combine(a, v[j]);
+        combine(a, v[j]);
       }
       i += m;
     }
     Acc finish() {
       if (!lanes) return a;
       if (!folded) fold();
-      if (nan) p->combine(a, first_nan);
+      if (nan) combine(a, first_nan);
       return a;
     }
   };
@@ -495,7 +495,7 @@ void store_one(Kind k, void* o, int64_t i, float v) {
 
 // The group, then the reduction of its root's values into out[0].
 template <class A>
-KernelFn make_reduce_kernel(const GroupProgram& gp, const ReduceTail& tail, A acc) {
+KernelFn make_reduce_kernel(const GroupProgram& gp, const ReduceTail& tail) {
   using Acc = typename A::Acc;
   const ReduceWalk w = tail.walk;
   // sum_to_like adds every output's values in order, on one run
@@ -503,7 +503,7 @@ KernelFn make_reduce_kernel(const GroupProgram& gp, const ReduceTail& tail, A ac
   const int chunks = in_order ? 1 : w.chunks;
   const int64_t per = (w.num_red + chunks - 1) / chunks;
   auto partial = std::make_shared<std::vector<Acc>>(chunks > 1 ? size_t(chunks) * size_t(w.num_out) : 0);
-  return [gp, tail, acc, w, in_order, chunks, per, partial](const void* const* in, void* const* out) {
+  return [gp, tail, w, in_order, chunks, per, partial](const void* const* in, void* const* out) {
     Acc* part = partial->data();
     auto emit = [&](int64_t o, Acc a) { store_one(tail.out, out[0], o, emit_value<A>(tail, a)); };
     if (!w.inner_kept) {
@@ -515,15 +515,15 @@ KernelFn make_reduce_kernel(const GroupProgram& gp, const ReduceTail& tail, A ac
         for (int64_t u = ub; u < ue; ++u) {
           const int64_t o = u / chunks, c = u % chunks;
           const int64_t rb = std::min(w.num_red, c * per), re = std::min(w.num_red, rb + per);
-          Acc a = acc.init();
+          Acc a = A::init();
           if (in_order) {
             for (int64_t t = rb; t < re; t += kTile) {
               const int64_t m = std::min(kTile, re - t);
               const float* v = gp.eval_rounded(in, o * w.num_red + t, m, regs);
-              for (int64_t j = 0; j < m; ++j) acc.add(a, v[j]);
+              for (int64_t j = 0; j < m; ++j) A::add(a, v[j]);
             }
           } else {
-            typename A::Run run(&acc, re - rb);
+            typename A::Run run(re - rb);
             for (int64_t t = rb; t < re; t += kTile) {
               const int64_t m = std::min(kTile, re - t);
               run.feed(gp.eval_rounded(in, o * w.num_red + t, m, regs), m);
@@ -535,23 +535,24 @@ KernelFn make_reduce_kernel(const GroupProgram& gp, const ReduceTail& tail, A ac
         }
       });
     } else {
-      // leading: each output adds reduce index r's value at r * num_out + o, in order of r
-      const int64_t nblk = (w.num_out + kTile - 1) / kTile;
-      const int64_t units = nblk * chunks;
-      parallel_for(units, std::max<int64_t>(1, 32768 / (w.num_red * std::min(kTile, w.num_out))),
+      // leading: each output adds reduce index r's value at r * num_out + o, in order of r;
+      // blocks of outputs as wide as the kernel's, so each r reads whole rows
+      const int64_t nblk = (w.num_out + kLeadBlock - 1) / kLeadBlock;
+      parallel_for(nblk * chunks, std::max<int64_t>(1, 32768 / (w.num_red * std::min(kLeadBlock, w.num_out))),
                    [&](int64_t ub, int64_t ue) {
                      GroupProgram::Tiles regs;
                      gp.fill_scalars(in, regs, kTile);
-                     Acc a[kTile];
+                     Acc a[kLeadBlock];
                      for (int64_t u = ub; u < ue; ++u) {
                        const int64_t blk = u / chunks, c = u % chunks;
-                       const int64_t o0 = blk * kTile, nb = std::min(kTile, w.num_out - o0);
+                       const int64_t o0 = blk * kLeadBlock, nb = std::min(kLeadBlock, w.num_out - o0);
                        const int64_t rb = std::min(w.num_red, c * per), re = std::min(w.num_red, rb + per);
-                       for (int64_t j = 0; j < nb; ++j) a[j] = acc.init();
-                       for (int64_t r = rb; r < re; ++r) {
-                         const float* v = gp.eval_rounded(in, r * w.num_out + o0, nb, regs);
-                         for (int64_t j = 0; j < nb; ++j) acc.add(a[j], v[j]);
-                       }
+                       std::fill(a, a + nb, A::init());
+                       for (int64_t r = rb; r < re; ++r)
+                         for (int64_t j = 0; j < nb; j += kTile) {
+                           const int64_t m = std::min(kTile, nb - j);
+                           A::add_row(a + j, gp.eval_rounded(in, r * w.num_out + o0 + j, m, regs), m);
+                         }
                        for (int64_t j = 0; j < nb; ++j) {
                          if (chunks > 1) part[c * w.num_out + o0 + j] = a[j];
                          else emit(o0 + j, a[j]);
@@ -562,7 +563,7 @@ KernelFn make_reduce_kernel(const GroupProgram& gp, const ReduceTail& tail, A ac
     if (chunks > 1)  // the parts of each output, combined in order
       for (int64_t o = 0; o < w.num_out; ++o) {
         Acc a = part[o];
-        for (int c = 1; c < chunks; ++c) acc.combine(a, part[c * w.num_out + o]);
+        for (int c = 1; c < chunks; ++c) A::combine(a, part[c * w.num_out + o]);
         emit(o, a);
       }
   };
@@ -658,8 +659,12 @@ KernelFn make_fused_kernel(const Graph& g, const std::vector<int32_t>& group, st
     tail.out = kind_of(last.outputs[0].dtype);
     if (!reduction_fits(g, last, &tail.walk))
       raise(ErrorKind::Runtime, "fusion", last.name, "the reduction cannot end a fused group");
-    if (tail.op == Red::Max || tail.op == Red::Min) return make_reduce_kernel(gp, tail, ExtAcc{tail.op == Red::Max});
-    return make_reduce_kernel(gp, tail, SumAcc{tail.op == Red::Prod});
+    switch (tail.op) {
+      case Red::Max: return make_reduce_kernel<ExtAcc<true>>(gp, tail);
+      case Red::Min: return make_reduce_kernel<ExtAcc<false>>(gp, tail);
+      case Red::Prod: return make_reduce_kernel<SumAcc<true>>(gp, tail);
+      default: return make_reduce_kernel<SumAcc<false>>(gp, tail);
+    }
   }
   const int64_t total = num_elements(shape);
   return [gp, total](const void* const* in, void* const* out) {
