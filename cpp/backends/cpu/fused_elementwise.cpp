@@ -322,7 +322,7 @@ struct GroupProgram {
   }
 };
 
-// ---------------- a trailing reduction ----------------
+// ---------------- a reduction ending the group ----------------
 // The reduction a group ends in adds the root's values in the order its own kernel does
 // (kernels_reduction.cpp, sum_to_like in kernels_autodiff.cpp), so the bits are the same.
 
