@@ -6,6 +6,7 @@ PyTorch in float64, and through the profiler (the fused ops no longer run as ker
 import numpy as np
 import pytest
 import torch
+from fusion_helpers import apply_chain, reference_chain
 
 import mpsgraph as mg
 
@@ -38,41 +39,14 @@ CHAINS = {
 def build(g, x, w, operands, conv, chain, keep_conv=False):
     _, _, stride, pad, groups = conv
     y = g.convolution(x, w, strides=stride, padding=(pad, pad, pad, pad), groups=groups)
-    conv_out = y
-    for step in chain:
-        op, arg = step[0], step[1]
-        first = len(step) > 2
-        if op in ("relu", "sigmoid", "tanh"):
-            y = getattr(g, op)(y)
-        elif op == "clamp":
-            y = g.clamp(y, g.constant(np.float32(arg[0])), g.constant(np.float32(arg[1])))
-        else:
-            o = operands[arg] if isinstance(arg, str) else g.constant(np.float32(arg))
-            y = getattr(g, op)(o, y) if first else getattr(g, op)(y, o)
-    return ([conv_out] if keep_conv else []) + [y]
+    return ([y] if keep_conv else []) + [apply_chain(g, y, operands, chain)]
 
 
 def reference(xv, wv, vals, conv, chain):
     _, _, stride, pad, groups = conv
     y = F.conv2d(torch.from_numpy(xv).double(), torch.from_numpy(wv).double(), stride=stride, padding=pad,
                  groups=groups).numpy()
-    for step in chain:
-        op, arg = step[0], step[1]
-        first = len(step) > 2
-        if op == "relu":
-            y = np.maximum(y, 0)
-        elif op == "sigmoid":
-            y = 1 / (1 + np.exp(-y))
-        elif op == "tanh":
-            y = np.tanh(y)
-        elif op == "clamp":
-            y = np.clip(y, *arg)
-        else:
-            o = vals[arg].astype(np.float64) if isinstance(arg, str) else np.float64(arg)
-            f = {"addition": np.add, "subtraction": np.subtract, "multiplication": np.multiply,
-                 "maximum": np.maximum, "minimum": np.minimum}[op]
-            y = f(o, y) if first else f(y, o)
-    return y
+    return reference_chain(y, vals, chain)
 
 
 def out_shape(conv):

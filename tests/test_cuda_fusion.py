@@ -4,12 +4,11 @@ own kernel stores it and no multiply-add is contracted across nodes) and against
 dtypes (float32, float16, bfloat16, bool, integers), broadcast operands (bias rows, per-row
 scales, scalars), casts, select and clamp, random elementwise DAGs, the 100-op dispatch chain and
 the benchmark chain. GPU tests skip where no GPU is present."""
-import contextlib
-import os
 
 import ml_dtypes
 import numpy as np
 import pytest
+from fusion_helpers import fusion as cpu_or_cuda_fusion
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,17 +23,8 @@ MG_DT = {np.dtype("float32"): mg.float32, np.dtype("float16"): mg.float16, BF16:
          np.dtype("int64"): mg.int64, np.dtype("int8"): mg.int8}
 
 
-@contextlib.contextmanager
 def fusion(on):
-    old = os.environ.get("MPSGRAPH_CUDA_FUSION")
-    os.environ["MPSGRAPH_CUDA_FUSION"] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["MPSGRAPH_CUDA_FUSION"]
-        else:
-            os.environ["MPSGRAPH_CUDA_FUSION"] = old
+    return cpu_or_cuda_fusion(on, "MPSGRAPH_CUDA_FUSION")
 
 
 def compile_run(build, arrays, fuse):

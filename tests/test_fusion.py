@@ -2,12 +2,10 @@
 fusion off (MPSGRAPH_CPU_FUSION=0; bit-identical, since each op rounds as its own kernel does)
 and against numpy, across dtypes (float32, float16, bfloat16, bool) and broadcast patterns
 (bias rows, per-row scales, scalars, middle axes), plus random elementwise DAGs."""
-import contextlib
-import os
-
 import ml_dtypes
 import numpy as np
 import pytest
+from fusion_helpers import fusion
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,19 +14,6 @@ import mpsgraph as mg
 BF16 = np.dtype(ml_dtypes.bfloat16)
 MG_DT = {np.dtype("float32"): mg.float32, np.dtype("float16"): mg.float16, BF16: mg.bfloat16,
          np.dtype("bool"): mg.bool}
-
-
-@contextlib.contextmanager
-def fusion(on):
-    old = os.environ.get("MPSGRAPH_CPU_FUSION")
-    os.environ["MPSGRAPH_CPU_FUSION"] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["MPSGRAPH_CPU_FUSION"]
-        else:
-            os.environ["MPSGRAPH_CPU_FUSION"] = old
 
 
 def compile_run(build, arrays, fuse):

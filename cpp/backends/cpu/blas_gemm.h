@@ -33,24 +33,35 @@ inline void blas_call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
 constexpr int64_t kGemmSplitWork = 262144;
 
 // Row-major C = op(A) @ op(B) + beta * C with op(A) (M, K), op(B) (K, N); A is stored (K, M)
-// when ta, B (N, K) when tb.
-template <class T>
+// when ta, B (N, K) when tb. after(r0, r1, c0, c1) runs on each block of C once it is final,
+// on the thread that wrote it (an epilogue over the block while it is in cache).
+template <class T, class After>
 void gemm_on_pool(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
-                  T beta, T* C, int64_t ldc) {
+                  T beta, T* C, int64_t ldc, const After& after) {
   const double work = double(M) * double(N) * double(K);
   if (work < double(kGemmSplitWork) || num_threads() < 2 || std::max(M, N) < 32) {
     blas_call(ta, tb, M, N, K, T(1), A, lda, B, ldb, beta, C, ldc);
+    after(int64_t(0), M, int64_t(0), N);
     return;
   }
   const bool by_rows = M >= N;
   const int64_t extent = by_rows ? M : N;
   const int64_t grain = std::max<int64_t>(16, extent / num_threads());
   parallel_for(extent, grain, [&](int64_t b, int64_t e) {
-    if (by_rows)
+    if (by_rows) {
       blas_call(ta, tb, e - b, N, K, T(1), ta ? A + b : A + b * lda, lda, B, ldb, beta, C + b * ldc, ldc);
-    else
+      after(b, e, int64_t(0), N);
+    } else {
       blas_call(ta, tb, M, e - b, K, T(1), A, lda, tb ? B + b * ldb : B + b, ldb, beta, C + b, ldc);
+      after(int64_t(0), M, b, e);
+    }
   });
+}
+
+template <class T>
+void gemm_on_pool(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb,
+                  T beta, T* C, int64_t ldc) {
+  gemm_on_pool(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, [](int64_t, int64_t, int64_t, int64_t) {});
 }
 
 }  // namespace mg::cpu

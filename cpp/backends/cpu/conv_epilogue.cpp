@@ -1,8 +1,9 @@
-// Convolution epilogues (see conv_epilogue.h). Each op computes exactly as its own kernel does
+// Convolution and matrix product epilogues (see conv_epilogue.h). Each op computes exactly as its own kernel does
 // (one float32 rounding per op, the same NaN rules), so fusing never changes a result.
 #include "backends/cpu/conv_epilogue.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backends/cpu/elementwise_kernels.h"
+#include "backends/cpu/fused_elementwise.h"
 #include "backends/cpu/vec_math.h"
 #include "core/shape.h"
 
@@ -24,17 +26,24 @@ using Arg = EpilogueOp::Arg;
 
 constexpr int64_t kChunk = 512;
 
-// The other operand's role against the output shape, or None when it is none of them.
-Arg classify(const TensorType& t, const Shape& out) {
+// The other operand's role against the output shape, or None when it is none of them:
+// against a convolution's (N, O, P...) a channel is dim 1; against a matrix product's
+// (..., M, N) a channel is a row (dim -2) and Inner a column (dim -1).
+Arg classify(const TensorType& t, const Shape& out, bool matmul) {
   if (t.dtype != DType::Float32) return Arg::None;
   if (num_elements(t.shape) == 1) return Arg::Scalar;
   if (t.shape == out) return Arg::Full;
   if (t.shape.size() > out.size()) return Arg::None;
   Shape s(out.size() - t.shape.size(), 1);
   s.insert(s.end(), t.shape.begin(), t.shape.end());
-  for (size_t i = 0; i < s.size(); ++i)
-    if (s[i] != (i == 1 ? out[1] : 1)) return Arg::None;
-  return Arg::Channel;
+  auto only = [&](size_t d) {
+    for (size_t i = 0; i < s.size(); ++i)
+      if (s[i] != (i == d ? out[d] : 1)) return false;
+    return true;
+  };
+  if (!matmul) return only(1) ? Arg::Channel : Arg::None;
+  if (only(out.size() - 1)) return Arg::Inner;
+  return only(out.size() - 2) ? Arg::Channel : Arg::None;
 }
 
 bool binary_kind(const std::string& op, Kind& k) {
@@ -57,7 +66,7 @@ bool unary_kind(const std::string& op, Kind& k) {
 
 // The epilogue op node r applies to the chain value `cur`; operands (in r's input order) go to
 // `operands`. False when r cannot join the chain.
-bool describe(const Graph& g, const Node& r, ValueRef cur, const Shape& out, EpilogueOp& op,
+bool describe(const Graph& g, const Node& r, ValueRef cur, const Shape& out, bool matmul, EpilogueOp& op,
               std::vector<ValueRef>& operands) {
   if (r.outputs.size() != 1 || !r.regions.empty() || r.outputs[0].dtype != DType::Float32 ||
       r.outputs[0].shape != out)
@@ -66,7 +75,8 @@ bool describe(const Graph& g, const Node& r, ValueRef cur, const Shape& out, Epi
   if (unary_kind(name, op.kind)) return r.inputs.size() == 1 && r.inputs[0] == cur;
   if (name == "clamp") {
     if (r.inputs.size() != 3 || r.inputs[0] != cur) return false;
-    if (classify(g.type(r.inputs[1]), out) != Arg::Scalar || classify(g.type(r.inputs[2]), out) != Arg::Scalar)
+    if (classify(g.type(r.inputs[1]), out, matmul) != Arg::Scalar ||
+        classify(g.type(r.inputs[2]), out, matmul) != Arg::Scalar)
       return false;
     op.kind = Kind::Clamp;
     op.arg = Arg::Scalar;
@@ -77,7 +87,7 @@ bool describe(const Graph& g, const Node& r, ValueRef cur, const Shape& out, Epi
   op.other_first = r.inputs[1] == cur;
   const ValueRef other = r.inputs[op.other_first ? 0 : 1];
   if (other == cur || (r.inputs[0] != cur && r.inputs[1] != cur)) return false;
-  op.arg = classify(g.type(other), out);
+  op.arg = classify(g.type(other), out, matmul);
   operands = {other};
   return op.arg != Arg::None;
 }
@@ -118,8 +128,9 @@ void max_min(float* r, int64_t m, bool is_max, bool other_first, const float* fu
   else binary(r, m, other_first, full, s, elementwise::Min());
 }
 
-void run_op(const EpilogueOp& op, float* r, int64_t m, const float* const* in, int64_t o, int64_t at) {
-  const float* full = op.arg == Arg::Full ? in[op.input] + at : nullptr;
+// r holds m values of channel o from flat index `at`, position p within the row.
+void run_op(const EpilogueOp& op, float* r, int64_t m, const float* const* in, int64_t o, int64_t at, int64_t p) {
+  const float* full = op.arg == Arg::Full ? in[op.input] + at : op.arg == Arg::Inner ? in[op.input] + p : nullptr;
   const float s = op.arg == Arg::Scalar ? in[op.input][0] : op.arg == Arg::Channel ? in[op.input][o] : 0.0f;
   switch (op.kind) {
     case Kind::Add: return binary(r, m, op.other_first, full, s, [](float x, float y) { return x + y; });
@@ -153,10 +164,17 @@ void ConvEpilogue::apply(float* y, const float* const* in, int64_t n, int64_t o0
       const int64_t row = (n * O + o) * P + p0;
       for (int64_t j = 0; j < len; j += kChunk) {
         const int64_t m = std::min(kChunk, len - j);
-        for (const EpilogueOp& op : ops) run_op(op, y + row + j, m, in, o, row + j);
+        for (const EpilogueOp& op : ops) run_op(op, y + row + j, m, in, o, row + j, p0 + j);
       }
     }
   });
+}
+
+// A float32 matrix product of two matrices (or stacks of them) whose epilogue may be fused.
+bool matmul_with_epilogue(const Node& n) {
+  return n.op->name == "matrix_multiplication" && cpu_fusion_enabled() && n.inputs.size() == 2 &&
+         n.outputs.size() == 1 && n.outputs[0].dtype == DType::Float32 && n.outputs[0].shape.size() >= 2 &&
+         num_elements(n.outputs[0].shape) > 0;
 }
 
 EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip) {
@@ -172,18 +190,21 @@ EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& ta
   EpiloguePlan p;
   p.chain_of.assign(n, -1);
   for (size_t id = 0; id < n; ++id) {
-    const Node& conv = g.node(int32_t(id));
-    if (skip[id] || conv.op->name != "convolution" || conv.outputs.size() != 1 ||
-        conv.outputs[0].dtype != DType::Float32 || conv.outputs[0].shape.size() < 3)
-      continue;
-    const Shape& out = conv.outputs[0].shape;
+    const Node& head = g.node(int32_t(id));
+    const bool conv = head.op->name == "convolution" && head.outputs.size() == 1 &&
+                      head.outputs[0].dtype == DType::Float32 && head.outputs[0].shape.size() >= 3;
+    const bool matmul = matmul_with_epilogue(head) && g.type(head.inputs[0]).shape.size() >= 2 &&
+                        g.type(head.inputs[1]).shape.size() >= 2;
+    if (skip[id] || (!conv && !matmul)) continue;
+    const Shape& out = head.outputs[0].shape;
     std::vector<int32_t> chain{int32_t(id)};
     for (int32_t cur = int32_t(id); uses[size_t(cur)] == 1;) {
       const int32_t r = reader[size_t(cur)];
       EpilogueOp op;
       std::vector<ValueRef> operands;
-      // an add of two convolutions' outputs joins the first one's chain only
-      if (skip[size_t(r)] || p.chain_of[size_t(r)] >= 0 || !describe(g, g.node(r), {cur, 0}, out, op, operands)) break;
+      // an add of two products' outputs joins the first one's chain only
+      if (skip[size_t(r)] || p.chain_of[size_t(r)] >= 0 || !describe(g, g.node(r), {cur, 0}, out, matmul, op, operands))
+        break;
       chain.push_back(r);
       cur = r;
     }
@@ -195,26 +216,34 @@ EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& ta
 }
 
 KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& chain, std::vector<ValueRef>& inputs,
-                                   std::vector<size_t>& scratch_bytes) {
-  const Node& conv = g.node(chain[0]);
-  const Shape& out = conv.outputs[0].shape;
-  inputs = conv.inputs;
+                                   std::vector<size_t>& scratch_bytes, const std::array<bool, 2>& transposed) {
+  const Node& head = g.node(chain[0]);
+  const bool matmul = head.op->name == "matrix_multiplication";
+  const Shape& out = head.outputs[0].shape;
+  inputs = head.inputs;
   ConvEpilogue e;
-  e.O = out[1];
-  e.P = 1;
-  for (size_t i = 2; i < out.size(); ++i) e.P *= out[i];
+  if (matmul) {
+    for (size_t k = 0; k < 2; ++k)
+      if (transposed[k]) inputs[k] = g.node(inputs[k].node).inputs[0];  // the transpose's source
+    e.O = out[out.size() - 2];
+    e.P = out.back();
+  } else {
+    e.O = out[1];
+    e.P = 1;
+    for (size_t i = 2; i < out.size(); ++i) e.P *= out[i];
+  }
   for (size_t k = 1; k < chain.size(); ++k) {
     EpilogueOp op;
     std::vector<ValueRef> operands;
-    describe(g, g.node(chain[k]), {chain[k - 1], 0}, out, op, operands);
+    describe(g, g.node(chain[k]), {chain[k - 1], 0}, out, matmul, op, operands);
     op.input = int(inputs.size()) - 2;
     inputs.insert(inputs.end(), operands.begin(), operands.end());
     e.ops.push_back(op);
   }
   std::vector<TensorType> in;
   for (const ValueRef& v : inputs) in.push_back(g.type(v));
-  KernelCtx c{conv, in, conv.outputs};
-  KernelFn fn = make_convolution_kernel(c, e);
+  KernelCtx c{head, in, head.outputs};
+  KernelFn fn = matmul ? make_matmul_kernel(c, transposed[0], transposed[1], e) : make_convolution_kernel(c, e);
   scratch_bytes = c.scratch_bytes;
   return fn;
 }

@@ -1,7 +1,9 @@
-// Convolution epilogues on the CPU: a float32 convolution whose only reader is a chain of
-// elementwise ops (bias add, activation, residual add, ...) runs as one step; the chain is
-// applied to each block of output rows right after the GEMM that wrote it, while it is in cache.
+// Convolution and matrix product epilogues on the CPU: a float32 convolution or matrix product
+// whose only reader is a chain of elementwise ops (bias add, activation, residual add, ...)
+// runs as one step; the chain is applied to each block of output rows right after the GEMM
+// that wrote it, while it is in cache. Matrix products' chains follow MPSGRAPH_CPU_FUSION.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -12,14 +14,17 @@ namespace mg::cpu {
 
 struct EpilogueOp {
   enum class Kind : uint8_t { Add, Sub, Mul, Max, Min, Clamp, Relu, Sigmoid, Tanh };
-  enum class Arg : uint8_t { None, Scalar, Channel, Full };  // the other operand: one value, per channel, per element
+  // the other operand: one value, per channel (a matrix product's row), per element, or per
+  // position within the row (a matrix product's column: a bias)
+  enum class Arg : uint8_t { None, Scalar, Channel, Full, Inner };
   Kind kind = Kind::Relu;
   Arg arg = Arg::None;
   bool other_first = false;  // the operand is the op's first input (order matters for sub and NaN rules)
   int input = -1;  // the operand among the epilogue's inputs (Clamp: lo, then hi at input + 1)
 };
 
-// The chain, over an output of shape (N, O, P...) seen as (N, O, P).
+// The chain, over an output of shape (N, O, P...) seen as (N, O, P); a matrix product's
+// output (..., M, N) is seen as (batches, M, N).
 struct ConvEpilogue {
   std::vector<EpilogueOp> ops;
   int64_t O = 0, P = 0;
@@ -33,17 +38,23 @@ struct EpiloguePlan {
   std::vector<std::vector<int32_t>> chains;   // the convolution, then its epilogue nodes; the last is the root
 };
 
-// Chains of a float32 convolution and at least one elementwise op: each op is the only reader
-// of the value before it, which is not a target. Nodes marked in `skip` are left alone.
+// Chains of a float32 convolution or matrix product and at least one elementwise op: each op
+// is the only reader of the value before it, which is not a target. Nodes marked in `skip`
+// are left alone.
 EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip);
 
-// The step of one chain; `inputs` receives the convolution's two inputs, then the operands;
-// `scratch_bytes` the step's scratch requests (KernelCtx::scratch, one output).
+// The step of one chain; `inputs` receives the convolution's (product's) two inputs, then the
+// operands; `scratch_bytes` the step's scratch requests (KernelCtx::scratch, one output).
+// `transposed`: the product's operand k is a transpose of its last two dims whose source the
+// step reads instead, with BLAS's transpose flag.
 KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& chain, std::vector<ValueRef>& inputs,
-                                   std::vector<size_t>& scratch_bytes);
+                                   std::vector<size_t>& scratch_bytes, const std::array<bool, 2>& transposed);
 
 // kernels_convolution.cpp: the float32 forward convolution with an epilogue, whose operands
 // follow the source and the weights among the kernel's inputs.
 KernelFn make_convolution_kernel(const KernelCtx& c, const ConvEpilogue& epilogue);
+
+// kernels_matmul.cpp: the float32 matrix product with an epilogue, whose operands follow x and y.
+KernelFn make_matmul_kernel(const KernelCtx& c, bool transpose_x, bool transpose_y, const ConvEpilogue& epilogue);
 
 }  // namespace mg::cpu

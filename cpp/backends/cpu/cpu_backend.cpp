@@ -381,7 +381,12 @@ class CpuProgram final : public Program {
       KernelFn fused;  // the group's inputs replace the root's
       if (group >= 0) fused = make_fused_kernel(g, fusion.groups[size_t(group)], inputs);
       std::vector<size_t> chain_scratch;
-      if (chain >= 0) fused = make_conv_epilogue_kernel(g, epilogues.chains[size_t(chain)], inputs, chain_scratch);
+      if (chain >= 0) {  // a matrix product at its head may read transposes' sources
+        const std::vector<int32_t>& ch = epilogues.chains[size_t(chain)];
+        auto head_fold = folds.matmul.find(ch[0]);
+        const std::array<bool, 2> tr = head_fold != folds.matmul.end() ? head_fold->second : std::array<bool, 2>{};
+        fused = make_conv_epilogue_kernel(g, ch, inputs, chain_scratch, tr);
+      }
       auto fold = folds.matmul.find(int32_t(id));
       if (fold != folds.matmul.end())
         for (size_t k = 0; k < 2; ++k)
@@ -392,7 +397,7 @@ class CpuProgram final : public Program {
       st.op = n.op->name.c_str();  // registry entries live as long as the process
       st.graph_op = (n.origin_op ? n.origin_op : n.op)->name.c_str();
       KernelCtx kctx{n, in, n.outputs};
-      if (chain >= 0) {  // profiled as the convolution
+      if (chain >= 0) {  // profiled as the convolution (product)
         const Node& conv = g.node(epilogues.chains[size_t(chain)][0]);
         st.op = conv.op->name.c_str();
         st.graph_op = (conv.origin_op ? conv.origin_op : conv.op)->name.c_str();

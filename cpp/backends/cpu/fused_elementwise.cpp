@@ -14,15 +14,19 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backends/cpu/elementwise_util.h"
+#include "backends/cpu/reduce_walk.h"
 #include "backends/cpu/vec_math.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/ops/reduction_attrs.h"
 #include "core/registry.h"
 #include "core/shape.h"
 
@@ -33,6 +37,7 @@ namespace {
 constexpr int kMaxInstr = 16;  // per group
 constexpr int kMaxBuf = 28;    // tiles on the stack: instructions plus loaded inputs
 constexpr int64_t kTile = 512;
+constexpr int64_t kLeadBlock = 4096;  // outputs reduced together over leading axes (the kernel's block)
 
 enum class Op : uint8_t {
   Neg, Abs, Square, Sqrt, Recip, Relu, Exp, Log, Tanh, Sigmoid, Erf, Not, Copy,  // unary (Copy: cast, identity)
@@ -68,12 +73,6 @@ const std::map<std::string, Op>& op_table() {
 size_t arity(Op op) { return op >= Op::Select ? 3 : op >= Op::Add ? 2 : 1; }
 bool is_compare(Op op) { return op >= Op::Eq && op <= Op::Ge; }
 bool is_float(Kind k) { return k == Kind::F32 || k == Kind::F16 || k == Kind::BF16; }
-
-// Fusion is on unless MPSGRAPH_CPU_FUSION=0 (read at each compile; tests compare both).
-bool fusion_enabled() {
-  const char* e = std::getenv("MPSGRAPH_CPU_FUSION");
-  return !(e && e[0] == '0');
-}
 
 // One output of a float/bool dtype, no empty shape; operands of those dtypes (any shape that
 // broadcasts to the output's). Arithmetic on floats only; logical_not on bools; comparisons,
@@ -275,23 +274,354 @@ int buffers_needed(const Graph& g, const std::vector<int32_t>& members, const Sh
   return int(members.size() + ext.size());
 }
 
+// ---------------- the program of a group ----------------
+
+struct GroupProgram {
+  std::vector<Instr> prog;
+  std::vector<InputDesc> descs;
+  using Tiles = float[kMaxBuf][kTile];
+
+  // The scalar inputs' tiles, filled once per thread.
+  void fill_scalars(const void* const* in, Tiles& regs, int64_t fill) const {
+    for (size_t k = 0; k < descs.size(); ++k)
+      if (descs[k].scalar) std::fill(regs[descs[k].buf], regs[descs[k].buf] + fill, load_one(descs[k].kind, in[k], 0));
+  }
+
+  // The root's values at flat positions [t, t + m): written to `dst` when given (float32 root),
+  // else left in the root's tile, unrounded.
+  void eval(const void* const* in, int64_t t, int64_t m, Tiles& regs, float* dst) const {
+    for (size_t k = 0; k < descs.size(); ++k)
+      if (!descs[k].direct && !descs[k].scalar) load_tile(descs[k], in[k], t, m, regs[descs[k].buf]);
+    auto arg = [&](int r, bool& scalar) -> const float* {
+      scalar = false;
+      if (r >= 0) return regs[r];
+      const size_t k = size_t(-r - 1);
+      scalar = descs[k].scalar;
+      return descs[k].direct ? static_cast<const float*>(in[k]) + t : regs[descs[k].buf];
+    };
+    for (size_t i = 0; i < prog.size(); ++i) {
+      const Instr& ins = prog[i];
+      const size_t ar = arity(ins.op);
+      bool sc[3] = {false, false, false};
+      const float* pa = arg(ins.arg[0], sc[0]);
+      const float* pb = ar > 1 ? arg(ins.arg[1], sc[1]) : nullptr;
+      const float* pc = ar > 2 ? arg(ins.arg[2], sc[2]) : nullptr;
+      const bool last = i + 1 == prog.size();
+      float* r = last && dst ? dst : regs[i];
+      run_instr(ins, r, pa, pb, pc, sc, m);
+      if (!last) round_to(ins.out, r, m);
+    }
+  }
+
+  // The root's values as the unfused kernel stores them (float16/bfloat16 rounded), in its tile.
+  const float* eval_rounded(const void* const* in, int64_t t, int64_t m, Tiles& regs) const {
+    eval(in, t, m, regs, nullptr);
+    float* r = regs[prog.size() - 1];
+    round_to(prog.back().out, r, m);
+    return r;
+  }
+};
+
+// ---------------- a reduction ending the group ----------------
+// The reduction a group ends in adds the root's values in the order its own kernel does
+// (kernels_reduction.cpp, sum_to_like in kernels_autodiff.cpp), so the bits are the same.
+
+enum class Red : uint8_t { Sum, Prod, Mean, Max, Min, SumTo };
+
+const std::map<std::string, Red>& red_table() {
+  static const std::map<std::string, Red> t = {{"reduction_sum", Red::Sum},     {"reduction_product", Red::Prod},
+                                               {"mean", Red::Mean},             {"reduction_maximum", Red::Max},
+                                               {"reduction_minimum", Red::Min}, {"sum_to_like", Red::SumTo}};
+  return t;
+}
+
+// The reduced axes of a reduction node over its input.
+std::vector<int64_t> reduced_axes(const Graph& g, const Node& n, Red op) {
+  if (op != Red::SumTo) return typed_attrs<ops::ReductionAttrs>(n).axes;
+  const Shape& x = g.type(n.inputs[0]).shape;
+  const Shape& y = n.outputs[0].shape;
+  std::vector<int64_t> axes;
+  const size_t lead = x.size() - y.size();
+  for (size_t d = 0; d < x.size(); ++d)
+    if (d < lead || (y[d - lead] == 1 && x[d] != 1)) axes.push_back(int64_t(d));
+  return axes;
+}
+
+// A reduction that can end a group: a float32/float16/bfloat16 input (and output of that
+// dtype) whose walk is a trailing or leading run.
+bool reduction_fits(const Graph& g, const Node& n, ReduceWalk* walk) {
+  auto it = red_table().find(n.op->name);
+  if (it == red_table().end() || n.inputs.size() != 1 || n.outputs.size() != 1 || !n.regions.empty()) return false;
+  const TensorType& x = g.type(n.inputs[0]);
+  if (!is_float(kind_of(x.dtype)) || n.outputs[0].dtype != x.dtype || num_elements(x.shape) <= 0) return false;
+  if (it->second == Red::SumTo && (x.shape.size() < n.outputs[0].shape.size() || x.shape == n.outputs[0].shape))
+    return false;  // the same type passes through without a step
+  const ReduceWalk w = reduce_walk(x.shape, reduced_axes(g, n, it->second));
+  if (walk) *walk = w;
+  return w.simple;
+}
+
+// Accumulators: sums and products in double, maximum / minimum in float (as the kernels).
+template <bool Prod>
+struct SumAcc {
+  using Acc = double;
+  static Acc init() { return Prod ? 1.0 : 0.0; }
+  static void add(Acc& a, float v) { a = Prod ? a * double(v) : a + double(v); }
+  static void combine(Acc& a, Acc b) { a = Prod ? a * b : a + b; }
+  static void add_row(Acc* a, const float* v, int64_t m) {
+    for (int64_t j = 0; j < m; ++j) a[j] = Prod ? a[j] * double(v[j]) : a[j] + double(v[j]);
+  }
+
+  // One contiguous run of n values fed in pieces (the kernel's lanes(): eight lanes for
+  // n >= 16, value i to lane i % 8, lanes folded in halves; shorter runs add in order).
+  struct Run {
+    Acc a = init(), b[8];
+    bool lanes;
+    int64_t i = 0;
+    explicit Run(int64_t n) : lanes(n >= 16) {
+      for (Acc& x : b) x = init();
+    }
+    void feed(const float* v, int64_t m) {
+      if (!lanes) {
+        for (int64_t j = 0; j < m; ++j) add(a, v[j]);
+        i += m;
+        return;
+      }
+      int64_t j = 0;
+      if ((i & 7) == 0)
+        for (; j + 8 <= m; j += 8)
+          for (int l = 0; l < 8; ++l) add(b[l], v[j + l]);
+      for (; j < m; ++j) add(b[(i + j) & 7], v[j]);
+      i += m;
+    }
+    Acc finish() {
+      if (lanes) {
+        for (int w = 4; w >= 1; w /= 2)
+          for (int l = 0; l < w; ++l) combine(b[l], b[l + w]);
+        combine(a, b[0]);
+      }
+      return a;
+    }
+  };
+};
+
+template <bool Max>
+struct ExtAcc {
+  using Acc = float;
+  static Acc init() { return Max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity(); }
+  static void combine(Acc& a, Acc v) {  // a NaN is taken (ExtP::combine)
+    const bool take = (Max ? (v > a) : (v < a)) | (v != v);
+    a = take ? v : a;
+  }
+  static void add(Acc& a, float v) { combine(a, v); }
+  static void add_row(Acc* a, const float* v, int64_t m) {
+    for (int64_t j = 0; j < m; ++j) combine(a[j], v[j]);
+  }
+  static float lane(float y, float x) { return (Max ? (x > y) : (x < y)) ? x : y; }  // NaN x: y stays
+
+  // One contiguous run (ExtP::run): for n >= 32, sixteen lanes of selects over the first
+  // n - n % 16 values, folded into a in lane order; then the rest in order; then, when the
+  // lanes saw a NaN, the first NaN once more.
+  struct Run {
+    Acc a = init(), b[16];
+    bool lanes, folded = false, nan = false;
+    float first_nan = 0;
+    int64_t i = 0, main_end;
+    explicit Run(int64_t n) : lanes(n >= 32), main_end(n - n % 16) {
+      for (Acc& x : b) x = init();
+    }
+    void fold() {
+      for (const Acc& x : b) combine(a, x);
+      folded = true;
+    }
+    void feed(const float* v, int64_t m) {
+      if (!lanes) {
+        for (int64_t j = 0; j < m; ++j) combine(a, v[j]);
+        i += m;
+        return;
+      }
+      const int64_t in_main = std::max<int64_t>(0, std::min(m, main_end - i));
+      int32_t seen = 0;
+      int64_t j = 0;
+      if ((i & 15) == 0)
+        for (; j + 16 <= in_main; j += 16)
+          for (int l = 0; l < 16; ++l) {
+            b[l] = lane(b[l], v[j + l]);
+            seen |= int32_t(v[j + l] != v[j + l]);
+          }
+      for (; j < in_main; ++j) {
+        b[(i + j) & 15] = lane(b[(i + j) & 15], v[j]);
+        seen |= int32_t(v[j] != v[j]);
+      }
+      if (seen && !nan)
+        for (j = 0; j < in_main; ++j)
+          if (v[j] != v[j]) {
+            first_nan = v[j];
+            nan = true;
+            break;
+          }
+      for (j = in_main; j < m; ++j) {
+        if (!folded) fold();
+        combine(a, v[j]);
+      }
+      i += m;
+    }
+    Acc finish() {
+      if (!lanes) return a;
+      if (!folded) fold();
+      if (nan) combine(a, first_nan);
+      return a;
+    }
+  };
+};
+
+struct ReduceTail {
+  Red op = Red::Sum;
+  Kind out = Kind::F32;
+  ReduceWalk walk;
+};
+
+template <class A>
+float emit_value(const ReduceTail& tail, typename A::Acc a) {
+  if (tail.op == Red::Mean) return float(double(a) / double(tail.walk.num_red));
+  return float(a);
+}
+
+void store_one(Kind k, void* o, int64_t i, float v) {
+  if (k == Kind::F16) static_cast<uint16_t*>(o)[i] = float_to_half(v);
+  else if (k == Kind::BF16) static_cast<uint16_t*>(o)[i] = float_to_bf16(v);
+  else static_cast<float*>(o)[i] = v;
+}
+
+// The group, then the reduction of its root's values into out[0].
+template <class A>
+KernelFn make_reduce_kernel(const GroupProgram& gp, const ReduceTail& tail) {
+  using Acc = typename A::Acc;
+  const ReduceWalk w = tail.walk;
+  // sum_to_like adds every output's values in order, on one run
+  const bool in_order = tail.op == Red::SumTo;
+  const int chunks = in_order ? 1 : w.chunks;
+  const int64_t per = (w.num_red + chunks - 1) / chunks;
+  auto partial = std::make_shared<std::vector<Acc>>(chunks > 1 ? size_t(chunks) * size_t(w.num_out) : 0);
+  return [gp, tail, w, in_order, chunks, per, partial](const void* const* in, void* const* out) {
+    Acc* part = partial->data();
+    auto emit = [&](int64_t o, Acc a) { store_one(tail.out, out[0], o, emit_value<A>(tail, a)); };
+    if (!w.inner_kept) {
+      // trailing: output o reduces positions o * num_red + [rb, re) as one contiguous run
+      const int64_t units = w.num_out * chunks;
+      parallel_for(units, std::max<int64_t>(1, 32768 / w.num_red), [&](int64_t ub, int64_t ue) {
+        GroupProgram::Tiles regs;
+        gp.fill_scalars(in, regs, kTile);
+        for (int64_t u = ub; u < ue; ++u) {
+          const int64_t o = u / chunks, c = u % chunks;
+          const int64_t rb = std::min(w.num_red, c * per), re = std::min(w.num_red, rb + per);
+          Acc a = A::init();
+          if (in_order) {
+            for (int64_t t = rb; t < re; t += kTile) {
+              const int64_t m = std::min(kTile, re - t);
+              const float* v = gp.eval_rounded(in, o * w.num_red + t, m, regs);
+              for (int64_t j = 0; j < m; ++j) A::add(a, v[j]);
+            }
+          } else {
+            typename A::Run run(re - rb);
+            for (int64_t t = rb; t < re; t += kTile) {
+              const int64_t m = std::min(kTile, re - t);
+              run.feed(gp.eval_rounded(in, o * w.num_red + t, m, regs), m);
+            }
+            a = run.finish();
+          }
+          if (chunks > 1) part[c * w.num_out + o] = a;
+          else emit(o, a);
+        }
+      });
+    } else {
+      // leading: each output adds reduce index r's value at r * num_out + o, in order of r;
+      // blocks of outputs as wide as the kernel's, so each r reads whole rows
+      const int64_t nblk = (w.num_out + kLeadBlock - 1) / kLeadBlock;
+      parallel_for(nblk * chunks, std::max<int64_t>(1, 32768 / (w.num_red * std::min(kLeadBlock, w.num_out))),
+                   [&](int64_t ub, int64_t ue) {
+                     GroupProgram::Tiles regs;
+                     gp.fill_scalars(in, regs, kTile);
+                     Acc a[kLeadBlock];
+                     for (int64_t u = ub; u < ue; ++u) {
+                       const int64_t blk = u / chunks, c = u % chunks;
+                       const int64_t o0 = blk * kLeadBlock, nb = std::min(kLeadBlock, w.num_out - o0);
+                       const int64_t rb = std::min(w.num_red, c * per), re = std::min(w.num_red, rb + per);
+                       std::fill(a, a + nb, A::init());
+                       for (int64_t r = rb; r < re; ++r)
+                         for (int64_t j = 0; j < nb; j += kTile) {
+                           const int64_t m = std::min(kTile, nb - j);
+                           A::add_row(a + j, gp.eval_rounded(in, r * w.num_out + o0 + j, m, regs), m);
+                         }
+                       for (int64_t j = 0; j < nb; ++j) {
+                         if (chunks > 1) part[c * w.num_out + o0 + j] = a[j];
+                         else emit(o0 + j, a[j]);
+                       }
+                     }
+                   });
+    }
+    if (chunks > 1)  // the parts of each output, combined in order
+      for (int64_t o = 0; o < w.num_out; ++o) {
+        Acc a = part[o];
+        for (int c = 1; c < chunks; ++c) A::combine(a, part[c * w.num_out + o]);
+        emit(o, a);
+      }
+  };
+}
+
 }  // namespace
 
+// Read at each compile; tests compare both.
+bool cpu_fusion_enabled() {
+  const char* e = std::getenv("MPSGRAPH_CPU_FUSION");
+  return !(e && e[0] == '0');
+}
+
 FusionPlan plan_fusion(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip) {
-  if (!fusion_enabled()) return FusionPlan{std::vector<int32_t>(g.size(), -1), {}};
+  if (!cpu_fusion_enabled()) return FusionPlan{std::vector<int32_t>(g.size(), -1), {}};
   FusionRules rules;
   rules.fusible = [&g](const Node& n) { return fusible(g, n); };
   rules.fits = [&g](const std::vector<int32_t>& members) {
     return members.size() <= size_t(kMaxInstr) &&
            buffers_needed(g, members, g.node(members.front()).outputs[0].shape) <= kMaxBuf;
   };
-  return plan_fusion_groups(g, targets, skip, rules);
+  FusionPlan p = plan_fusion_groups(g, targets, skip, rules);
+  // A reduction whose input only it reads, made by a group's root (or a lone fusible node),
+  // joins that group as its new root: the values are reduced as they are made.
+  std::vector<int64_t> uses(g.size(), 0);
+  for (size_t id = 0; id < g.size(); ++id)
+    for (const ValueRef& v : g.node(int32_t(id)).inputs) ++uses[size_t(v.node)];
+  for (const ValueRef& v : targets) uses[size_t(v.node)] += 2;
+  for (size_t id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(int32_t(id));
+    if (skip[id] || p.group_of[id] >= 0 || !reduction_fits(g, n, nullptr)) continue;
+    const int32_t src = n.inputs[0].node;
+    if (uses[size_t(src)] != 1 || skip[size_t(src)] || !fusible(g, g.node(src))) continue;
+    int gid = p.group_of[size_t(src)];
+    if (gid >= 0 && p.groups[size_t(gid)].back() != src) continue;
+    if (gid < 0) {
+      std::vector<int32_t> one{src};
+      if (buffers_needed(g, one, g.node(src).outputs[0].shape) > kMaxBuf) continue;
+      gid = int(p.groups.size());
+      p.groups.push_back(std::move(one));
+      p.group_of[size_t(src)] = gid;
+    }
+    p.groups[size_t(gid)].push_back(int32_t(id));
+    p.group_of[id] = gid;
+  }
+  return p;
 }
 
-KernelFn make_fused_kernel(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs) {
+KernelFn make_fused_kernel(const Graph& g, const std::vector<int32_t>& group, std::vector<ValueRef>& inputs) {
+  // a reduction at the end reduces the elementwise root's values
+  const Node& last = g.node(group.back());
+  ReduceTail tail;
+  const bool reduces = red_table().count(last.op->name) > 0;
+  const std::vector<int32_t> nodes(group.begin(), group.end() - (reduces ? 1 : 0));
   const Shape& shape = g.node(nodes.back()).outputs[0].shape;
-  std::vector<Instr> prog;
-  std::vector<InputDesc> descs;
+  GroupProgram gp;
+  std::vector<Instr>& prog = gp.prog;
+  std::vector<InputDesc>& descs = gp.descs;
   std::map<int32_t, int> reg_of;
   inputs.clear();
   const int nprog = int(nodes.size());
@@ -323,39 +653,29 @@ KernelFn make_fused_kernel(const Graph& g, const std::vector<int32_t>& nodes, st
     reg_of[id] = int(prog.size());
     prog.push_back(in);
   }
-  if (nbuf > kMaxBuf) raise(ErrorKind::Runtime, "fusion", g.node(nodes.back()).name, "fused group needs too many tiles");
+  if (nbuf > kMaxBuf) raise(ErrorKind::Runtime, "fusion", last.name, "fused group needs too many tiles");
+  if (reduces) {
+    tail.op = red_table().at(last.op->name);
+    tail.out = kind_of(last.outputs[0].dtype);
+    if (!reduction_fits(g, last, &tail.walk))
+      raise(ErrorKind::Runtime, "fusion", last.name, "the reduction cannot end a fused group");
+    switch (tail.op) {
+      case Red::Max: return make_reduce_kernel<ExtAcc<true>>(gp, tail);
+      case Red::Min: return make_reduce_kernel<ExtAcc<false>>(gp, tail);
+      case Red::Prod: return make_reduce_kernel<SumAcc<true>>(gp, tail);
+      default: return make_reduce_kernel<SumAcc<false>>(gp, tail);
+    }
+  }
   const int64_t total = num_elements(shape);
-  return [prog, descs, total](const void* const* in, void* const* out) {
-    const Kind out_kind = prog.back().out;
+  return [gp, total](const void* const* in, void* const* out) {
+    const Kind out_kind = gp.prog.back().out;
     parallel_for(total, 16384, [&](int64_t b, int64_t e) {
-      float regs[kMaxBuf][kTile];
-      const int64_t fill = std::min(kTile, e - b);
-      for (size_t k = 0; k < descs.size(); ++k)
-        if (descs[k].scalar) std::fill(regs[descs[k].buf], regs[descs[k].buf] + fill, load_one(descs[k].kind, in[k], 0));
+      GroupProgram::Tiles regs;
+      gp.fill_scalars(in, regs, std::min(kTile, e - b));
       for (int64_t t = b; t < e; t += kTile) {
         const int64_t m = std::min(kTile, e - t);
-        for (size_t k = 0; k < descs.size(); ++k)
-          if (!descs[k].direct && !descs[k].scalar) load_tile(descs[k], in[k], t, m, regs[descs[k].buf]);
-        auto arg = [&](int r, bool& scalar) -> const float* {
-          scalar = false;
-          if (r >= 0) return regs[r];
-          const size_t k = size_t(-r - 1);
-          scalar = descs[k].scalar;
-          return descs[k].direct ? static_cast<const float*>(in[k]) + t : regs[descs[k].buf];
-        };
-        for (size_t i = 0; i < prog.size(); ++i) {
-          const Instr& ins = prog[i];
-          const size_t ar = arity(ins.op);
-          bool sc[3] = {false, false, false};
-          const float* pa = arg(ins.arg[0], sc[0]);
-          const float* pb = ar > 1 ? arg(ins.arg[1], sc[1]) : nullptr;
-          const float* pc = ar > 2 ? arg(ins.arg[2], sc[2]) : nullptr;
-          const bool last = i + 1 == prog.size();
-          float* r = last && out_kind == Kind::F32 ? static_cast<float*>(out[0]) + t : regs[i];
-          run_instr(ins, r, pa, pb, pc, sc, m);
-          if (!last) round_to(ins.out, r, m);
-        }
-        if (out_kind != Kind::F32) store(out_kind, regs[prog.size() - 1], out[0], t, m);
+        gp.eval(in, t, m, regs, out_kind == Kind::F32 ? static_cast<float*>(out[0]) + t : nullptr);
+        if (out_kind != Kind::F32) store(out_kind, regs[gp.prog.size() - 1], out[0], t, m);
       }
     });
   };

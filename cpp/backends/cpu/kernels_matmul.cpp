@@ -1,6 +1,7 @@
 // CPU kernel for matrix_multiplication: float32/float64 through BLAS gemm, float16/bfloat16
 // through float32 scratch buffers, integers by a wrapping loop. Batch offsets (with
-// broadcasting) are computed once in the factory.
+// broadcasting) are computed once in the factory. A float32 product may carry an epilogue
+// (conv_epilogue.h), applied to each block of the output right after BLAS wrote it.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/blas_gemm.h"
+#include "backends/cpu/conv_epilogue.h"
 #include "backends/cpu/elementwise_util.h"
 #include "backends/cpu/matmul_kernel.h"
 
@@ -108,6 +110,26 @@ void blas_batches(const MatmulPlan& p, const T* x, const T* y, T* o) {
   });
 }
 
+// The float32 product with an epilogue: rows are those of one batch's product, or (x's
+// batches stacked into one product) of the stack, which the epilogue sees batch by batch.
+void blas_batches_epilogue(const MatmulPlan& p, const float* x, const float* y, float* o, const ConvEpilogue& e,
+                           const float* const* operands) {
+  const int64_t mn = p.M * p.N;
+  const bool stacked = p.batches() == 1 && p.M != e.O;
+  for_batches(p, [&](int64_t b) {
+    auto after = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      if (!stacked) return e.apply(o, operands, b, r0, r1, c0, c1);
+      for (int64_t r = r0; r < r1;) {  // stacked rows r0..r1 as (batch, row) runs
+        const int64_t n = r / e.O, o0 = r % e.O, o1 = std::min(e.O, o0 + (r1 - r));
+        e.apply(o, operands, n, o0, o1, c0, c1);
+        r += o1 - o0;
+      }
+    };
+    gemm_on_pool(p.ta, p.tb, p.M, p.N, p.K, x + p.x_off[size_t(b)], p.ta ? p.M : p.K, y + p.y_off[size_t(b)],
+                 p.tb ? p.K : p.N, 0.0f, o + b * mn, p.N, after);
+  });
+}
+
 template <class S>  // half_t or bfloat16_t via float32 scratch
 void to_float(const S* src, float* dst, int64_t n) {
   parallel_for(n, 65536, [&](int64_t b, int64_t e) {
@@ -188,6 +210,25 @@ KernelFn make_matmul_kernel(const KernelCtx& c, bool transpose_x, bool transpose
       };
     }
   });
+}
+
+KernelFn make_matmul_kernel(const KernelCtx& c, bool transpose_x, bool transpose_y, const ConvEpilogue& epilogue) {
+  const MatmulPlan p = make_plan(c.in[0].shape, c.in[1].shape, c.out[0].shape, transpose_x, transpose_y);
+  if (c.in[0].dtype != DType::Float32 || p.out_elems == 0 || p.K == 0 || p.M > INT_MAX || p.N > INT_MAX ||
+      p.K > INT_MAX) {  // the plain product, then the epilogue over the whole output
+    KernelFn plain = make_matmul_kernel(c, transpose_x, transpose_y);
+    const int64_t batches = p.out_elems / std::max<int64_t>(1, epilogue.O * epilogue.P);
+    return [plain, epilogue, batches](const void* const* in, void* const* out) {
+      plain(in, out);
+      for (int64_t n = 0; n < batches; ++n)
+        epilogue.apply(static_cast<float*>(out[0]), reinterpret_cast<const float* const*>(in + 2), n, 0, epilogue.O,
+                       0, epilogue.P);
+    };
+  }
+  return [p, epilogue](const void* const* in, void* const* out) {
+    blas_batches_epilogue(p, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]),
+                          static_cast<float*>(out[0]), epilogue, reinterpret_cast<const float* const*>(in + 2));
+  };
 }
 
 void register_matmul_kernels() {

@@ -21,6 +21,7 @@
 #include <stdexcept>
 
 #include "backends/cpu/elementwise_util.h"
+#include "backends/cpu/reduce_walk.h"
 #include "core/ops/reduction_attrs.h"
 
 namespace mg::cpu {
@@ -657,6 +658,18 @@ KernelFn logsumexp_kernel(const KernelCtx& c) {
 }
 
 }  // namespace
+
+ReduceWalk reduce_walk(const Shape& shape, const std::vector<int64_t>& axes) {
+  const ReducePlan p = make_plan(shape, axes);
+  ReduceWalk w;
+  w.num_out = p.num_out;
+  w.num_red = p.num_red;
+  w.inner_kept = p.inner_kept;
+  w.chunks = p.chunks;
+  w.simple = p.num_out > 0 && p.num_red > 0 && p.kept_off.size() == 1 && p.red_off.size() == 1 &&
+             (p.inner_kept ? p.r_stride != 1 : p.r_stride == 1);
+  return w;
+}
 
 void register_reduction_kernels() {
   register_kernel("reduction_sum", sum_kernel<false>);

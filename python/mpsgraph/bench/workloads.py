@@ -510,6 +510,38 @@ def _(d, ctx):
     return _jax_run(lambda x: x.sum(axis=0, keepdims=True), d["x"])
 
 
+W = Workload("ew_reduce", "per-row squared error: sum over the last axis of (x*1.5+0.25-y)**2, 4096x1024 float32",
+             lambda: {"x": _rng().standard_normal((4096, 1024), np.float32),
+                      "y": _rng().standard_normal((4096, 1024), np.float32)}, "micro")
+
+
+def _sq_err(x, y):
+    d = x * 1.5 + 0.25 - y
+    return d * d
+
+
+@W.peer("mpsgraph")
+def _(d, ctx):
+    return _mg_run(ctx, lambda g, x, y: [g.reduction_sum(_sq_err(x, y), axes=-1)], d["x"], d["y"])
+
+
+@W.peer("numpy")
+def _(d, ctx):
+    x, y = d["x"], d["y"]
+    return lambda: _sq_err(x, y).sum(axis=-1, keepdims=True)
+
+
+@W.peer("torch", "torch.compile")
+def _(d, ctx):
+    x, y = ctx.torch_tensor(d["x"]), ctx.torch_tensor(d["y"])
+    return ctx.torch_fn(lambda: _sq_err(x, y).sum(dim=-1, keepdim=True))
+
+
+@W.peer("jax")
+def _(d, ctx):
+    return _jax_run(lambda x, y: _sq_err(x, y).sum(axis=-1, keepdims=True), d["x"], d["y"])
+
+
 W = Workload("softmax", "softmax over the last axis of 256x1000 float32",
              lambda: {"x": _rng().standard_normal((256, 1000), np.float32)}, "micro")
 
