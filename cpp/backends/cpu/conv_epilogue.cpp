@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -195,7 +197,8 @@ EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& ta
 }
 
 KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& chain, std::vector<ValueRef>& inputs,
-                                   std::vector<size_t>& scratch_bytes) {
+                                   std::vector<size_t>& scratch_bytes,
+                                   const std::function<std::shared_ptr<const Array>(ValueRef)>& constant_of) {
   const Node& conv = g.node(chain[0]);
   const Shape& out = conv.outputs[0].shape;
   inputs = conv.inputs;
@@ -214,6 +217,7 @@ KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& c
   std::vector<TensorType> in;
   for (const ValueRef& v : inputs) in.push_back(g.type(v));
   KernelCtx c{conv, in, conv.outputs};
+  for (const ValueRef& v : inputs) c.constants.push_back(constant_of(v));
   KernelFn fn = make_convolution_kernel(c, e);
   scratch_bytes = c.scratch_bytes;
   return fn;

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -38,9 +40,11 @@ struct EpiloguePlan {
 EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip);
 
 // The step of one chain; `inputs` receives the convolution's two inputs, then the operands;
-// `scratch_bytes` the step's scratch requests (KernelCtx::scratch, one output).
+// `scratch_bytes` the step's scratch requests (KernelCtx::scratch, one output); `constant_of`
+// gives an input's value when it is a graph constant (else null).
 KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& chain, std::vector<ValueRef>& inputs,
-                                   std::vector<size_t>& scratch_bytes);
+                                   std::vector<size_t>& scratch_bytes,
+                                   const std::function<std::shared_ptr<const Array>(ValueRef)>& constant_of);
 
 // kernels_convolution.cpp: the float32 forward convolution with an epilogue, whose operands
 // follow the source and the weights among the kernel's inputs.

@@ -6,10 +6,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -343,6 +345,9 @@ class CpuProgram final : public Program {
     std::vector<char> unfused = folds.dropped;
     for (size_t id = 0; id < g.size(); ++id) unfused[id] |= char(epilogues.chain_of[id] >= 0);
     const FusionPlan fusion = plan_fusion(g, sg.targets, unfused);
+    // MPSGRAPH_CPU_CONST_WEIGHTS=0: kernels see no constants (read at compile; tests compare both)
+    const char* const_env = std::getenv("MPSGRAPH_CPU_CONST_WEIGHTS");
+    const bool constants_known = !(const_env && std::string(const_env) == "0");
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
@@ -381,7 +386,13 @@ class CpuProgram final : public Program {
       KernelFn fused;  // the group's inputs replace the root's
       if (group >= 0) fused = make_fused_kernel(g, fusion.groups[size_t(group)], inputs);
       std::vector<size_t> chain_scratch;
-      if (chain >= 0) fused = make_conv_epilogue_kernel(g, epilogues.chains[size_t(chain)], inputs, chain_scratch);
+      auto constant_of = [&](ValueRef v) -> std::shared_ptr<const Array> {  // null unless v is a constant's bytes
+        if (!constants_known) return nullptr;
+        const Slot& sl = slots_[size_t(slot_of.at(v))];
+        return sl.kind == SlotKind::Const ? sl.constant : nullptr;
+      };
+      if (chain >= 0)
+        fused = make_conv_epilogue_kernel(g, epilogues.chains[size_t(chain)], inputs, chain_scratch, constant_of);
       auto fold = folds.matmul.find(int32_t(id));
       if (fold != folds.matmul.end())
         for (size_t k = 0; k < 2; ++k)
@@ -392,6 +403,7 @@ class CpuProgram final : public Program {
       st.op = n.op->name.c_str();  // registry entries live as long as the process
       st.graph_op = (n.origin_op ? n.origin_op : n.op)->name.c_str();
       KernelCtx kctx{n, in, n.outputs};
+      for (auto& v : inputs) kctx.constants.push_back(constant_of(v));
       if (chain >= 0) {  // profiled as the convolution
         const Node& conv = g.node(epilogues.chains[size_t(chain)][0]);
         st.op = conv.op->name.c_str();

@@ -8,20 +8,26 @@
 // them by the weights with BLAS; the data gradient multiplies by the transposed weights and
 // scatters the columns back (col2im); the weights gradient accumulates dy @ columns^T. 1x1
 // convolutions with unit strides and no padding use the source as the column matrix.
+// Depthwise forward convolutions accumulate shifted source rows (no columns); 3x3 ones in
+// float32 run one pass per output row (conv_depthwise.h) with a bias + clamp epilogue folded in.
 // A forward float32 convolution may carry an epilogue (conv_epilogue.h), applied to each block
 // of output rows right after it is written. float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
 // project's pool as (image x group, tile) units with BLAS on the calling thread; large ones run
 // one image at a time with parallel gathers and BLAS's own threads.
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "backends/cpu/blas_gemm.h"
+#include "backends/cpu/conv_depthwise.h"
 #include "backends/cpu/conv_epilogue.h"
 #include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/elementwise_util.h"
@@ -63,6 +69,9 @@ struct Plan {
   Ints lo, hi, start;      // per innermost tap: valid output range [lo, hi) and its first source position
   bool direct = false;     // 1x1, unit strides, no padding: the source plane is the column matrix
   bool depthwise = false;  // forward with one source channel per group: depthwise()
+  bool dw3 = false;        // depthwise 2-d 3x3, innermost dilation 1, stride 1 or 2: depthwise3x3()
+  int64_t pbL = 0;         // innermost padding before
+  std::shared_ptr<const std::vector<float>> zeros;  // dw3: a source row of zeros (rows in the padding)
   int64_t tile = 1;        // output positions per column tile
   int64_t ntiles = 0;
   bool ours = false;       // units split over the pool (BLAS single-threaded), else BLAS threads
@@ -113,6 +122,12 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   for (size_t i = 0; i < k; ++i) p.direct = p.direct && strides[i] == 1 && pads[2 * i] == 0 && pads[2 * i + 1] == 0;
 
   p.depthwise = kind == Kind::Forward && p.Cg == 1 && p.G > 1 && !p.direct;
+  // MPSGRAPH_CPU_DW3=0 keeps the generic depthwise loop (read at compile: tests compare both)
+  const char* dw3_env = std::getenv("MPSGRAPH_CPU_DW3");
+  p.dw3 = p.depthwise && k == 2 && p.KL == 3 && p.Kouter == 3 && dil.back() == 1 && dw3_row_fn(p.sL) &&
+          !(dw3_env && std::string(dw3_env) == "0");
+  p.pbL = pads[2 * (k - 1)];
+  if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
 
   // innermost dim: output j reads source j * s + off, off = tap * dilation - pad_before
   const int64_t dL = dil.back(), pbL = pads[2 * (k - 1)];
@@ -322,10 +337,94 @@ void depthwise_taps3(const Plan& p, T* yr, const T* b, const int64_t* off, const
   for (int64_t j = std::max(jhi, jlo); j < p.OL; ++j) edge(j);
 }
 
+// The epilogue folded into the depthwise rows: a bias add (per channel or scalar), then one
+// clamp (relu, relu6, maximum and/or minimum with a scalar). `fused` false: it is applied after.
+struct RowEpilogue {
+  bool fused = false;
+  int bias = -1, lo = -1, hi = -1;  // operand inputs, -1: none
+  bool bias_channel = false, relu = false;
+};
+
+RowEpilogue row_epilogue(const ConvEpilogue& e) {
+  using K = EpilogueOp::Kind;
+  using A = EpilogueOp::Arg;
+  RowEpilogue r;
+  size_t i = 0;
+  const auto& ops = e.ops;
+  if (i < ops.size() && ops[i].kind == K::Add && (ops[i].arg == A::Channel || ops[i].arg == A::Scalar)) {
+    r.bias = ops[i].input;
+    r.bias_channel = ops[i].arg == A::Channel;
+    ++i;
+  }
+  if (i < ops.size() && ops[i].kind == K::Relu) r.relu = true, ++i;
+  else if (i < ops.size() && ops[i].kind == K::Clamp) r.lo = ops[i].input, r.hi = ops[i].input + 1, ++i;
+  else {
+    // the operand second: the rows' comparisons (x <= lo, x >= hi) are the kernels' for that order
+    auto scalar = [&](K k) { return i < ops.size() && ops[i].kind == k && ops[i].arg == A::Scalar && !ops[i].other_first; };
+    if (scalar(K::Max)) r.lo = ops[i].input, ++i;
+    if (scalar(K::Min)) r.hi = ops[i].input, ++i;
+  }
+  r.fused = i == ops.size();
+  return r;
+}
+
+// Depthwise 3x3 (float32, innermost stride 1 or 2): each output row in one pass over its three
+// source rows (conv_depthwise.h) with the bias and clamp of the epilogue, edges scalar.
+void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const Epi& epi) {
+  const Dw3RowFn row = dw3_row_fn(p.sL);
+  const bool has_epi = epi.e && !epi.e->ops.empty();
+  RowEpilogue re = has_epi ? row_epilogue(*epi.e) : RowEpilogue{true};
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  float lo = re.relu ? 0.0f : re.lo >= 0 ? epi.in[re.lo][0] : -inf, hi = re.hi >= 0 ? epi.in[re.hi][0] : inf;
+  if (std::isnan(lo) || std::isnan(hi)) re.fused = false;  // the clamp kernel's NaN rules: unfused
+  if (!re.fused) lo = -inf, hi = inf;
+  const int64_t per_image = p.G * p.Og, grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.P * 9, 1));
+  int64_t jlo = 0, jhi = p.OL;  // outputs whose three taps are all inside the source row
+  for (size_t t = 0; t < 3; ++t) {
+    jlo = std::max(jlo, p.lo[t]);
+    jhi = std::min(jhi, p.hi[t]);
+  }
+  const float* zero = p.zeros->data() - p.pbL;
+  parallel_for(p.N * per_image, grain, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t n = u / per_image, oc = u % per_image, g = oc / p.Og;
+      const float* xc = x + (n * p.C + g) * p.in_plane - p.pbL;
+      const float* wc = w + oc * 9;
+      float* yc = y + (n * p.O + oc) * p.P;
+      const float bias = re.fused && re.bias >= 0 ? epi.in[re.bias][re.bias_channel ? oc : 0] : 0.0f;
+      for (int64_t r = 0; r < p.R; ++r) {
+        const float* rows[3];
+        float w9[9];
+        for (int64_t kt = 0; kt < 3; ++kt) {  // a row in the padding: zeros times zero weights
+          const int64_t base = p.rowtab[size_t(kt * p.R + r)];
+          rows[kt] = base < 0 ? zero : xc + base;
+          for (int64_t t = 0; t < 3; ++t) w9[kt * 3 + t] = base < 0 ? 0.0f : wc[kt * 3 + t];
+        }
+        float* yr = yc + r * p.OL;
+        row(rows, w9, yr, jlo, jhi, bias, lo, hi);
+        auto edge = [&](int64_t j) {
+          float v = 0.0f;
+          for (int64_t kt = 0; kt < 3; ++kt)
+            for (int64_t t = 0; t < 3; ++t)
+              if (j >= p.lo[size_t(t)] && j < p.hi[size_t(t)]) v += w9[kt * 3 + t] * rows[kt][j * p.sL + t];
+          v += bias;
+          v = v <= lo ? lo : v;
+          yr[j] = v >= hi ? hi : v;
+        };
+        for (int64_t j = 0; j < std::min(jlo, p.OL); ++j) edge(j);
+        for (int64_t j = std::max(jhi, jlo); j < p.OL; ++j) edge(j);
+      }
+      if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
+    }
+  });
+}
+
 // Depthwise forward (one source channel per group): each output row is a sum of shifted
 // source rows times a scalar tap, accumulated in place, so no columns and no M=1 GEMMs.
 template <class T>
 void depthwise(const Plan& p, const T* x, const T* w, T* y, const Epi& epi) {
+  if constexpr (std::is_same_v<T, float>)
+    if (p.dw3) return depthwise3x3(p, x, w, y, epi);
   const int64_t per_image = p.G * p.Og;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.P * p.Ksz, 1));
   int64_t off[3] = {0, 0, 0}, jlo = 0, jhi = p.OL;  // KL == 3: per tap, source of output j is off + j * sL
