@@ -122,7 +122,10 @@ DW = [((1, 8, 14, 14), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
       ((1, 6, 3, 3), 1, (1, 1), (2, 2, 2, 2), (1, 1)),
       ((2, 16, 1, 2), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
       ((1, 32, 112, 112), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
-      ((1, 24, 56, 56), 1, (2, 2), (0, 1, 0, 1), (1, 1))]
+      ((1, 24, 56, 56), 1, (2, 2), (0, 1, 0, 1), (1, 1)),
+      ((2, 4, 9, 31), 1, (1, 1), (0, 2, 2, 0), (1, 1)),
+      ((1, 3, 10, 12), 2, (1, 1), (2, 0, 0, 2), (1, 1)),
+      ((3, 5, 7, 7), 1, (1, 1), (1, 1, 1, 1), (1, 1))]
 
 
 def _dw_setup(case, seed):
@@ -179,19 +182,20 @@ def test_depthwise3x3_against_generic_and_torch(case, chain, monkeypatch):
     assert np.all(np.abs(generic - ref) <= 1e-6 * scale)
 
 
-def test_depthwise3x3_non_finite_source():
-    """An infinity or NaN reaches only the outputs that read it (the padding rows are not
-    multiplied in)."""
-    case = DW[1]
+@pytest.mark.parametrize("idx", [1, 0, 6])
+def test_depthwise3x3_non_finite_source(idx):
+    """An infinity or NaN reaches only the outputs that read it (the padding is not multiplied
+    in): the strided rows, the bordered narrow planes and the flat wide ones."""
+    case = DW[idx]
+    shape, _, stride, pads, _ = case
     x, w, bias = _dw_setup(case, 8)
-    x[0, 1, 0, 0], x[3, 2, 6, 16] = np.inf, np.nan
-
+    x[0, 1, 0, 0], x[-1, 2, shape[2] // 2, shape[3] - 1] = np.inf, np.nan
     g = mg.Graph()
     px = g.placeholder(x.shape, mg.float32)
-    y = g.convolution(px, g.constant(w), strides=2, padding=1, groups=x.shape[1])
+    y = g.convolution(px, g.constant(w), strides=stride, padding=pads, groups=x.shape[1])
     out = np.asarray(g.compile({px: x}, [y], device="cpu").run([mg.TensorData(x)])[0])
     with np.errstate(invalid="ignore"):
-        ref = _ref(x, w, 2, (1, 1, 1, 1), groups=x.shape[1])
+        ref = _ref(x, w, stride, pads, groups=x.shape[1])
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
     np.testing.assert_array_equal(np.isinf(out), np.isinf(ref))
     fin = np.isfinite(ref)

@@ -70,7 +70,10 @@ struct Plan {
   bool direct = false;     // 1x1, unit strides, no padding: the source plane is the column matrix
   bool depthwise = false;  // forward with one source channel per group: depthwise()
   bool dw3 = false;        // depthwise 2-d 3x3, innermost dilation 1, stride 1 or 2: depthwise3x3()
-  int64_t pbL = 0;         // innermost padding before
+  bool dw3_flat = false;   // dw3 with unit strides and dilations and OL == IL: rows run as one
+  bool dw3_border = false; // dw3 on narrow planes, equal strides: through a zero-bordered copy
+  int64_t Wb = 0, Hb = 0;  // dw3_border: the bordered plane's width and height
+  int64_t pbL = 0, pbT = 0;  // padding before, innermost and outer (2-d)
   std::shared_ptr<const std::vector<float>> zeros;  // dw3: a source row of zeros (rows in the padding)
   int64_t tile = 1;        // output positions per column tile
   int64_t ntiles = 0;
@@ -127,6 +130,14 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   p.dw3 = p.depthwise && k == 2 && p.KL == 3 && p.Kouter == 3 && dil.back() == 1 && dw3_row_fn(p.sL) &&
           !(dw3_env && std::string(dw3_env) == "0");
   p.pbL = pads[2 * (k - 1)];
+  p.pbT = k == 2 ? pads[0] : 0;
+  p.dw3_flat = p.dw3 && strides[0] == 1 && dil[0] == 1 && p.sL == 1 && p.OL == p.IL;
+  // narrow planes: the edge columns would cost as much as the rest
+  p.dw3_border = p.dw3 && strides[0] == p.sL && dil[0] == 1 && p.pbL >= 0 && p.pbT >= 0 && p.OL < 32;
+  if (p.dw3_border) {
+    p.Wb = std::max(p.pbL + p.IL, p.sL * (p.OL - 1) + 3);
+    p.Hb = std::max(p.pbT + src[2], p.sL * (p.R - 1) + 3);
+  }
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
 
   // innermost dim: output j reads source j * s + off, off = tap * dilation - pad_before
@@ -385,13 +396,44 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
     jhi = std::min(jhi, p.hi[t]);
   }
   const float* zero = p.zeros->data() - p.pbL;
+  // dw3_flat: output (r, j) reads source (r + kt - pad, j + t - pad) at flat offset r * OL + j +
+  // const, so the rows [rlo, rhi) whose three source rows exist run as one long loop from (rlo,
+  // jlo) to (rhi - 1, jhi); its edge columns (which read the neighbouring rows) are redone after.
+  int64_t rlo = 0, rhi = 0;
+  if (p.dw3_flat && jlo < jhi) {
+    while (rlo < p.R && (p.rowtab[size_t(rlo)] < 0 || p.rowtab[size_t(2 * p.R + rlo)] < 0)) ++rlo;
+    rhi = rlo;
+    while (rhi < p.R && p.rowtab[size_t(rhi)] >= 0 && p.rowtab[size_t(2 * p.R + rhi)] >= 0) ++rhi;
+  }
+  // dw3_border: the plane is copied into a zero-bordered one of width Wb; output (r, j) then
+  // reads it at s * (r * Wb + j) + kt * Wb + t, so one flat loop makes every output (at row
+  // stride Wb, with Wb - OL unused ones between rows), copied out after.
+  const int64_t Wb = p.Wb, Hb = p.Hb, IH = p.IL ? p.in_plane / p.IL : 0;
   parallel_for(p.N * per_image, grain, [&](int64_t u0, int64_t u1) {
+    thread_local std::vector<float> plane;  // bordered source, then the output rows at width Wb
+    if (p.dw3_border) plane.resize(size_t((Hb + p.R) * Wb));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n = u / per_image, oc = u % per_image, g = oc / p.Og;
       const float* xc = x + (n * p.C + g) * p.in_plane - p.pbL;
       const float* wc = w + oc * 9;
       float* yc = y + (n * p.O + oc) * p.P;
       const float bias = re.fused && re.bias >= 0 ? epi.in[re.bias][re.bias_channel ? oc : 0] : 0.0f;
+      if (p.dw3_border) {
+        float *xb = plane.data(), *yb = xb + Hb * Wb;
+        std::fill(xb, yb, 0.0f);
+        for (int64_t i = 0; i < IH; ++i)
+          std::memcpy(xb + (i + p.pbT) * Wb + p.pbL, xc + p.pbL + i * p.IL, size_t(p.IL) * sizeof(float));
+        const float* rows[3] = {xb, xb + Wb, xb + 2 * Wb};
+        row(rows, wc, yb, 0, (p.R - 1) * Wb + p.OL, bias, lo, hi);
+        for (int64_t r = 0; r < p.R; ++r) std::memcpy(yc + r * p.OL, yb + r * Wb, size_t(p.OL) * sizeof(float));
+        if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
+        continue;
+      }
+      if (rhi > rlo) {
+        const float* flat[3];
+        for (int64_t kt = 0; kt < 3; ++kt) flat[kt] = xc + p.rowtab[size_t(kt * p.R + rlo)] - rlo * p.OL;
+        row(flat, wc, yc, rlo * p.OL + jlo, (rhi - 1) * p.OL + jhi, bias, lo, hi);
+      }
       for (int64_t r = 0; r < p.R; ++r) {
         const float* rows[3];
         float w9[9];
@@ -401,7 +443,7 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
           for (int64_t t = 0; t < 3; ++t) w9[kt * 3 + t] = base < 0 ? 0.0f : wc[kt * 3 + t];
         }
         float* yr = yc + r * p.OL;
-        row(rows, w9, yr, jlo, jhi, bias, lo, hi);
+        if (r < rlo || r >= rhi) row(rows, w9, yr, jlo, jhi, bias, lo, hi);
         auto edge = [&](int64_t j) {
           float v = 0.0f;
           for (int64_t kt = 0; kt < 3; ++kt)
