@@ -240,3 +240,42 @@ def test_depthwise3x3_every_isa_path(isa):
     env = dict(os.environ, MPSGRAPH_CPU_ISA=isa)
     r = subprocess.run([sys.executable, "-c", ISA_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# ---------------- images side by side (few output positions per image) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: deep-layer shapes whose images share one product
+WIDE = [((8, 32, 7, 7), (48, 3, 3), 1, 1), ((5, 16, 14, 13), (24, 3, 3), 2, 1), ((3, 3, 20, 18), (8, 7, 7), 2, 3),
+        ((9, 8, 5, 6), (12, 3, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", WIDE)
+def test_images_side_by_side(shape, wshape, stride, pad, monkeypatch):
+    """Against PyTorch and against each image run alone; with a bias + residual + ReLU epilogue."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+    bias = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
+    ref = _ref(x, w, stride, (pad,) * 4)
+    scale = _ref(x, w, stride, (pad,) * 4, absolute=True) + 1
+    res = rng.standard_normal(ref.shape).astype(np.float32)
+
+    def build_for(n, fused):
+        def build(g):
+            px = g.placeholder((n,) + shape[1:], mg.float32)
+            pr = g.placeholder((n,) + ref.shape[1:], mg.float32)
+            y = g.convolution(px, g.constant(w), strides=stride, padding=pad)
+            return [g.relu(y + g.constant(bias) + pr) if fused else y], [px, pr]  # fused: the epilogue joins
+        return build
+
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    y = _run(_compile(build_for(shape[0], False), [x, res], env, monkeypatch), [x, res])[0]
+    fused = _run(_compile(build_for(shape[0], True), [x, res], env, monkeypatch), [x, res])[0]
+    assert y.shape == ref.shape
+    assert np.all(np.abs(y - ref) <= 1e-6 * scale)
+    np.testing.assert_allclose(fused, np.maximum(ref + bias + res, 0), rtol=1e-5, atol=1e-5 * scale.max())
+    for flag, got in ((False, y), (True, fused)):
+        one = _compile(build_for(1, flag), [x[:1], res[:1]], env, monkeypatch)
+        for n in range(shape[0]):
+            np.testing.assert_allclose(got[n:n + 1], _run(one, [x[n:n + 1], res[n:n + 1]])[0], rtol=1e-5,
+                                       atol=1e-5 * scale.max())

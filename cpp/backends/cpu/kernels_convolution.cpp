@@ -54,7 +54,10 @@ enum class Kind { Forward, Data, Weights };
 // multiply-adds, each one single-threaded BLAS call; larger ones one item at a time, each
 // product split over the pool by gemm_on_pool.
 constexpr int64_t kUnitWork = int64_t(1) << 20;
-constexpr int64_t kColumnBudget = int64_t(1) << 21;  // column elements per tile when BLAS threads
+// column elements per tile of an item's product (its GEMM split over the pool): the columns
+// stay in cache between im2col and the GEMM
+constexpr int64_t kColumnBudget = int64_t(1) << 18;
+constexpr int64_t kWidePositions = 384;  // GEMM columns that batching images aims for
 
 struct Plan {
   Kind kind = Kind::Forward;
@@ -81,6 +84,7 @@ struct Plan {
   bool tiles_parallel = false;  // a unit is one (item, tile); else one item with all its tiles
   int slots = 1;           // scratch slots
   int64_t col_elems = 0;   // per slot
+  int64_t images = 1;      // > 1: forward products of this many images' columns side by side (few positions each)
   int64_t items() const { return N * G; }
   int64_t units() const { return tiles_parallel ? items() * ntiles : items(); }
 };
@@ -193,18 +197,26 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.ours = p.units() >= 2;
   }
   if (!p.ours) {
-    p.tile = p.direct ? std::max<int64_t>(p.P, 1) : std::max<int64_t>(1, std::min(p.P, kColumnBudget / std::max<int64_t>(p.CK, 1)));
+    p.tile = p.direct ? std::max<int64_t>(p.P, 1)
+                      : std::max<int64_t>(1, std::min(p.P, std::max<int64_t>(256, kColumnBudget / std::max<int64_t>(p.CK, 1))));
     p.ntiles = p.P > 0 ? (p.P + p.tile - 1) / p.tile : 0;
   }
   p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
   p.col_elems = p.direct || p.depthwise ? 0 : p.CK * p.tile;
+  // Few output positions per image (deep layers): one GEMM per image would stream the weights
+  // once per image in thin products; images side by side make one wider product.
+  if (kind == Kind::Forward && !p.ours && !p.direct && !p.depthwise && p.G == 1 && p.N > 1 && p.P < kWidePositions) {
+    p.images = std::min(p.N, std::max<int64_t>(1, kWidePositions / p.P));
+    p.col_elems = p.CK * p.images * p.P;
+  }
   return p;
 }
 
 // Gathers column rows (c, tap) for channels [c0, c1) and output positions [p0, p1) of one item.
+// Rows are `ld` apart (0: p1 - p0).
 template <class T>
-void im2col(const Plan& p, const T* x, T* col, int64_t p0, int64_t p1, int64_t c0, int64_t c1) {
-  const int64_t pt = p1 - p0, rb = p0 / p.OL, re = (p1 - 1) / p.OL;
+void im2col(const Plan& p, const T* x, T* col, int64_t p0, int64_t p1, int64_t c0, int64_t c1, int64_t ld = 0) {
+  const int64_t pt = ld ? ld : p1 - p0, rb = p0 / p.OL, re = (p1 - 1) / p.OL;
   for (int64_t c = c0; c < c1; ++c) {
     const T* xc = x + c * p.in_plane;
     for (int64_t kt = 0; kt < p.Kouter; ++kt) {
@@ -285,7 +297,28 @@ struct Scratch {  // in the program's memory plan (KernelCtx::scratch)
   T* col = nullptr;  // slots * col_elems
   T* acc = nullptr;  // nacc * out_elems: weights gradient partial sums of slots 1..
   int64_t nacc = 0;
+  T* wide = nullptr;  // images > 1: the product, O x (images * P)
 };
+
+// Forward with images side by side: per group of images, their columns, one GEMM, the rows
+// copied out to each image, then its epilogue.
+template <class T>
+void run_images(const Plan& p, const T* x, const T* w, T* y, Scratch<T>& s, const Epi& epi) {
+  for (int64_t n0 = 0; n0 < p.N; n0 += p.images) {
+    const int64_t nb = std::min(p.images, p.N - n0), ld = nb * p.P;
+    over_channels(p, p.P, [&](int64_t c0, int64_t c1) {
+      for (int64_t i = 0; i < nb; ++i) im2col(p, x + (n0 + i) * p.C * p.in_plane, s.col + i * p.P, 0, p.P, c0, c1, ld);
+    });
+    gemm(false, false, p.O, ld, p.CK, w, p.CK, s.col, ld, T(0), s.wide, ld);
+    parallel_for(nb * p.O, std::max<int64_t>(1, 16384 / p.P), [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        const int64_t i = k / p.O, o = k % p.O;
+        std::memcpy(y + ((n0 + i) * p.O + o) * p.P, s.wide + o * ld + i * p.P, size_t(p.P) * sizeof(T));
+      }
+    });
+    for (int64_t i = 0; i < nb; ++i) epi(y, n0 + i, 0, p.O, 0, p.P);
+  }
+}
 
 // One tile [p0, p1) of one item. in0/in1/out: forward (x, w) -> y; data (dy, w) -> dx;
 // weights (dy, x) -> dw (accumulated).
@@ -521,6 +554,7 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
     return;
   }
   if (p.depthwise) return depthwise(p, in0, in1, out, epi);
+  if (p.images > 1) return run_images(p, in0, in1, out, s, epi);
   auto run_unit = [&](int64_t u, int slot) {
     T* col = s.col + slot * p.col_elems;
     T* o = p.kind == Kind::Weights && slot > 0 ? s.acc + (slot - 1) * out_elems : out;
@@ -554,17 +588,19 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
 struct ScratchPlan {
   size_t col, acc;
   int64_t nacc;
+  size_t wide;
 };
 template <class T>
 ScratchPlan plan_scratch(const KernelCtx& c, const Plan& p, int64_t out_elems) {
   const int64_t nacc = p.kind == Kind::Weights && p.ours ? p.slots - 1 : 0;
   const size_t col = c.scratch(size_t(p.slots * p.col_elems) * sizeof(T));
   const size_t acc = c.scratch(size_t(nacc * out_elems) * sizeof(T));
-  return {col, acc, nacc};
+  const size_t wide = c.scratch(size_t(p.images > 1 ? p.O * p.images * p.P : 0) * sizeof(T));
+  return {col, acc, nacc, wide};
 }
 template <class T>
 Scratch<T> scratch_of(const ScratchPlan& sp, void* const* out) {
-  return {static_cast<T*>(out[sp.col]), static_cast<T*>(out[sp.acc]), sp.nacc};
+  return {static_cast<T*>(out[sp.col]), static_cast<T*>(out[sp.acc]), sp.nacc, static_cast<T*>(out[sp.wide])};
 }
 
 template <class S>  // half_t or bfloat16_t
