@@ -44,7 +44,7 @@ def _ref(x, w, stride, pads, dil=1, groups=1, absolute=False):
 
 # (N, C, H, W), O, pads: the first two have too few tiles to pay a per-run transform (so
 # Winograd runs only with constant weights), the last is ResNet-18's layer-4 shape at batch 1.
-CONST = [((1, 16, 14, 14), 24, (1, 1, 1, 1)), ((1, 32, 13, 11), 16, (1, 0, 2, 1)), ((1, 64, 14, 14), 64, (1, 1, 1, 1))]
+CONST = [((1, 64, 14, 14), 24, (1, 1, 1, 1)), ((1, 80, 13, 11), 16, (1, 0, 2, 1)), ((1, 64, 14, 14), 64, (1, 1, 1, 1))]
 
 
 @pytest.mark.parametrize("shape,o,pads", CONST)
@@ -95,19 +95,19 @@ def test_constant_non_finite_weights_take_the_generic_path(monkeypatch):
 
 
 def test_weights_fed_at_run_time_still_work(monkeypatch):
-    """Weights as a placeholder are transformed per run (a new value each run is used)."""
-    shape, o, pads = (2, 16, 24, 24), 16, (1, 1, 1, 1)
+    """Weights as a placeholder are transformed per run (each run uses its new value)."""
+    shape, o, pads = (2, 64, 40, 40), 16, (1, 1, 1, 1)  # 800 tiles: Winograd pays per run
     rng = np.random.default_rng(5)
     x = rng.standard_normal(shape).astype(np.float32)
 
     def build(g):
-        px, pw = g.placeholder(shape, mg.float32), g.placeholder((o, 16, 3, 3), mg.float32)
+        px, pw = g.placeholder(shape, mg.float32), g.placeholder((o, 64, 3, 3), mg.float32)
         return [g.convolution(px, pw, strides=1, padding=pads)], [px, pw]
 
-    w = rng.standard_normal((o, 16, 3, 3)).astype(np.float32)
+    w = rng.standard_normal((o, 64, 3, 3)).astype(np.float32)
     exe = _compile(build, [x, w], {}, monkeypatch)
     for _ in range(2):
-        w = rng.standard_normal((o, 16, 3, 3)).astype(np.float32)
+        w = rng.standard_normal((o, 64, 3, 3)).astype(np.float32)
         y = _run(exe, [x, w])[0]
         assert np.all(np.abs(y - _ref(x, w, 1, pads)) <= 2e-6 * _ref(x, w, 1, pads, absolute=True))
 

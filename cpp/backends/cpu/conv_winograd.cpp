@@ -182,8 +182,9 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   Wino q;
   q.N = xs[0], q.C = xs[1], q.H = xs[2], q.W = xs[3], q.O = ws[0], q.OH = ys[2], q.OW = ys[3];
   q.pt = a.padding[0], q.pl = a.padding[2];
-  // pays where the channel products are large enough for BLAS and there are tiles to share them
-  if (q.C < 16 || q.O < 16 || q.OH < 4 || q.OW < 4 || num_elements(ys) <= 0) return {};
+  // pays where the channel products are large enough for BLAS (their depth is C: at 32 source
+  // channels im2col's 9x deeper product is faster) and there are tiles to share them
+  if (q.C < 64 || q.O < 16 || q.OH < 4 || q.OW < 4 || num_elements(ys) <= 0) return {};
   q.th = (q.OH + 1) / 2, q.tw = (q.OW + 1) / 2;
   // weights that are a graph constant are transformed once, here; others on every run (about
   // as costly as ~100 tiles' savings, so those need more tiles to pay)
