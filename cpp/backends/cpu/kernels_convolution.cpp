@@ -197,8 +197,10 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.ours = p.units() >= 2;
   }
   if (!p.ours) {
-    p.tile = p.direct ? std::max<int64_t>(p.P, 1)
-                      : std::max<int64_t>(1, std::min(p.P, std::max<int64_t>(256, kColumnBudget / std::max<int64_t>(p.CK, 1))));
+    // direct forward: output blocks of about the same size, so the epilogue finds them in cache
+    const int64_t rows = p.direct ? (kind == Kind::Forward ? p.Og : 0) : p.CK;
+    p.tile = rows ? std::max<int64_t>(1, std::min(p.P, std::max<int64_t>(256, kColumnBudget / rows)))
+                  : std::max<int64_t>(p.P, 1);
     p.ntiles = p.P > 0 ? (p.P + p.tile - 1) / p.tile : 0;
   }
   p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
