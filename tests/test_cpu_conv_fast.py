@@ -216,20 +216,29 @@ def test_depthwise3x3_float16(monkeypatch):
 
 
 ISA_SCRIPT = """
+import os, platform, sys
 import numpy as np, mpsgraph as mg, torch
 rng = np.random.default_rng(1)
-for shape, stride in (((2, 8, 19, 37), 1), ((2, 8, 19, 37), 2)):
+def run(x, w, b, stride):
+    g = mg.Graph()
+    px = g.placeholder(x.shape, mg.float32)
+    y = g.convolution(px, g.constant(w), strides=stride, padding=1, groups=x.shape[1])
+    y = g.clamp(y + g.constant(b), g.constant(np.float32(0)), g.constant(np.float32(6)))
+    return np.asarray(g.compile({px: x}, [y], device="cpu").run([mg.TensorData(x)])[0])
+for shape, stride in (((2, 8, 19, 37), 1), ((2, 8, 19, 37), 2), ((2, 8, 9, 9), 1), ((2, 8, 9, 9), 2)):
     x = rng.standard_normal(shape).astype(np.float32)
     w = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
     b = rng.standard_normal((8, 1, 1)).astype(np.float32)
-    g = mg.Graph()
-    px = g.placeholder(shape, mg.float32)
-    y = g.convolution(px, g.constant(w), strides=stride, padding=1, groups=8)
-    y = g.clamp(y + g.constant(b), g.constant(np.float32(0)), g.constant(np.float32(6)))
-    out = np.asarray(g.compile({px: x}, [y], device="cpu").run([mg.TensorData(x)])[0])
+    out = run(x, w, b, stride)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), stride=stride,
                                      padding=1, groups=8).numpy()
     assert np.abs(out - np.clip(ref + b, 0, 6)).max() < 1e-5, "mismatch"
+    os.environ["MPSGRAPH_CPU_DW3"] = "0"
+    generic = run(x, w, b, stride)
+    del os.environ["MPSGRAPH_CPU_DW3"]
+    # without FMA (x86's baseline) the rows add the taps in the generic loop's order: the same bits
+    if sys.argv[1] == "generic" and platform.machine().lower() in ("x86_64", "amd64"):
+        assert np.array_equal(out, generic), "generic ISA: not the generic loop's bits"
 print("ok")
 """
 
@@ -238,7 +247,7 @@ print("ok")
 def test_depthwise3x3_every_isa_path(isa):
     """Each compiled row loop (the CPU may not have the wider ISAs: then a narrower one runs)."""
     env = dict(os.environ, MPSGRAPH_CPU_ISA=isa)
-    r = subprocess.run([sys.executable, "-c", ISA_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", ISA_SCRIPT, isa], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
