@@ -200,12 +200,13 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   const int64_t T = q.rows * q.tw;
   q.v_elems = 16 * q.C * T;
   q.m_elems = 16 * q.O * T;
-  std::shared_ptr<std::vector<float>> U;  // the transformed constant weights
+  std::shared_ptr<std::vector<float>> U;  // the transformed constant weights (16/9 of their size)
   if (wconst) {
     U = std::make_shared<std::vector<float>>(size_t(16 * q.O * q.C));
     if (!transform_weights(q, static_cast<const float*>(wconst->data()), U->data())) return {};  // not finite
+  } else {
+    q.u_idx = c.scratch(size_t(16 * q.O * q.C) * sizeof(float));
   }
-  if (!wconst) q.u_idx = c.scratch(size_t(16 * q.O * q.C) * sizeof(float));
   q.v_idx = c.scratch(size_t(q.slots * q.v_elems) * sizeof(float));
   q.m_idx = c.scratch(size_t(q.slots * q.m_elems) * sizeof(float));
   const bool has_epi = epilogue && !epilogue->ops.empty();
