@@ -225,10 +225,10 @@ def test_fusion_keeps_intermediates_that_are_read_elsewhere():
                                rtol=1e-6)
 
 
-# Winograd F(2x2, 3x3): float32, 3x3, unit strides and dilations, one group, >= 16 channels
-# each way and >= 400 output tiles of 2x2 (else the generic im2col path runs)
-WINOGRAD = [((1, 16, 40, 40), 16, (1, 1, 1, 1)), ((2, 16, 31, 33), 17, (0, 2, 1, 0)),
-            ((2, 24, 45, 20), 32, (2, 2, 0, 0))]
+# Winograd F(2x2, 3x3): float32, 3x3, unit strides and dilations, one group, >= 64 source and
+# >= 16 output channels and >= 36 output tiles of 2x2 per image (else the generic im2col path runs)
+WINOGRAD = [((1, 64, 40, 40), 16, (1, 1, 1, 1)), ((2, 64, 31, 33), 17, (0, 2, 1, 0)),
+            ((2, 72, 45, 20), 32, (2, 2, 0, 0))]
 
 
 def _conv_f32(x, w, pads, generic=False, monkeypatch=None, bias=None):

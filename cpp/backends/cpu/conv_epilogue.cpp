@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -216,7 +218,8 @@ EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& ta
 }
 
 KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& chain, std::vector<ValueRef>& inputs,
-                                   std::vector<size_t>& scratch_bytes, const std::array<bool, 2>& transposed) {
+                                   std::vector<size_t>& scratch_bytes, const std::array<bool, 2>& transposed,
+                                   const std::function<std::shared_ptr<const Array>(ValueRef)>& constant_of) {
   const Node& head = g.node(chain[0]);
   const bool matmul = head.op->name == "matrix_multiplication";
   const Shape& out = head.outputs[0].shape;
@@ -243,6 +246,7 @@ KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& c
   std::vector<TensorType> in;
   for (const ValueRef& v : inputs) in.push_back(g.type(v));
   KernelCtx c{head, in, head.outputs};
+  for (const ValueRef& v : inputs) c.constants.push_back(constant_of(v));
   KernelFn fn = matmul ? make_matmul_kernel(c, transposed[0], transposed[1], e) : make_convolution_kernel(c, e);
   scratch_bytes = c.scratch_bytes;
   return fn;

@@ -6,6 +6,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -46,9 +48,11 @@ EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& ta
 // The step of one chain; `inputs` receives the convolution's (product's) two inputs, then the
 // operands; `scratch_bytes` the step's scratch requests (KernelCtx::scratch, one output).
 // `transposed`: the product's operand k is a transpose of its last two dims whose source the
-// step reads instead, with BLAS's transpose flag.
+// step reads instead, with BLAS's transpose flag. `constant_of` gives an input's value when it
+// is a graph constant (else null).
 KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& chain, std::vector<ValueRef>& inputs,
-                                   std::vector<size_t>& scratch_bytes, const std::array<bool, 2>& transposed);
+                                   std::vector<size_t>& scratch_bytes, const std::array<bool, 2>& transposed,
+                                   const std::function<std::shared_ptr<const Array>(ValueRef)>& constant_of);
 
 // kernels_convolution.cpp: the float32 forward convolution with an epilogue, whose operands
 // follow the source and the weights among the kernel's inputs.

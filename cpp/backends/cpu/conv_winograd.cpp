@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ namespace {
 
 constexpr int64_t kTilesPerUnit = 512;  // GEMM columns per unit (about)
 constexpr int64_t kMinTiles = 400;      // fewer output tiles in all: the generic path is faster
+constexpr int64_t kMinTilesPerImage = 36;  // the same with weights transformed at compile
 
 struct Wino {
   int64_t N = 0, C = 0, O = 0, H = 0, W = 0, pt = 0, pl = 0, OH = 0, OW = 0, th = 0, tw = 0;
@@ -134,11 +136,16 @@ void transform_output(const Wino& q, const float* M, float* y, int64_t ty0, int6
   }
 }
 
-// False when a source value or weight is not finite (y is then incomplete).
-bool run(const Wino& q, const float* x, const float* w, float* y, void* const* out, const ConvEpilogue* epi,
-         const float* const* epi_in) {
-  float* U = static_cast<float*>(out[q.u_idx]);
-  if (!transform_weights(q, w, U)) return false;
+// False when a source value or weight is not finite (y is then incomplete). `U_const`: the
+// weights transformed at compile (constant weights), else they are transformed here.
+bool run(const Wino& q, const float* x, const float* w, const float* U_const, float* y, void* const* out,
+         const ConvEpilogue* epi, const float* const* epi_in) {
+  const float* U = U_const;
+  if (!U) {
+    float* Ut = static_cast<float*>(out[q.u_idx]);
+    if (!transform_weights(q, w, Ut)) return false;
+    U = Ut;
+  }
   const int64_t units = q.N * q.blocks;
   std::atomic<bool> finite{true};
   parallel_for(q.slots, 1, [&](int64_t s0, int64_t s1) {
@@ -175,11 +182,16 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   Wino q;
   q.N = xs[0], q.C = xs[1], q.H = xs[2], q.W = xs[3], q.O = ws[0], q.OH = ys[2], q.OW = ys[3];
   q.pt = a.padding[0], q.pl = a.padding[2];
-  // pays where the channel products are large enough for BLAS and there are tiles to share them
-  if (q.C < 16 || q.O < 16 || q.OH < 4 || q.OW < 4 || num_elements(ys) <= 0) return {};
+  // pays where the channel products are large enough for BLAS (their depth is C: at 32 source
+  // channels im2col's 9x deeper product is faster) and there are tiles to share them
+  if (q.C < 64 || q.O < 16 || q.OH < 4 || q.OW < 4 || num_elements(ys) <= 0) return {};
   q.th = (q.OH + 1) / 2, q.tw = (q.OW + 1) / 2;
-  // the kernels are transformed on every run (about as costly as ~100 tiles' savings)
-  if (q.N * q.th * q.tw < kMinTiles) return {};
+  // weights that are a graph constant are transformed once, here; others on every run (about
+  // as costly as ~100 tiles' savings, so those need more tiles to pay)
+  const Array* wconst = c.constant(1);
+  if (wconst && (wconst->dtype != DType::Float32 || wconst->size() != num_elements(ws) || !wconst->data()))
+    wconst = nullptr;
+  if (wconst ? q.th * q.tw < kMinTilesPerImage : q.N * q.th * q.tw < kMinTiles) return {};
   q.rows = std::max<int64_t>(1, std::min(q.th, kTilesPerUnit / q.tw));
   const int threads = num_threads();
   while (q.rows > 1 && q.N * ((q.th + q.rows - 1) / q.rows) < 2 * threads) q.rows = (q.rows + 1) / 2;
@@ -188,15 +200,21 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   const int64_t T = q.rows * q.tw;
   q.v_elems = 16 * q.C * T;
   q.m_elems = 16 * q.O * T;
-  q.u_idx = c.scratch(size_t(16 * q.O * q.C) * sizeof(float));
+  std::shared_ptr<std::vector<float>> U;  // the transformed constant weights (16/9 of their size)
+  if (wconst) {
+    U = std::make_shared<std::vector<float>>(size_t(16 * q.O * q.C));
+    if (!transform_weights(q, static_cast<const float*>(wconst->data()), U->data())) return {};  // not finite
+  } else {
+    q.u_idx = c.scratch(size_t(16 * q.O * q.C) * sizeof(float));
+  }
   q.v_idx = c.scratch(size_t(q.slots * q.v_elems) * sizeof(float));
   q.m_idx = c.scratch(size_t(q.slots * q.m_elems) * sizeof(float));
   const bool has_epi = epilogue && !epilogue->ops.empty();
   const ConvEpilogue epi = has_epi ? *epilogue : ConvEpilogue{};
   KernelFn fallback = generic(c);  // its scratch follows ours
-  return [q, epi, has_epi, fallback](const void* const* in, void* const* out) {
-    if (!run(q, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]), static_cast<float*>(out[0]), out,
-             has_epi ? &epi : nullptr, reinterpret_cast<const float* const*>(in + 2)))
+  return [q, epi, has_epi, fallback, U](const void* const* in, void* const* out) {
+    if (!run(q, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]), U ? U->data() : nullptr,
+             static_cast<float*>(out[0]), out, has_epi ? &epi : nullptr, reinterpret_cast<const float* const*>(in + 2)))
       fallback(in, out);
   };
 }

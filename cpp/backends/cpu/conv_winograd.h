@@ -9,7 +9,8 @@ namespace mg::cpu {
 // (its operands follow the source and weights among the inputs); empty where it does not apply
 // (not 3x3, strided, dilated, grouped) or would not pay (few channels, small planes). `generic`
 // makes the kernel of the generic path (same inputs, epilogue included), run instead when a
-// source value or weight is not finite.
+// source value or weight is not finite. Weights that are a graph constant (c.constant(1)) are
+// transformed here, once, so smaller images pay too.
 KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, const KernelFactory& generic);
 
 }  // namespace mg::cpu

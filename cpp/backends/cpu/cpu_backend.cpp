@@ -6,10 +6,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -343,6 +345,9 @@ class CpuProgram final : public Program {
     std::vector<char> unfused = folds.dropped;
     for (size_t id = 0; id < g.size(); ++id) unfused[id] |= char(epilogues.chain_of[id] >= 0);
     const FusionPlan fusion = plan_fusion(g, sg.targets, unfused);
+    // MPSGRAPH_CPU_CONST_WEIGHTS=0: kernels see no constants (read at compile; tests compare both)
+    const char* const_env = std::getenv("MPSGRAPH_CPU_CONST_WEIGHTS");
+    const bool constants_known = !(const_env && std::string(const_env) == "0");
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
@@ -381,11 +386,16 @@ class CpuProgram final : public Program {
       KernelFn fused;  // the group's inputs replace the root's
       if (group >= 0) fused = make_fused_kernel(g, fusion.groups[size_t(group)], inputs);
       std::vector<size_t> chain_scratch;
+      auto constant_of = [&](ValueRef v) -> std::shared_ptr<const Array> {  // null unless v is a constant's bytes
+        if (!constants_known) return nullptr;
+        const Slot& sl = slots_[size_t(slot_of.at(v))];
+        return sl.kind == SlotKind::Const ? sl.constant : nullptr;
+      };
       if (chain >= 0) {  // a matrix product at its head may read transposes' sources
         const std::vector<int32_t>& ch = epilogues.chains[size_t(chain)];
         auto head_fold = folds.matmul.find(ch[0]);
         const std::array<bool, 2> tr = head_fold != folds.matmul.end() ? head_fold->second : std::array<bool, 2>{};
-        fused = make_conv_epilogue_kernel(g, ch, inputs, chain_scratch, tr);
+        fused = make_conv_epilogue_kernel(g, ch, inputs, chain_scratch, tr, constant_of);
       }
       auto fold = folds.matmul.find(int32_t(id));
       if (fold != folds.matmul.end())
@@ -397,6 +407,7 @@ class CpuProgram final : public Program {
       st.op = n.op->name.c_str();  // registry entries live as long as the process
       st.graph_op = (n.origin_op ? n.origin_op : n.op)->name.c_str();
       KernelCtx kctx{n, in, n.outputs};
+      for (auto& v : inputs) kctx.constants.push_back(constant_of(v));
       if (chain >= 0) {  // profiled as the convolution (product)
         const Node& conv = g.node(epilogues.chains[size_t(chain)][0]);
         st.op = conv.op->name.c_str();

@@ -25,6 +25,10 @@ struct KernelCtx {
     return out.size() + scratch_bytes.size() - 1;
   }
   mutable std::vector<size_t> scratch_bytes;
+  // Per input, its value when it is a graph constant (null otherwise): lets a kernel prepare
+  // it once at compile (weights transformed or packed). Empty when the caller knows none.
+  std::vector<std::shared_ptr<const Array>> constants;
+  const Array* constant(size_t i) const { return i < constants.size() ? constants[i].get() : nullptr; }
 };
 using KernelFactory = std::function<KernelFn(const KernelCtx&)>;
 

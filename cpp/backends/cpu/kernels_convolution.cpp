@@ -8,20 +8,26 @@
 // them by the weights with BLAS; the data gradient multiplies by the transposed weights and
 // scatters the columns back (col2im); the weights gradient accumulates dy @ columns^T. 1x1
 // convolutions with unit strides and no padding use the source as the column matrix.
+// Depthwise forward convolutions accumulate shifted source rows (no columns); 3x3 ones in
+// float32 run one pass per output row (conv_depthwise.h) with a bias + clamp epilogue folded in.
 // A forward float32 convolution may carry an epilogue (conv_epilogue.h), applied to each block
 // of output rows right after it is written. float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
 // project's pool as (image x group, tile) units with BLAS on the calling thread; large ones run
 // one image at a time with parallel gathers and BLAS's own threads.
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "backends/cpu/blas_gemm.h"
+#include "backends/cpu/conv_depthwise.h"
 #include "backends/cpu/conv_epilogue.h"
 #include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/elementwise_util.h"
@@ -48,7 +54,10 @@ enum class Kind { Forward, Data, Weights };
 // multiply-adds, each one single-threaded BLAS call; larger ones one item at a time, each
 // product split over the pool by gemm_on_pool.
 constexpr int64_t kUnitWork = int64_t(1) << 20;
-constexpr int64_t kColumnBudget = int64_t(1) << 21;  // column elements per tile when BLAS threads
+// column elements per tile of an item's product (its GEMM split over the pool): the columns
+// stay in cache between im2col and the GEMM
+constexpr int64_t kColumnBudget = int64_t(1) << 18;
+constexpr int64_t kWidePositions = 384;  // GEMM columns that batching images aims for
 
 struct Plan {
   Kind kind = Kind::Forward;
@@ -63,12 +72,19 @@ struct Plan {
   Ints lo, hi, start;      // per innermost tap: valid output range [lo, hi) and its first source position
   bool direct = false;     // 1x1, unit strides, no padding: the source plane is the column matrix
   bool depthwise = false;  // forward with one source channel per group: depthwise()
+  bool dw3 = false;        // depthwise 2-d 3x3, innermost dilation 1, stride 1 or 2: depthwise3x3()
+  bool dw3_flat = false;   // dw3 with unit strides and dilations and OL == IL: rows run as one
+  bool dw3_border = false; // dw3 on narrow planes, equal strides: through a zero-bordered copy
+  int64_t Wb = 0, Hb = 0;  // dw3_border: the bordered plane's width and height
+  int64_t pbL = 0, pbT = 0;  // padding before, innermost and outer (2-d)
+  std::shared_ptr<const std::vector<float>> zeros;  // dw3: a source row of zeros (rows in the padding)
   int64_t tile = 1;        // output positions per column tile
   int64_t ntiles = 0;
   bool ours = false;       // units split over the pool (BLAS single-threaded), else BLAS threads
   bool tiles_parallel = false;  // a unit is one (item, tile); else one item with all its tiles
   int slots = 1;           // scratch slots
   int64_t col_elems = 0;   // per slot
+  int64_t images = 1;      // > 1: forward products of this many images' columns side by side (few positions each)
   int64_t items() const { return N * G; }
   int64_t units() const { return tiles_parallel ? items() * ntiles : items(); }
 };
@@ -113,6 +129,20 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   for (size_t i = 0; i < k; ++i) p.direct = p.direct && strides[i] == 1 && pads[2 * i] == 0 && pads[2 * i + 1] == 0;
 
   p.depthwise = kind == Kind::Forward && p.Cg == 1 && p.G > 1 && !p.direct;
+  // MPSGRAPH_CPU_DW3=0 keeps the generic depthwise loop (read at compile: tests compare both)
+  const char* dw3_env = std::getenv("MPSGRAPH_CPU_DW3");
+  p.dw3 = p.depthwise && k == 2 && p.KL == 3 && p.Kouter == 3 && dil.back() == 1 && dw3_row_fn(p.sL) &&
+          !(dw3_env && std::string(dw3_env) == "0");
+  p.pbL = pads[2 * (k - 1)];
+  p.pbT = k == 2 ? pads[0] : 0;
+  p.dw3_flat = p.dw3 && strides[0] == 1 && dil[0] == 1 && p.sL == 1 && p.OL == p.IL;
+  // narrow planes: the edge columns would cost as much as the rest
+  p.dw3_border = p.dw3 && strides[0] == p.sL && dil[0] == 1 && p.pbL >= 0 && p.pbT >= 0 && p.OL < 32;
+  if (p.dw3_border) {
+    p.Wb = std::max(p.pbL + p.IL, p.sL * (p.OL - 1) + 3);
+    p.Hb = std::max(p.pbT + src[2], p.sL * (p.R - 1) + 3);
+  }
+  if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
 
   // innermost dim: output j reads source j * s + off, off = tap * dilation - pad_before
   const int64_t dL = dil.back(), pbL = pads[2 * (k - 1)];
@@ -167,18 +197,28 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.ours = p.units() >= 2;
   }
   if (!p.ours) {
-    p.tile = p.direct ? std::max<int64_t>(p.P, 1) : std::max<int64_t>(1, std::min(p.P, kColumnBudget / std::max<int64_t>(p.CK, 1)));
+    // direct forward: output blocks of about the same size, so the epilogue finds them in cache
+    const int64_t rows = p.direct ? (kind == Kind::Forward ? p.Og : 0) : p.CK;
+    p.tile = rows ? std::max<int64_t>(1, std::min(p.P, std::max<int64_t>(256, kColumnBudget / rows)))
+                  : std::max<int64_t>(p.P, 1);
     p.ntiles = p.P > 0 ? (p.P + p.tile - 1) / p.tile : 0;
   }
   p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
   p.col_elems = p.direct || p.depthwise ? 0 : p.CK * p.tile;
+  // Few output positions per image (deep layers): one GEMM per image would stream the weights
+  // once per image in thin products; images side by side make one wider product.
+  if (kind == Kind::Forward && !p.ours && !p.direct && !p.depthwise && p.G == 1 && p.N > 1 && p.P < kWidePositions) {
+    p.images = std::min(p.N, std::max<int64_t>(1, kWidePositions / p.P));
+    p.col_elems = p.CK * p.images * p.P;
+  }
   return p;
 }
 
 // Gathers column rows (c, tap) for channels [c0, c1) and output positions [p0, p1) of one item.
+// Rows are `ld` apart (0: p1 - p0).
 template <class T>
-void im2col(const Plan& p, const T* x, T* col, int64_t p0, int64_t p1, int64_t c0, int64_t c1) {
-  const int64_t pt = p1 - p0, rb = p0 / p.OL, re = (p1 - 1) / p.OL;
+void im2col(const Plan& p, const T* x, T* col, int64_t p0, int64_t p1, int64_t c0, int64_t c1, int64_t ld = 0) {
+  const int64_t pt = ld ? ld : p1 - p0, rb = p0 / p.OL, re = (p1 - 1) / p.OL;
   for (int64_t c = c0; c < c1; ++c) {
     const T* xc = x + c * p.in_plane;
     for (int64_t kt = 0; kt < p.Kouter; ++kt) {
@@ -259,7 +299,28 @@ struct Scratch {  // in the program's memory plan (KernelCtx::scratch)
   T* col = nullptr;  // slots * col_elems
   T* acc = nullptr;  // nacc * out_elems: weights gradient partial sums of slots 1..
   int64_t nacc = 0;
+  T* wide = nullptr;  // images > 1: the product, O x (images * P)
 };
+
+// Forward with images side by side: per group of images, their columns, one GEMM, the rows
+// copied out to each image, then its epilogue.
+template <class T>
+void run_images(const Plan& p, const T* x, const T* w, T* y, Scratch<T>& s, const Epi& epi) {
+  for (int64_t n0 = 0; n0 < p.N; n0 += p.images) {
+    const int64_t nb = std::min(p.images, p.N - n0), ld = nb * p.P;
+    over_channels(p, p.P, [&](int64_t c0, int64_t c1) {
+      for (int64_t i = 0; i < nb; ++i) im2col(p, x + (n0 + i) * p.C * p.in_plane, s.col + i * p.P, 0, p.P, c0, c1, ld);
+    });
+    gemm(false, false, p.O, ld, p.CK, w, p.CK, s.col, ld, T(0), s.wide, ld);
+    parallel_for(nb * p.O, std::max<int64_t>(1, 16384 / p.P), [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        const int64_t i = k / p.O, o = k % p.O;
+        std::memcpy(y + ((n0 + i) * p.O + o) * p.P, s.wide + o * ld + i * p.P, size_t(p.P) * sizeof(T));
+      }
+    });
+    for (int64_t i = 0; i < nb; ++i) epi(y, n0 + i, 0, p.O, 0, p.P);
+  }
+}
 
 // One tile [p0, p1) of one item. in0/in1/out: forward (x, w) -> y; data (dy, w) -> dx;
 // weights (dy, x) -> dw (accumulated).
@@ -322,10 +383,125 @@ void depthwise_taps3(const Plan& p, T* yr, const T* b, const int64_t* off, const
   for (int64_t j = std::max(jhi, jlo); j < p.OL; ++j) edge(j);
 }
 
+// The epilogue folded into the depthwise rows: a bias add (per channel or scalar), then one
+// clamp (relu, relu6, maximum and/or minimum with a scalar). `fused` false: it is applied after.
+struct RowEpilogue {
+  bool fused = false;
+  int bias = -1, lo = -1, hi = -1;  // operand inputs, -1: none
+  bool bias_channel = false, relu = false;
+};
+
+RowEpilogue row_epilogue(const ConvEpilogue& e) {
+  using K = EpilogueOp::Kind;
+  using A = EpilogueOp::Arg;
+  RowEpilogue r;
+  size_t i = 0;
+  const auto& ops = e.ops;
+  if (i < ops.size() && ops[i].kind == K::Add && (ops[i].arg == A::Channel || ops[i].arg == A::Scalar)) {
+    r.bias = ops[i].input;
+    r.bias_channel = ops[i].arg == A::Channel;
+    ++i;
+  }
+  if (i < ops.size() && ops[i].kind == K::Relu) r.relu = true, ++i;
+  else if (i < ops.size() && ops[i].kind == K::Clamp) r.lo = ops[i].input, r.hi = ops[i].input + 1, ++i;
+  else {
+    // the operand second: the rows' comparisons (x <= lo, x >= hi) are the kernels' for that order
+    auto scalar = [&](K k) { return i < ops.size() && ops[i].kind == k && ops[i].arg == A::Scalar && !ops[i].other_first; };
+    if (scalar(K::Max)) r.lo = ops[i].input, ++i;
+    if (scalar(K::Min)) r.hi = ops[i].input, ++i;
+  }
+  r.fused = i == ops.size();
+  return r;
+}
+
+// Depthwise 3x3 (float32, innermost stride 1 or 2): each output row in one pass over its three
+// source rows (conv_depthwise.h) with the bias and clamp of the epilogue, edges scalar.
+void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const Epi& epi) {
+  const Dw3RowFn row = dw3_row_fn(p.sL);
+  const bool has_epi = epi.e && !epi.e->ops.empty();
+  RowEpilogue re = has_epi ? row_epilogue(*epi.e) : RowEpilogue{true};
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  float lo = re.relu ? 0.0f : re.lo >= 0 ? epi.in[re.lo][0] : -inf, hi = re.hi >= 0 ? epi.in[re.hi][0] : inf;
+  if (std::isnan(lo) || std::isnan(hi)) re.fused = false;  // the clamp kernel's NaN rules: unfused
+  if (!re.fused) lo = -inf, hi = inf;
+  const int64_t per_image = p.G * p.Og, grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.P * 9, 1));
+  int64_t jlo = 0, jhi = p.OL;  // outputs whose three taps are all inside the source row
+  for (size_t t = 0; t < 3; ++t) {
+    jlo = std::max(jlo, p.lo[t]);
+    jhi = std::min(jhi, p.hi[t]);
+  }
+  const float* zero = p.zeros->data() - p.pbL;
+  // dw3_flat: output (r, j) reads source (r + kt - pad, j + t - pad) at flat offset r * OL + j +
+  // const, so the rows [rlo, rhi) whose three source rows exist run as one long loop from (rlo,
+  // jlo) to (rhi - 1, jhi); its edge columns (which read the neighbouring rows) are redone after.
+  int64_t rlo = 0, rhi = 0;
+  if (p.dw3_flat && jlo < jhi) {
+    while (rlo < p.R && (p.rowtab[size_t(rlo)] < 0 || p.rowtab[size_t(2 * p.R + rlo)] < 0)) ++rlo;
+    rhi = rlo;
+    while (rhi < p.R && p.rowtab[size_t(rhi)] >= 0 && p.rowtab[size_t(2 * p.R + rhi)] >= 0) ++rhi;
+  }
+  // dw3_border: the plane is copied into a zero-bordered one of width Wb; output (r, j) then
+  // reads it at s * (r * Wb + j) + kt * Wb + t, so one flat loop makes every output (at row
+  // stride Wb, with Wb - OL unused ones between rows), copied out after.
+  const int64_t Wb = p.Wb, Hb = p.Hb, IH = p.IL ? p.in_plane / p.IL : 0;
+  parallel_for(p.N * per_image, grain, [&](int64_t u0, int64_t u1) {
+    thread_local std::vector<float> plane;  // bordered source, then the output rows at width Wb
+    if (p.dw3_border) plane.resize(size_t((Hb + p.R) * Wb));
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t n = u / per_image, oc = u % per_image, g = oc / p.Og;
+      const float* xc = x + (n * p.C + g) * p.in_plane - p.pbL;
+      const float* wc = w + oc * 9;
+      float* yc = y + (n * p.O + oc) * p.P;
+      const float bias = re.fused && re.bias >= 0 ? epi.in[re.bias][re.bias_channel ? oc : 0] : 0.0f;
+      if (p.dw3_border) {
+        float *xb = plane.data(), *yb = xb + Hb * Wb;
+        std::fill(xb, yb, 0.0f);
+        for (int64_t i = 0; i < IH; ++i)
+          std::memcpy(xb + (i + p.pbT) * Wb + p.pbL, xc + p.pbL + i * p.IL, size_t(p.IL) * sizeof(float));
+        const float* rows[3] = {xb, xb + Wb, xb + 2 * Wb};
+        row(rows, wc, yb, 0, (p.R - 1) * Wb + p.OL, bias, lo, hi);
+        for (int64_t r = 0; r < p.R; ++r) std::memcpy(yc + r * p.OL, yb + r * Wb, size_t(p.OL) * sizeof(float));
+        if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
+        continue;
+      }
+      if (rhi > rlo) {
+        const float* flat[3];
+        for (int64_t kt = 0; kt < 3; ++kt) flat[kt] = xc + p.rowtab[size_t(kt * p.R + rlo)] - rlo * p.OL;
+        row(flat, wc, yc, rlo * p.OL + jlo, (rhi - 1) * p.OL + jhi, bias, lo, hi);
+      }
+      for (int64_t r = 0; r < p.R; ++r) {
+        const float* rows[3];
+        float w9[9];
+        for (int64_t kt = 0; kt < 3; ++kt) {  // a row in the padding: zeros times zero weights
+          const int64_t base = p.rowtab[size_t(kt * p.R + r)];
+          rows[kt] = base < 0 ? zero : xc + base;
+          for (int64_t t = 0; t < 3; ++t) w9[kt * 3 + t] = base < 0 ? 0.0f : wc[kt * 3 + t];
+        }
+        float* yr = yc + r * p.OL;
+        if (r < rlo || r >= rhi) row(rows, w9, yr, jlo, jhi, bias, lo, hi);
+        auto edge = [&](int64_t j) {
+          float v = 0.0f;
+          for (int64_t kt = 0; kt < 3; ++kt)
+            for (int64_t t = 0; t < 3; ++t)
+              if (j >= p.lo[size_t(t)] && j < p.hi[size_t(t)]) v += w9[kt * 3 + t] * rows[kt][j * p.sL + t];
+          v += bias;
+          v = v <= lo ? lo : v;
+          yr[j] = v >= hi ? hi : v;
+        };
+        for (int64_t j = 0; j < std::min(jlo, p.OL); ++j) edge(j);
+        for (int64_t j = std::max(jhi, jlo); j < p.OL; ++j) edge(j);
+      }
+      if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
+    }
+  });
+}
+
 // Depthwise forward (one source channel per group): each output row is a sum of shifted
 // source rows times a scalar tap, accumulated in place, so no columns and no M=1 GEMMs.
 template <class T>
 void depthwise(const Plan& p, const T* x, const T* w, T* y, const Epi& epi) {
+  if constexpr (std::is_same_v<T, float>)
+    if (p.dw3) return depthwise3x3(p, x, w, y, epi);
   const int64_t per_image = p.G * p.Og;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.P * p.Ksz, 1));
   int64_t off[3] = {0, 0, 0}, jlo = 0, jhi = p.OL;  // KL == 3: per tap, source of output j is off + j * sL
@@ -380,6 +556,7 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
     return;
   }
   if (p.depthwise) return depthwise(p, in0, in1, out, epi);
+  if (p.images > 1) return run_images(p, in0, in1, out, s, epi);
   auto run_unit = [&](int64_t u, int slot) {
     T* col = s.col + slot * p.col_elems;
     T* o = p.kind == Kind::Weights && slot > 0 ? s.acc + (slot - 1) * out_elems : out;
@@ -413,17 +590,19 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
 struct ScratchPlan {
   size_t col, acc;
   int64_t nacc;
+  size_t wide;
 };
 template <class T>
 ScratchPlan plan_scratch(const KernelCtx& c, const Plan& p, int64_t out_elems) {
   const int64_t nacc = p.kind == Kind::Weights && p.ours ? p.slots - 1 : 0;
   const size_t col = c.scratch(size_t(p.slots * p.col_elems) * sizeof(T));
   const size_t acc = c.scratch(size_t(nacc * out_elems) * sizeof(T));
-  return {col, acc, nacc};
+  const size_t wide = c.scratch(size_t(p.images > 1 ? p.O * p.images * p.P : 0) * sizeof(T));
+  return {col, acc, nacc, wide};
 }
 template <class T>
 Scratch<T> scratch_of(const ScratchPlan& sp, void* const* out) {
-  return {static_cast<T*>(out[sp.col]), static_cast<T*>(out[sp.acc]), sp.nacc};
+  return {static_cast<T*>(out[sp.col]), static_cast<T*>(out[sp.acc]), sp.nacc, static_cast<T*>(out[sp.wide])};
 }
 
 template <class S>  // half_t or bfloat16_t

@@ -10,17 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define MG_VMATH_X86 1
-#if defined(__clang__)
-#define MG_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"), min_vector_width(512)))
-#else
-#define MG_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma,prefer-vector-width=512")))
-#endif
-#define MG_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#else
-#define MG_VMATH_X86 0
-#endif
+#include "backends/cpu/isa_target.h"
 
 #if defined(__aarch64__) || defined(__FMA__)
 constexpr bool kBaselineFma = true;  // fused multiply-add is part of the baseline ISA
@@ -165,7 +155,7 @@ void loop_generic(const float* __restrict x, float* __restrict y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = apply<F, kBaselineFma>(x[i]);
 }
 
-#if MG_VMATH_X86
+#if MG_CPU_X86
 template <Fn F>
 MG_TARGET_AVX2 void loop_avx2(const float* __restrict x, float* __restrict y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = apply<F, true>(x[i]);
@@ -182,21 +172,14 @@ struct Table {
 };
 
 Table make_table() {
-  const char* env = std::getenv("MPSGRAPH_CPU_ISA");
-  const bool allow512 = !env || std::strcmp(env, "avx512") == 0;
-  const bool allow2 = allow512 || std::strcmp(env, "avx2") == 0;
-#if MG_VMATH_X86
-  __builtin_cpu_init();
-  if (allow512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
+#if MG_CPU_X86
+  if (best_isa() == Isa::Avx512)
     return {{loop_avx512<Fn::Exp>, loop_avx512<Fn::Log>, loop_avx512<Fn::Tanh>, loop_avx512<Fn::Sigmoid>,
              loop_avx512<Fn::Erf>},
             "avx512"};
-  if (allow2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+  if (best_isa() == Isa::Avx2)
     return {{loop_avx2<Fn::Exp>, loop_avx2<Fn::Log>, loop_avx2<Fn::Tanh>, loop_avx2<Fn::Sigmoid>, loop_avx2<Fn::Erf>},
             "avx2"};
-#else
-  (void)allow2;
 #endif
   return {{loop_generic<Fn::Exp>, loop_generic<Fn::Log>, loop_generic<Fn::Tanh>, loop_generic<Fn::Sigmoid>,
            loop_generic<Fn::Erf>},
@@ -214,3 +197,32 @@ ArrayFn array_fn(Fn fn) { return table().fn[int(fn)]; }
 const char* isa() { return table().isa; }
 
 }  // namespace mg::cpu::vmath
+
+namespace mg::cpu {
+
+namespace {
+
+Isa detect_isa() {
+  const char* env = std::getenv("MPSGRAPH_CPU_ISA");
+  const bool allow512 = !env || std::strcmp(env, "avx512") == 0;
+  const bool allow2 = allow512 || std::strcmp(env, "avx2") == 0;
+#if MG_CPU_X86
+  __builtin_cpu_init();
+  if (allow512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
+    return Isa::Avx512;
+  if (allow2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+#else
+  (void)allow2;
+#endif
+  return Isa::Generic;
+}
+
+}  // namespace
+
+Isa best_isa() {
+  static const Isa isa = detect_isa();
+  return isa;
+}
+
+}  // namespace mg::cpu

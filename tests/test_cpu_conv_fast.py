@@ -1,0 +1,290 @@
+"""CPU convolution fast paths against the generic path (their switches off at compile) and
+PyTorch in float64:
+  * constant weights prepared at compile (MPSGRAPH_CPU_CONST_WEIGHTS=0 turns it off): Winograd's
+    filter transform done once, used by every run, also for batches too small to pay per run;
+  * the depthwise 3x3 rows (MPSGRAPH_CPU_DW3=0 turns them off): strides 1 and 2, paddings,
+    vertical dilation, odd sizes, channel multipliers, the fused bias + ReLU/ReLU6 epilogues,
+    every ISA path (MPSGRAPH_CPU_ISA), float16 through float32."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mpsgraph as mg
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def _compile(build, feeds, env, monkeypatch):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    try:
+        g = mg.Graph()
+        outs, phs = build(g)
+        return g.compile({p: v for p, v in zip(phs, feeds)}, outs, device="cpu")
+    finally:
+        for k in env:
+            monkeypatch.delenv(k)
+
+
+def _run(exe, feeds):
+    return [np.asarray(r) for r in exe.run([mg.TensorData(f) for f in feeds])]
+
+
+def _ref(x, w, stride, pads, dil=1, groups=1, absolute=False):
+    f = np.abs if absolute else (lambda a: a)
+    xt = F.pad(torch.from_numpy(f(x)).double(), (pads[2], pads[3], pads[0], pads[1]))
+    return F.conv2d(xt, torch.from_numpy(f(w)).double(), stride=stride, dilation=dil, groups=groups).numpy()
+
+
+# ---------------- constant weights: Winograd's transform at compile ----------------
+
+# (N, C, H, W), O, pads: the first two have too few tiles to pay a per-run transform (so
+# Winograd runs only with constant weights), the last is ResNet-18's layer-4 shape at batch 1.
+CONST = [((1, 64, 14, 14), 24, (1, 1, 1, 1)), ((1, 80, 13, 11), 16, (1, 0, 2, 1)), ((1, 64, 14, 14), 64, (1, 1, 1, 1))]
+
+
+@pytest.mark.parametrize("shape,o,pads", CONST)
+def test_constant_weights_winograd(shape, o, pads, monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
+    bias = rng.standard_normal((o, 1, 1)).astype(np.float32)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        y = g.convolution(px, g.constant(w), strides=1, padding=pads)
+        return [y, g.relu(y + g.constant(bias))], [px]
+
+    fast = _compile(build, [x], {}, monkeypatch)
+    plain = _compile(build, [x], {"MPSGRAPH_CPU_CONST_WEIGHTS": "0"}, monkeypatch)
+    generic = _compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch)
+    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
+    y, yb = _run(fast, [x])
+    for out in (y, _run(plain, [x])[0], _run(generic, [x])[0]):
+        assert out.shape == ref.shape
+        assert np.all(np.abs(out - ref) <= 2e-6 * scale)
+    assert not np.array_equal(y, _run(generic, [x])[0])  # Winograd ran, not im2col
+    np.testing.assert_array_equal(yb, np.maximum(y + bias, 0))
+    x2 = rng.standard_normal(shape).astype(np.float32)  # the transform is reused, not stale
+    y2 = _run(fast, [x2])[0]
+    assert np.all(np.abs(y2 - _ref(x2, w, 1, pads)) <= 2e-6 * _ref(x2, w, 1, pads, absolute=True))
+
+
+def test_constant_non_finite_weights_take_the_generic_path(monkeypatch):
+    shape, o, pads = CONST[2]
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
+    w[3, 5, 1, 1] = np.inf
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        return [g.convolution(px, g.constant(w), strides=1, padding=pads)], [px]
+
+    y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+    generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, generic)
+    with np.errstate(invalid="ignore"):
+        ref = _ref(x, w, 1, pads)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(ref))
+
+
+def test_weights_fed_at_run_time_still_work(monkeypatch):
+    """Weights as a placeholder are transformed per run (each run uses its new value)."""
+    shape, o, pads = (2, 64, 40, 40), 16, (1, 1, 1, 1)  # 800 tiles: Winograd pays per run
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape).astype(np.float32)
+
+    def build(g):
+        px, pw = g.placeholder(shape, mg.float32), g.placeholder((o, 64, 3, 3), mg.float32)
+        return [g.convolution(px, pw, strides=1, padding=pads)], [px, pw]
+
+    w = rng.standard_normal((o, 64, 3, 3)).astype(np.float32)
+    exe = _compile(build, [x, w], {}, monkeypatch)
+    for _ in range(2):
+        w = rng.standard_normal((o, 64, 3, 3)).astype(np.float32)
+        y = _run(exe, [x, w])[0]
+        assert np.all(np.abs(y - _ref(x, w, 1, pads)) <= 2e-6 * _ref(x, w, 1, pads, absolute=True))
+
+
+# ---------------- depthwise 3x3 ----------------
+
+# (N, C, H, W), multiplier, stride (h, w), pads (top, bottom, left, right), dilation (h, w)
+DW = [((1, 8, 14, 14), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+      ((8, 5, 13, 17), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+      ((2, 4, 9, 31), 1, (1, 2), (0, 2, 2, 0), (1, 1)),
+      ((1, 3, 7, 5), 2, (2, 1), (0, 0, 0, 0), (2, 1)),
+      ((1, 6, 3, 3), 1, (1, 1), (2, 2, 2, 2), (1, 1)),
+      ((2, 16, 1, 2), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+      ((1, 32, 112, 112), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+      ((1, 24, 56, 56), 1, (2, 2), (0, 1, 0, 1), (1, 1)),
+      ((2, 4, 9, 31), 1, (1, 1), (0, 2, 2, 0), (1, 1)),
+      ((1, 3, 10, 12), 2, (1, 1), (2, 0, 0, 2), (1, 1)),
+      ((3, 5, 7, 7), 1, (1, 1), (1, 1, 1, 1), (1, 1))]
+
+
+def _dw_setup(case, seed):
+    shape, mult, _, _, _ = case
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((shape[1] * mult, 1, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal((shape[1] * mult, 1, 1)).astype(np.float32)
+    return x, w, bias
+
+
+def _dw_build(case, w, bias, chain, dtype=mg.float32):
+    shape, _, stride, pads, dil = case
+
+    def build(g):
+        px = g.placeholder(shape, dtype)
+        wc = g.constant(w.astype(np.float16) if dtype == mg.float16 else w)
+        y = g.convolution(px, wc, strides=stride, padding=pads, dilation_rates=dil, groups=shape[1])
+        if chain == "bias_relu":
+            y = g.relu(y + g.constant(bias))
+        elif chain == "bias_relu6":
+            y = g.clamp(y + g.constant(bias), g.constant(np.float32(0)), g.constant(np.float32(6)))
+        elif chain == "bias_max_min":
+            y = g.minimum(g.maximum(g.constant(bias) + y, g.constant(np.float32(0))), g.constant(np.float32(6)))
+        elif chain == "bias_res":
+            y = y + g.constant(bias) + g.constant(np.float32(0.5))
+        return [y], [px]
+    return build
+
+
+def _dw_ref(x, w, bias, case, chain):
+    _, _, stride, pads, dil = case
+    y = _ref(x, w, stride, pads, dil, groups=x.shape[1])
+    if chain == "bias_relu":
+        y = np.maximum(y + bias, 0)
+    elif chain in ("bias_relu6", "bias_max_min"):
+        y = np.clip(y + bias, 0, 6)
+    elif chain == "bias_res":
+        y = y + bias + 0.5
+    return y
+
+
+@pytest.mark.parametrize("case", DW, ids=[f"dw{i}" for i in range(len(DW))])
+@pytest.mark.parametrize("chain", ["none", "bias_relu", "bias_relu6", "bias_max_min", "bias_res"])
+def test_depthwise3x3_against_generic_and_torch(case, chain, monkeypatch):
+    x, w, bias = _dw_setup(case, 7)
+    build = _dw_build(case, w, bias, chain)
+    y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+    generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3": "0"}, monkeypatch), [x])[0]
+    ref = _dw_ref(x, w, bias, case, chain)
+    scale = _ref(x, w, case[2], case[3], case[4], groups=x.shape[1], absolute=True) + 1
+    assert y.shape == ref.shape == generic.shape
+    assert np.all(np.abs(y - ref) <= 1e-6 * scale)
+    assert np.all(np.abs(generic - ref) <= 1e-6 * scale)
+
+
+@pytest.mark.parametrize("idx", [1, 0, 6])
+def test_depthwise3x3_non_finite_source(idx):
+    """An infinity or NaN reaches only the outputs that read it (the padding is not multiplied
+    in): the strided rows, the bordered narrow planes and the flat wide ones."""
+    case = DW[idx]
+    shape, _, stride, pads, _ = case
+    x, w, bias = _dw_setup(case, 8)
+    x[0, 1, 0, 0], x[-1, 2, shape[2] // 2, shape[3] - 1] = np.inf, np.nan
+    g = mg.Graph()
+    px = g.placeholder(x.shape, mg.float32)
+    y = g.convolution(px, g.constant(w), strides=stride, padding=pads, groups=x.shape[1])
+    out = np.asarray(g.compile({px: x}, [y], device="cpu").run([mg.TensorData(x)])[0])
+    with np.errstate(invalid="ignore"):
+        ref = _ref(x, w, stride, pads, groups=x.shape[1])
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(out), np.isinf(ref))
+    fin = np.isfinite(ref)
+    np.testing.assert_allclose(out[fin], ref[fin], rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise3x3_float16(monkeypatch):
+    case = DW[1]
+    x, w, bias = _dw_setup(case, 9)
+    x16, w16 = x.astype(np.float16), w.astype(np.float16)
+    build = _dw_build(case, w16, bias, "none", dtype=mg.float16)
+    y = _run(_compile(build, [x16], {}, monkeypatch), [x16])[0]
+    generic = _run(_compile(build, [x16], {"MPSGRAPH_CPU_DW3": "0"}, monkeypatch), [x16])[0]
+    ref = _ref(x16.astype(np.float32), w16.astype(np.float32), 2, case[3], groups=x.shape[1])
+    assert y.dtype == np.float16
+    np.testing.assert_allclose(y.astype(np.float64), ref, rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(y.astype(np.float64), generic.astype(np.float64), rtol=2e-3, atol=2e-3)
+
+
+ISA_SCRIPT = """
+import os, platform, sys
+import numpy as np, mpsgraph as mg, torch
+rng = np.random.default_rng(1)
+def run(x, w, b, stride):
+    g = mg.Graph()
+    px = g.placeholder(x.shape, mg.float32)
+    y = g.convolution(px, g.constant(w), strides=stride, padding=1, groups=x.shape[1])
+    y = g.clamp(y + g.constant(b), g.constant(np.float32(0)), g.constant(np.float32(6)))
+    return np.asarray(g.compile({px: x}, [y], device="cpu").run([mg.TensorData(x)])[0])
+for shape, stride in (((2, 8, 19, 37), 1), ((2, 8, 19, 37), 2), ((2, 8, 9, 9), 1), ((2, 8, 9, 9), 2)):
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal((8, 1, 1)).astype(np.float32)
+    out = run(x, w, b, stride)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), stride=stride,
+                                     padding=1, groups=8).numpy()
+    assert np.abs(out - np.clip(ref + b, 0, 6)).max() < 1e-5, "mismatch"
+    os.environ["MPSGRAPH_CPU_DW3"] = "0"
+    generic = run(x, w, b, stride)
+    del os.environ["MPSGRAPH_CPU_DW3"]
+    # without FMA (x86's baseline) the rows add the taps in the generic loop's order: the same bits
+    if sys.argv[1] == "generic" and platform.machine().lower() in ("x86_64", "amd64"):
+        assert np.array_equal(out, generic), "generic ISA: not the generic loop's bits"
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
+def test_depthwise3x3_every_isa_path(isa):
+    """Each compiled row loop (the CPU may not have the wider ISAs: then a narrower one runs)."""
+    env = dict(os.environ, MPSGRAPH_CPU_ISA=isa)
+    r = subprocess.run([sys.executable, "-c", ISA_SCRIPT, isa], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# ---------------- images side by side (few output positions per image) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: deep-layer shapes whose images share one product
+WIDE = [((8, 32, 7, 7), (48, 3, 3), 1, 1), ((5, 16, 14, 13), (24, 3, 3), 2, 1), ((3, 3, 20, 18), (8, 7, 7), 2, 3),
+        ((9, 8, 5, 6), (12, 3, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", WIDE)
+def test_images_side_by_side(shape, wshape, stride, pad, monkeypatch):
+    """Against PyTorch and against each image run alone; with a bias + residual + ReLU epilogue."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+    bias = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
+    ref = _ref(x, w, stride, (pad,) * 4)
+    scale = _ref(x, w, stride, (pad,) * 4, absolute=True) + 1
+    res = rng.standard_normal(ref.shape).astype(np.float32)
+
+    def build_for(n, fused):
+        def build(g):
+            px = g.placeholder((n,) + shape[1:], mg.float32)
+            pr = g.placeholder((n,) + ref.shape[1:], mg.float32)
+            y = g.convolution(px, g.constant(w), strides=stride, padding=pad)
+            return [g.relu(y + g.constant(bias) + pr) if fused else y], [px, pr]  # fused: the epilogue joins
+        return build
+
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    y = _run(_compile(build_for(shape[0], False), [x, res], env, monkeypatch), [x, res])[0]
+    fused = _run(_compile(build_for(shape[0], True), [x, res], env, monkeypatch), [x, res])[0]
+    assert y.shape == ref.shape
+    assert np.all(np.abs(y - ref) <= 1e-6 * scale)
+    np.testing.assert_allclose(fused, np.maximum(ref + bias + res, 0), rtol=1e-5, atol=1e-5 * scale.max())
+    for flag, got in ((False, y), (True, fused)):
+        one = _compile(build_for(1, flag), [x[:1], res[:1]], env, monkeypatch)
+        for n in range(shape[0]):
+            np.testing.assert_allclose(got[n:n + 1], _run(one, [x[n:n + 1], res[n:n + 1]])[0], rtol=1e-5,
+                                       atol=1e-5 * scale.max())
