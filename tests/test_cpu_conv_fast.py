@@ -4,7 +4,10 @@ PyTorch in float64:
     filter transform done once, used by every run, also for batches too small to pay per run;
   * the depthwise 3x3 rows (MPSGRAPH_CPU_DW3=0 turns them off): strides 1 and 2, paddings,
     vertical dilation, odd sizes, channel multipliers, the fused bias + ReLU/ReLU6 epilogues,
-    every ISA path (MPSGRAPH_CPU_ISA), float16 through float32."""
+    every ISA path (MPSGRAPH_CPU_ISA), float16 through float32;
+  * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
+    convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
+    column tails, fused epilogues, multi-threaded splits, every ISA path."""
 import os
 import subprocess
 import sys
@@ -288,3 +291,80 @@ def test_images_side_by_side(shape, wshape, stride, pad, monkeypatch):
         for n in range(shape[0]):
             np.testing.assert_allclose(got[n:n + 1], _run(one, [x[n:n + 1], res[n:n + 1]])[0], rtol=1e-5,
                                        atol=1e-5 * scale.max())
+
+
+# ---------------- packed constant weights (the GEMM without BLAS's per-call packing) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: MobileNetV2's 1x1 layers (direct: the source planes are
+# the columns), its stem and ResNet-18's 7x7 (im2col), O not a multiple of the 8-row panels and
+# planes that leave column tails; then products of too few columns, which keep BLAS (deep
+# layers, images side by side).
+PACKED = [((1, 32, 56, 56), (144, 1, 1), 1, 0), ((2, 24, 23, 25), (13, 1, 1), 1, 0),
+          ((1, 3, 64, 70), (32, 3, 3), 2, 1), ((1, 3, 45, 47), (64, 7, 7), 2, 3), ((1, 40, 30, 29), (9, 3, 3), 1, 1),
+          ((1, 160, 7, 7), (960, 1, 1), 1, 0), ((4, 64, 7, 7), (20, 3, 3), 1, 1), ((3, 5, 9, 1), (7, 1, 1), 1, 0)]
+
+
+def _packed_build(shape, w, bias, stride, pad):
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        y = g.convolution(px, g.constant(w), strides=stride, padding=pad)
+        six = g.constant(np.float32(6))
+        return [y, g.clamp(y + g.constant(bias), g.constant(np.float32(0)), six)], [px]
+    return build
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_weights_against_blas_and_torch(shape, wshape, stride, pad, threads, monkeypatch):
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+    bias = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
+    build = _packed_build(shape, w, bias, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    before = mg.get_num_threads()
+    mg.set_num_threads(threads)
+    try:
+        packed = _compile(build, [x], env, monkeypatch)
+        blas = _compile(build, [x], dict(env, MPSGRAPH_CPU_PACKED="0"), monkeypatch)
+        y, yr6 = _run(packed, [x])
+        yb, ybr6 = _run(blas, [x])
+        x2 = rng.standard_normal(shape).astype(np.float32)  # a second run reads the same packed weights
+        y2 = _run(packed, [x2])[0]
+    finally:
+        mg.set_num_threads(before)
+    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
+    assert y.shape == ref.shape
+    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+    assert np.all(np.abs(yb - ref) <= 2e-6 * scale)
+    assert np.all(np.abs(y2 - _ref(x2, w, stride, (pad,) * 4)) <= 2e-6 * _ref(x2, w, stride, (pad,) * 4, absolute=True))
+    # the epilogue sees the product as written: its float32 ops on y exactly
+    np.testing.assert_array_equal(yr6, np.clip(y + bias, 0, 6))
+    np.testing.assert_array_equal(ybr6, np.clip(yb + bias, 0, 6))
+
+
+PACKED_ISA_SCRIPT = """
+import os, sys
+import numpy as np, mpsgraph as mg, torch
+rng = np.random.default_rng(2)
+for shape, wshape, stride, pad in ((1, 24, 29, 31), (19, 1, 1), 1, 0), ((2, 3, 50, 47), (10, 3, 3), 2, 1):
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+    g = mg.Graph()
+    px = g.placeholder(shape, mg.float32)
+    y = g.convolution(px, g.constant(w), strides=stride, padding=pad)
+    out = np.asarray(g.compile({px: x}, [y], device="cpu").run([mg.TensorData(x)])[0])
+    xt, wt = torch.from_numpy(x).double(), torch.from_numpy(w).double()
+    ref = torch.nn.functional.conv2d(xt, wt, stride=stride, padding=pad).numpy()
+    scale = torch.nn.functional.conv2d(xt.abs(), wt.abs(), stride=stride, padding=pad).numpy()
+    assert np.all(np.abs(out - ref) <= 2e-6 * scale), "mismatch"
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
+def test_packed_weights_every_isa_path(isa):
+    """Each micro-kernel (generic: BLAS; the CPU may lack the wider ISAs: then a narrower one runs)."""
+    env = dict(os.environ, MPSGRAPH_CPU_ISA=isa, MPSGRAPH_CPU_WINOGRAD="0")
+    r = subprocess.run([sys.executable, "-c", PACKED_ISA_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -29,6 +29,7 @@
 #include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/conv_depthwise.h"
 #include "backends/cpu/conv_epilogue.h"
+#include "backends/cpu/conv_gemm_packed.h"
 #include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/elementwise_util.h"
 #include "core/ops/convolution_attrs.h"
@@ -58,6 +59,7 @@ constexpr int64_t kUnitWork = int64_t(1) << 20;
 // stay in cache between im2col and the GEMM
 constexpr int64_t kColumnBudget = int64_t(1) << 18;
 constexpr int64_t kWidePositions = 384;  // GEMM columns that batching images aims for
+constexpr int64_t kPackedMinColumns = 512;  // columns per product from which packed weights beat BLAS
 
 struct Plan {
   Kind kind = Kind::Forward;
@@ -85,6 +87,7 @@ struct Plan {
   int slots = 1;           // scratch slots
   int64_t col_elems = 0;   // per slot
   int64_t images = 1;      // > 1: forward products of this many images' columns side by side (few positions each)
+  std::shared_ptr<const PackedWeights> packed;  // forward float32, constant weights, one group: packed at compile
   int64_t items() const { return N * G; }
   int64_t units() const { return tiles_parallel ? items() * ntiles : items(); }
 };
@@ -311,7 +314,9 @@ void run_images(const Plan& p, const T* x, const T* w, T* y, Scratch<T>& s, cons
     over_channels(p, p.P, [&](int64_t c0, int64_t c1) {
       for (int64_t i = 0; i < nb; ++i) im2col(p, x + (n0 + i) * p.C * p.in_plane, s.col + i * p.P, 0, p.P, c0, c1, ld);
     });
-    gemm(false, false, p.O, ld, p.CK, w, p.CK, s.col, ld, T(0), s.wide, ld);
+    if constexpr (std::is_same_v<T, float>)
+      if (p.packed) packed_gemm(*p.packed, s.col, ld, ld, s.wide, ld);
+    if (!p.packed) gemm(false, false, p.O, ld, p.CK, w, p.CK, s.col, ld, T(0), s.wide, ld);
     parallel_for(nb * p.O, std::max<int64_t>(1, 16384 / p.P), [&](int64_t b, int64_t e) {
       for (int64_t k = b; k < e; ++k) {
         const int64_t i = k / p.O, o = k % p.O;
@@ -333,12 +338,15 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
     case Kind::Forward: {
       const T *x = in0 + x_off, *w = in1 + w_off;
       T* y = out + y_off + p0;
-      if (p.direct) {
-        gemm(false, false, p.Og, pt, p.Cg, w, p.CK, x + p0, p.in_plane, T(0), y, p.P);
-      } else {
-        over_channels(p, pt, [&](int64_t c0, int64_t c1) { im2col(p, x, col, p0, p1, c0, c1); });
-        gemm(false, false, p.Og, pt, p.CK, w, p.CK, col, pt, T(0), y, p.P);
-      }
+      if (!p.direct) over_channels(p, pt, [&](int64_t c0, int64_t c1) { im2col(p, x, col, p0, p1, c0, c1); });
+      const T* b = p.direct ? x + p0 : col;  // (CK, pt), rows ldb apart
+      const int64_t ldb = p.direct ? p.in_plane : pt;
+      if constexpr (std::is_same_v<T, float>)
+        if (p.packed) {
+          packed_gemm(*p.packed, b, ldb, pt, y, p.P);
+          return epi(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
+        }
+      gemm(false, false, p.Og, pt, p.CK, w, p.CK, b, ldb, T(0), y, p.P);
       return epi(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
     }
     case Kind::Data: {
@@ -644,7 +652,14 @@ KernelFn via_float(const KernelCtx& c, const Plan& p, int64_t n0, int64_t n1, in
 
 // The forward float32 kernel of the generic path, with an epilogue (empty: none).
 KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
-  const Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape);
+  Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape);
+  // constant weights of one group: packed once here (BLAS would repack them on every call). Only
+  // for products of many columns: with few (deep layers' small planes) the micro-kernel's column
+  // tails waste lanes and BLAS, vectorised along the output channels, is faster.
+  const int64_t columns = p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
+  if (p.G == 1 && !p.depthwise && columns >= kPackedMinColumns && c.constants.size() > 1 && c.constants[1] &&
+      p.O > 0 && p.CK > 0)
+    p.packed = make_packed_weights(static_cast<const float*>(c.constants[1]->data()), p.O, p.CK, p.CK);
   const int64_t out_elems = num_elements(c.out[0].shape);
   const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
   return [p, sp, out_elems, epilogue](const void* const* in, void* const* out) {
@@ -677,9 +692,11 @@ KernelFactory factory(Kind kind) {
     const int64_t n0 = num_elements(c.in[0].shape), n1 = num_elements(c.in[1].shape), no = num_elements(c.out[0].shape);
     switch (c.out[0].dtype) {
       case DType::Float32:
-        if (kind == Kind::Forward)
-          if (KernelFn f = make_winograd_kernel(c, nullptr, [](const KernelCtx& k) { return generic_forward(k, {}); }))
-            return f;
+        if (kind == Kind::Forward) {
+          auto generic = [](const KernelCtx& k) { return generic_forward(k, {}); };
+          if (KernelFn f = make_winograd_kernel(c, nullptr, generic)) return f;
+          return generic(c);
+        }
         return native<float>(c, p, no);
       case DType::Float64: return native<double>(c, p, no);
       case DType::Float16: return via_float<half_t>(c, p, n0, n1, no);
