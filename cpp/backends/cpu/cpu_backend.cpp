@@ -449,8 +449,9 @@ class CpuProgram final : public Program {
     for (auto& a : assigns_) assign_reads_var_ = assign_reads_var_ || slots_[size_t(a.slot)].kind == SlotKind::Var;
     plan_memory();
     ptr_.resize(slots_.size());
+    copy_constants();
     for (size_t s = 0; s < slots_.size(); ++s) {
-      if (slots_[s].kind == SlotKind::Const) ptr_[s] = slots_[s].constant->data();
+      if (slots_[s].kind == SlotKind::Const && !const_block_) ptr_[s] = slots_[s].constant->data();
       if (slots_[s].kind == SlotKind::Arena) ptr_[s] = arena_[size_t(slots_[s].index)]->data;
     }
   }
@@ -522,22 +523,51 @@ class CpuProgram final : public Program {
   }
 
  private:
-  // Arena buffers are reused once their last reader has run (best fit by size).
+  // The constants (a network's weights) copied into one block, which past a few MiB is mapped
+  // in huge pages: each weight tensor read once per run from its own 4 KiB pages costs a TLB
+  // miss per page (CNN inference runs 4-7% faster from the block). Bounded: beyond
+  // kConstBlockBytes the graph's arrays are read in place (no second copy of large models).
+  void copy_constants() {
+    constexpr size_t kConstBlockBytes = size_t(256) << 20;
+    size_t total = 0;
+    for (auto& sl : slots_)
+      if (sl.kind == SlotKind::Const) total += (sl.constant->nbytes() + 63) / 64 * 64;
+    if (total == 0 || total > kConstBlockBytes) return;
+    const_block_ = Buffer::allocate(total);
+    size_t off = 0;
+    for (size_t s = 0; s < slots_.size(); ++s)
+      if (slots_[s].kind == SlotKind::Const) {
+        char* d = static_cast<char*>(const_block_->data) + off;
+        if (slots_[s].constant->nbytes()) std::memcpy(d, slots_[s].constant->data(), slots_[s].constant->nbytes());
+        ptr_[s] = d;
+        off += (slots_[s].constant->nbytes() + 63) / 64 * 64;
+      }
+  }
+
+  // Arena buffers are reused once their last reader has run; of those that fit, the one
+  // released last.
   void plan_memory() {
     std::vector<int> last(slots_.size(), -1);
     for (size_t i = 0; i < steps_.size(); ++i)
       for (int s : steps_[i].in) last[size_t(s)] = int(i);
     for (auto& c : copies_) last[size_t(c.slot)] = int(steps_.size());
     for (auto& a : assigns_) last[size_t(a.slot)] = int(steps_.size());
-    std::multimap<size_t, int> free_list;  // capacity -> arena buffer
+    std::vector<int> free_list;  // arena buffers, in the order they were released
     std::vector<size_t> capacity;
     for (size_t i = 0; i < steps_.size(); ++i) {
       for (int s : steps_[i].out) {
         Slot& sl = slots_[size_t(s)];
         if (sl.kind != SlotKind::Arena) continue;
-        auto it = free_list.lower_bound(sl.nbytes);
-        if (it != free_list.end() && it->first <= 4 * sl.nbytes + 4096) {
-          sl.index = it->second;
+        // the buffer released last among those that fit: its bytes were the latest written or
+        // read, so they are still in cache (writing into a cold buffer first reads it from memory)
+        auto it = free_list.end();
+        for (auto f = free_list.begin(); f != free_list.end(); ++f) {
+          const size_t cap = capacity[size_t(*f)];
+          if (cap < sl.nbytes || cap > 4 * sl.nbytes + 4096) continue;
+          it = f;
+        }
+        if (it != free_list.end()) {
+          sl.index = *it;
           free_list.erase(it);
         } else {
           sl.index = int64_t(capacity.size());
@@ -547,14 +577,24 @@ class CpuProgram final : public Program {
       auto release = [&](int s) {
         Slot& sl = slots_[size_t(s)];
         if (sl.kind == SlotKind::Arena && last[size_t(s)] <= int(i)) {
-          free_list.emplace(capacity[size_t(sl.index)], int(sl.index));
+          free_list.push_back(int(sl.index));
           last[size_t(s)] = int(steps_.size()) + 1;  // released once
         }
       };
       for (int s : steps_[i].in) release(s);
       for (int s : steps_[i].out) release(s);  // outputs nobody reads
     }
-    for (size_t c : capacity) arena_.push_back(Buffer::allocate(c));
+    // one block for all of them: past a few MiB it is mapped in huge pages (Buffer::allocate),
+    // so the activations of a network cost few TLB misses
+    std::vector<size_t> offset;
+    size_t total = 0;
+    for (size_t c : capacity) {
+      offset.push_back(total);
+      total += (c + 63) / 64 * 64;
+    }
+    std::shared_ptr<Buffer> block = Buffer::allocate(total);
+    for (size_t b = 0; b < capacity.size(); ++b)
+      arena_.push_back(Buffer::borrow(static_cast<char*>(block->data) + offset[b], capacity[b], block));
   }
 
   struct Copy {
@@ -579,6 +619,7 @@ class CpuProgram final : public Program {
   std::vector<Copy> copies_;
   std::vector<AssignStep> assigns_;
   std::vector<std::shared_ptr<Buffer>> arena_;
+  std::shared_ptr<Buffer> const_block_;  // the constants' bytes read at run time (copy_constants), or null
   std::vector<void*> ptr_;
   std::mutex mu_;
 };
