@@ -11,7 +11,8 @@
 // Depthwise forward convolutions accumulate shifted source rows (no columns); 3x3 ones in
 // float32 run one pass per output row (conv_depthwise.h) with a bias + clamp epilogue folded in.
 // A forward float32 convolution may carry an epilogue (conv_epilogue.h), applied to each block
-// of output rows right after it is written. float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
+// of output rows right after it is written; with constant weights and products of many columns
+// the GEMM is conv_gemm_packed.h's (weights packed at compile). float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
 // project's pool as (image x group, tile) units with BLAS on the calling thread; large ones run
 // one image at a time with parallel gathers and BLAS's own threads.
 #include <algorithm>
