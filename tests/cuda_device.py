@@ -22,3 +22,11 @@ def run(build, values, device=DEVICE):
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
     r = g.run(dict(zip(ph, values)), list(outs), device=device)
     return [np.asarray(r[o]) for o in outs]
+
+
+def torch_cuda():
+    """PyTorch with CUDA, or the test skips."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA here")
+    return torch

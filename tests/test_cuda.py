@@ -7,17 +7,11 @@ import numpy as np
 import pytest
 
 import mpsgraph as mg
+from cuda_device import torch_cuda as _torch_cuda
 
 HAS_GPU = mg.Device("cuda:0").available
 gpu = pytest.mark.skipif(not HAS_GPU, reason=f"no CUDA GPU here: {mg.Device('cuda:0').unavailable_reason}")
 no_gpu = pytest.mark.skipif(HAS_GPU, reason="a CUDA GPU is present")
-
-
-def _torch_cuda():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch has no CUDA here")
-    return torch
 
 
 def test_device_names():

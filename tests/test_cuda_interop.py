@@ -12,18 +12,12 @@ import numpy as np
 import pytest
 
 import mpsgraph as mg
+from cuda_device import torch_cuda as _torch_cuda
 
 HAS_GPU = mg.Device("cuda:0").available
 pytestmark = pytest.mark.skipif(not HAS_GPU, reason=f"no CUDA GPU here: {mg.Device('cuda:0').unavailable_reason}")
 
 N, CHAIN = 4096, 24  # 24 matmuls of 4096 x 4096: tens of milliseconds on the GPU
-
-
-def _torch_cuda():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch has no CUDA here")
-    return torch
 
 
 def _cupy():
