@@ -499,7 +499,8 @@ void store_one(Kind k, void* o, int64_t i, float v) {
 // rounding, the stores or the reduction's adds. Each entry below inlines the whole of it
 // (flatten) under one target, and a kernel calls the widest one the CPU runs (best_isa). The
 // file is built with -ffp-contract=off: no variant fuses a multiply and an add, so every ISA
-// gives the unfused kernels' bits.
+// gives the unfused kernels' bits (each instruction is its own loop now, so nothing would
+// contract yet; the flag keeps it so for loops that join instructions).
 
 #if defined(__GNUC__)
 #define MG_FLATTEN __attribute__((flatten))
