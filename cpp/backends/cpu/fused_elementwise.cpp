@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backends/cpu/elementwise_util.h"
+#include "backends/cpu/isa_target.h"
 #include "backends/cpu/reduce_walk.h"
 #include "backends/cpu/vec_math.h"
 #include "core/dtype.h"
@@ -493,6 +494,139 @@ void store_one(Kind k, void* o, int64_t i, float v) {
   else static_cast<float*>(o)[i] = v;
 }
 
+// ---------------- the tile loops, compiled per ISA ----------------
+// A job's units(b, e) is all of a thread's tile work: loads, each instruction's loop, the
+// rounding, the stores or the reduction's adds. Each entry below inlines the whole of it
+// (flatten) under one target, and a kernel calls the widest one the CPU runs (best_isa). The
+// file is built with -ffp-contract=off: no variant fuses a multiply and an add, so every ISA
+// gives the unfused kernels' bits (each instruction is its own loop now, so nothing would
+// contract yet; the flag keeps it so for loops that join instructions).
+
+#if defined(__GNUC__)
+#define MG_FLATTEN __attribute__((flatten))
+#else
+#define MG_FLATTEN
+#endif
+
+template <class Job>
+MG_FLATTEN void units_generic(const Job& job, int64_t b, int64_t e) {
+  job.units(b, e);
+}
+#if MG_CPU_X86
+template <class Job>
+MG_TARGET_AVX2 MG_FLATTEN void units_avx2(const Job& job, int64_t b, int64_t e) {
+  job.units(b, e);
+}
+template <class Job>
+MG_TARGET_AVX512 MG_FLATTEN void units_avx512(const Job& job, int64_t b, int64_t e) {
+  job.units(b, e);
+}
+#endif
+
+template <class Job>
+using UnitsFn = void (*)(const Job&, int64_t, int64_t);
+
+template <class Job>
+UnitsFn<Job> units_for_cpu() {
+#if MG_CPU_X86
+  if (best_isa() == Isa::Avx512) return units_avx512<Job>;
+  if (best_isa() == Isa::Avx2) return units_avx2<Job>;
+#endif
+  return units_generic<Job>;
+}
+
+// The group's values at flat positions [b, e), stored to out.
+struct ElementwiseJob {
+  const GroupProgram& gp;
+  const void* const* in;
+  void* out;
+  void units(int64_t b, int64_t e) const {
+    const Kind out_kind = gp.prog.back().out;
+    GroupProgram::Tiles regs;
+    gp.fill_scalars(in, regs, std::min(kTile, e - b));
+    for (int64_t t = b; t < e; t += kTile) {
+      const int64_t m = std::min(kTile, e - t);
+      gp.eval(in, t, m, regs, out_kind == Kind::F32 ? static_cast<float*>(out) + t : nullptr);
+      if (out_kind != Kind::F32) store(out_kind, regs[gp.prog.size() - 1], out, t, m);
+    }
+  }
+};
+
+// What a reduction's units share: a unit is one chunk of one output (trailing walk) or of one
+// block of outputs (leading walk).
+template <class A>
+struct ReduceJob {
+  using Acc = typename A::Acc;
+  const GroupProgram& gp;
+  const ReduceTail& tail;
+  bool in_order;
+  int chunks;
+  int64_t per;
+  Acc* part;  // chunk c's value of output o at c * num_out + o, when chunks > 1
+  const void* const* in;
+  void* out;
+
+  void emit(int64_t o, Acc a) const { store_one(tail.out, out, o, emit_value<A>(tail, a)); }
+  void keep(int c, int64_t o, Acc a) const {
+    if (chunks > 1) part[c * tail.walk.num_out + o] = a;
+    else emit(o, a);
+  }
+};
+
+// trailing: output o reduces positions o * num_red + [rb, re) as one contiguous run
+template <class A>
+struct TrailingJob : ReduceJob<A> {
+  void units(int64_t ub, int64_t ue) const {
+    const ReduceWalk& w = this->tail.walk;
+    GroupProgram::Tiles regs;
+    this->gp.fill_scalars(this->in, regs, kTile);
+    for (int64_t u = ub; u < ue; ++u) {
+      const int64_t o = u / this->chunks, c = u % this->chunks;
+      const int64_t rb = std::min(w.num_red, c * this->per), re = std::min(w.num_red, rb + this->per);
+      typename A::Acc a = A::init();
+      if (this->in_order) {
+        for (int64_t t = rb; t < re; t += kTile) {
+          const int64_t m = std::min(kTile, re - t);
+          const float* v = this->gp.eval_rounded(this->in, o * w.num_red + t, m, regs);
+          for (int64_t j = 0; j < m; ++j) A::add(a, v[j]);
+        }
+      } else {
+        typename A::Run run(re - rb);
+        for (int64_t t = rb; t < re; t += kTile) {
+          const int64_t m = std::min(kTile, re - t);
+          run.feed(this->gp.eval_rounded(this->in, o * w.num_red + t, m, regs), m);
+        }
+        a = run.finish();
+      }
+      this->keep(int(c), o, a);
+    }
+  }
+};
+
+// leading: each output adds reduce index r's value at r * num_out + o, in order of r; blocks
+// of outputs as wide as the kernel's, so each r reads whole rows
+template <class A>
+struct LeadingJob : ReduceJob<A> {
+  void units(int64_t ub, int64_t ue) const {
+    const ReduceWalk& w = this->tail.walk;
+    GroupProgram::Tiles regs;
+    this->gp.fill_scalars(this->in, regs, kTile);
+    typename A::Acc a[kLeadBlock];
+    for (int64_t u = ub; u < ue; ++u) {
+      const int64_t blk = u / this->chunks, c = u % this->chunks;
+      const int64_t o0 = blk * kLeadBlock, nb = std::min(kLeadBlock, w.num_out - o0);
+      const int64_t rb = std::min(w.num_red, c * this->per), re = std::min(w.num_red, rb + this->per);
+      std::fill(a, a + nb, A::init());
+      for (int64_t r = rb; r < re; ++r)
+        for (int64_t j = 0; j < nb; j += kTile) {
+          const int64_t m = std::min(kTile, nb - j);
+          A::add_row(a + j, this->gp.eval_rounded(this->in, r * w.num_out + o0 + j, m, regs), m);
+        }
+      for (int64_t j = 0; j < nb; ++j) this->keep(int(c), o0 + j, a[j]);
+    }
+  }
+};
+
 // The group, then the reduction of its root's values into out[0].
 template <class A>
 KernelFn make_reduce_kernel(const GroupProgram& gp, const ReduceTail& tail) {
@@ -503,68 +637,26 @@ KernelFn make_reduce_kernel(const GroupProgram& gp, const ReduceTail& tail) {
   const int chunks = in_order ? 1 : w.chunks;
   const int64_t per = (w.num_red + chunks - 1) / chunks;
   auto partial = std::make_shared<std::vector<Acc>>(chunks > 1 ? size_t(chunks) * size_t(w.num_out) : 0);
-  return [gp, tail, w, in_order, chunks, per, partial](const void* const* in, void* const* out) {
-    Acc* part = partial->data();
-    auto emit = [&](int64_t o, Acc a) { store_one(tail.out, out[0], o, emit_value<A>(tail, a)); };
+  const UnitsFn<TrailingJob<A>> trailing = units_for_cpu<TrailingJob<A>>();
+  const UnitsFn<LeadingJob<A>> leading = units_for_cpu<LeadingJob<A>>();
+  return [gp, tail, in_order, chunks, per, partial, trailing, leading](const void* const* in, void* const* out) {
+    const ReduceWalk& w = tail.walk;
+    const ReduceJob<A> job{gp, tail, in_order, chunks, per, partial->data(), in, out[0]};
     if (!w.inner_kept) {
-      // trailing: output o reduces positions o * num_red + [rb, re) as one contiguous run
-      const int64_t units = w.num_out * chunks;
-      parallel_for(units, std::max<int64_t>(1, 32768 / w.num_red), [&](int64_t ub, int64_t ue) {
-        GroupProgram::Tiles regs;
-        gp.fill_scalars(in, regs, kTile);
-        for (int64_t u = ub; u < ue; ++u) {
-          const int64_t o = u / chunks, c = u % chunks;
-          const int64_t rb = std::min(w.num_red, c * per), re = std::min(w.num_red, rb + per);
-          Acc a = A::init();
-          if (in_order) {
-            for (int64_t t = rb; t < re; t += kTile) {
-              const int64_t m = std::min(kTile, re - t);
-              const float* v = gp.eval_rounded(in, o * w.num_red + t, m, regs);
-              for (int64_t j = 0; j < m; ++j) A::add(a, v[j]);
-            }
-          } else {
-            typename A::Run run(re - rb);
-            for (int64_t t = rb; t < re; t += kTile) {
-              const int64_t m = std::min(kTile, re - t);
-              run.feed(gp.eval_rounded(in, o * w.num_red + t, m, regs), m);
-            }
-            a = run.finish();
-          }
-          if (chunks > 1) part[c * w.num_out + o] = a;
-          else emit(o, a);
-        }
-      });
+      const TrailingJob<A> tj{job};
+      parallel_for(w.num_out * chunks, std::max<int64_t>(1, 32768 / w.num_red),
+                   [&](int64_t ub, int64_t ue) { trailing(tj, ub, ue); });
     } else {
-      // leading: each output adds reduce index r's value at r * num_out + o, in order of r;
-      // blocks of outputs as wide as the kernel's, so each r reads whole rows
+      const LeadingJob<A> lj{job};
       const int64_t nblk = (w.num_out + kLeadBlock - 1) / kLeadBlock;
       parallel_for(nblk * chunks, std::max<int64_t>(1, 32768 / (w.num_red * std::min(kLeadBlock, w.num_out))),
-                   [&](int64_t ub, int64_t ue) {
-                     GroupProgram::Tiles regs;
-                     gp.fill_scalars(in, regs, kTile);
-                     Acc a[kLeadBlock];
-                     for (int64_t u = ub; u < ue; ++u) {
-                       const int64_t blk = u / chunks, c = u % chunks;
-                       const int64_t o0 = blk * kLeadBlock, nb = std::min(kLeadBlock, w.num_out - o0);
-                       const int64_t rb = std::min(w.num_red, c * per), re = std::min(w.num_red, rb + per);
-                       std::fill(a, a + nb, A::init());
-                       for (int64_t r = rb; r < re; ++r)
-                         for (int64_t j = 0; j < nb; j += kTile) {
-                           const int64_t m = std::min(kTile, nb - j);
-                           A::add_row(a + j, gp.eval_rounded(in, r * w.num_out + o0 + j, m, regs), m);
-                         }
-                       for (int64_t j = 0; j < nb; ++j) {
-                         if (chunks > 1) part[c * w.num_out + o0 + j] = a[j];
-                         else emit(o0 + j, a[j]);
-                       }
-                     }
-                   });
+                   [&](int64_t ub, int64_t ue) { leading(lj, ub, ue); });
     }
     if (chunks > 1)  // the parts of each output, combined in order
       for (int64_t o = 0; o < w.num_out; ++o) {
-        Acc a = part[o];
-        for (int c = 1; c < chunks; ++c) A::combine(a, part[c * w.num_out + o]);
-        emit(o, a);
+        Acc a = partial->data()[o];
+        for (int c = 1; c < chunks; ++c) A::combine(a, partial->data()[c * w.num_out + o]);
+        job.emit(o, a);
       }
   };
 }
@@ -667,17 +759,10 @@ KernelFn make_fused_kernel(const Graph& g, const std::vector<int32_t>& group, st
     }
   }
   const int64_t total = num_elements(shape);
-  return [gp, total](const void* const* in, void* const* out) {
-    const Kind out_kind = gp.prog.back().out;
-    parallel_for(total, 16384, [&](int64_t b, int64_t e) {
-      GroupProgram::Tiles regs;
-      gp.fill_scalars(in, regs, std::min(kTile, e - b));
-      for (int64_t t = b; t < e; t += kTile) {
-        const int64_t m = std::min(kTile, e - t);
-        gp.eval(in, t, m, regs, out_kind == Kind::F32 ? static_cast<float*>(out[0]) + t : nullptr);
-        if (out_kind != Kind::F32) store(out_kind, regs[gp.prog.size() - 1], out[0], t, m);
-      }
-    });
+  const UnitsFn<ElementwiseJob> units = units_for_cpu<ElementwiseJob>();
+  return [gp, total, units](const void* const* in, void* const* out) {
+    const ElementwiseJob job{gp, in, out[0]};
+    parallel_for(total, 16384, [&](int64_t b, int64_t e) { units(job, b, e); });
   };
 }
 
