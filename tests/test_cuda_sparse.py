@@ -19,23 +19,6 @@ from cuda_device import DEVICE, run as _run, skip_without_device
 pytestmark = skip_without_device
 
 
-@pytest.fixture(autouse=True)
-def _unverified_kernels(monkeypatch):
-    """The sparse CUDA kernels run only on request until they have passed on a GPU
-    (MPSGRAPH_CUDA_UNVERIFIED=1); this file is that check."""
-    monkeypatch.setenv("MPSGRAPH_CUDA_UNVERIFIED", "1")
-
-
-@pytest.mark.skipif(not DEVICE.startswith("cuda"), reason="the opt-in concerns the cuda backend")
-def test_unverified_kernels_are_refused_without_the_opt_in(monkeypatch):
-    monkeypatch.delenv("MPSGRAPH_CUDA_UNVERIFIED")
-    g = mg.Graph()
-    idx = g.constant(np.array([0, 1], np.int32))
-    vals = g.placeholder((2,), mg.float32)
-    st = g.sparse_tensor("coo", (vals, idx, idx), (2, 2)).to_dense()
-    with pytest.raises(mg.GraphNotImplementedError, match=r"\[sparse_tensor\].*not yet been run on a GPU"):
-        g.run({vals: np.ones(2, np.float32)}, [st], device=DEVICE)
-
 STORAGES = ("coo", "csr", "csc")
 FLOATS = (np.float32, np.float16, ml_dtypes.bfloat16)
 INTS = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)

@@ -178,6 +178,9 @@ Kernel nvrtc_kernel(const std::string& source, const std::string& name, const st
       check(cudaLibraryLoadData(&ld.lib, bin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "loading a generated kernel");
       if (!path.empty()) write_file(dir, path, bin);
     }
+    // the source beside its cubin, to read what a profiler's kernel is
+    static const bool keep_source = std::getenv("MPSGRAPH_NVRTC_SOURCES") && std::string(std::getenv("MPSGRAPH_NVRTC_SOURCES")) == "1";
+    if (keep_source && !path.empty()) write_file(dir, dir + "/" + key + ".cu", "// " + flags + source);
   }
   auto it = ld.kernels.find(name);
   if (it != ld.kernels.end()) return it->second;

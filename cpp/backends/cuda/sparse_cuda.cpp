@@ -341,18 +341,7 @@ void launch_structure(Step& p, cudaStream_t s, const void* i0, const void* i1, v
   launch(p.k.order, grid(g.rows), 256, 0, s, oargs);
 }
 
-// These kernels were checked by compiling their source offline and by a serial emulation, but
-// have not yet run on a GPU; until they have, they are used only on request.
-void require_unverified_opt_in(const KernelCtx& c) {
-  const char* e = std::getenv("MPSGRAPH_CUDA_UNVERIFIED");
-  if (!(e && e[0] == '1'))
-    raise(ErrorKind::NotImplemented, c.node.op->name, c.node.name,
-          "has a cuda kernel that has not yet been run on a GPU: set MPSGRAPH_CUDA_UNVERIFIED=1 to use it, or "
-          "run on the cpu (device='cpu')");
-}
-
 LaunchFn sparse_tensor_factory(const KernelCtx& c) {
-  require_unverified_opt_in(c);
   const DType vt = c.in[0].dtype;
   if (vt == DType::Bool) raise(ErrorKind::Type, c.node.op->name, c.node.name, "no cuda kernel for bool values");
   auto p = prepare(c, 1, vt, true);
@@ -383,7 +372,6 @@ LaunchFn sparse_tensor_factory(const KernelCtx& c) {
 }
 
 LaunchFn sparse_gather_factory(const KernelCtx& c) {
-  require_unverified_opt_in(c);
   const DType vt = c.in[0].dtype;
   auto p = prepare(c, 1, vt, false);
   p->k.main = sparse_kernel(vt, c.in[1].dtype, "gather");
@@ -403,7 +391,6 @@ void require_float(const KernelCtx& c, DType t) {
 }
 
 LaunchFn sparse_matmul_factory(const KernelCtx& c) {
-  require_unverified_opt_in(c);
   const DType vt = c.in[0].dtype;
   require_float(c, vt);
   auto p = prepare(c, 1, vt, true);
@@ -421,7 +408,6 @@ LaunchFn sparse_matmul_factory(const KernelCtx& c) {
 }
 
 LaunchFn sparse_sampled_matmul_factory(const KernelCtx& c) {
-  require_unverified_opt_in(c);
   const DType vt = c.in[0].dtype;
   require_float(c, vt);
   auto p = prepare(c, 2, vt, false);
