@@ -20,6 +20,7 @@
 #include "backends/cpu/cpu_threads.h"
 #include "backends/cpu/fused_elementwise.h"
 #include "backends/cpu/matmul_kernel.h"
+#include "core/channels_last.h"
 #include "core/ops/shape_attrs.h"
 #include "core/registry.h"
 #include "core/typed_attrs.h"
@@ -662,7 +663,13 @@ class CpuBackend final : public Backend {
  public:
   DeviceKind kind() const override { return DeviceKind::CPU; }
   bool available() const override { return true; }
-  std::unique_ptr<Program> compile(const Specialised& sg) override { return std::make_unique<CpuProgram>(sg); }
+  std::unique_ptr<Program> compile(const Specialised& sg) override {
+    // MPSGRAPH_CPU_CHANNELS_LAST=1: convolutions keep NHWC activations between them (the plan
+    // the CUDA backend makes for half-precision networks; on the CPU it checks that plan)
+    const char* last = std::getenv("MPSGRAPH_CPU_CHANNELS_LAST");
+    if (last && last[0] == '1') return std::make_unique<CpuProgram>(plan_channels_last(sg, [](const Node&) { return true; }));
+    return std::make_unique<CpuProgram>(sg);
+  }
   ConstantEvaluator* constant_evaluator() override { return &evaluator_; }
   // a composite with a kernel of its own runs natively: a loop's gradient (one kernel with a
   // tape; its decomposition recomputes states), attention (blocked, never the L x S scores)

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_internal.h"
+#include "core/channels_last.h"
 #include "backends/cuda/elementwise_cuda.h"
 #include "backends/cuda/epilogue_cuda.h"
 #include "backends/cuda/kernel_table.h"
@@ -260,6 +261,21 @@ std::vector<char> absorbed_transposes(const Specialised& sg) {
     if (l && l->output && src.index == 0 && readers[src].size() == 1 && r[size_t(src.node)] == 0) r[id] = 2;
   }
   return r;
+}
+
+// Which convolutions keep NHWC activations between them (core/channels_last.h): float16 and
+// bfloat16 ones in graphs without convolution gradients (cuDNN's tensor-core kernels are
+// channels-last, and convert NCHW inside each call). MPSGRAPH_CUDA_CHANNELS_LAST=0: none;
+// =1: every 2-D convolution.
+std::function<bool(const Node&)> channels_last_policy(const Graph& g) {
+  const char* e = std::getenv("MPSGRAPH_CUDA_CHANNELS_LAST");
+  if (e && e[0] == '0') return [](const Node&) { return false; };
+  if (e && e[0] == '1') return [](const Node&) { return true; };
+  for (size_t id = 0; id < g.size(); ++id) {
+    const std::string& op = g.node(int32_t(id)).op->name;
+    if (op == "convolution_data_gradient" || op == "convolution_weights_gradient") return [](const Node&) { return false; };
+  }
+  return [](const Node& n) { return n.outputs[0].dtype == DType::Float16 || n.outputs[0].dtype == DType::BFloat16; };
 }
 
 // An array in GPU memory: this backend's own buffers are known without asking the driver
@@ -822,7 +838,7 @@ class CudaBackend final : public Backend {
   std::string unavailable_reason() const override { return probe().reason; }
   std::unique_ptr<Program> compile(const Specialised& sg) override {
     DeviceScope on_gpu;
-    return std::make_unique<CudaProgram>(sg);
+    return std::make_unique<CudaProgram>(plan_channels_last(sg, channels_last_policy(*sg.graph)));
   }
   std::shared_ptr<Array> allocate(DType dtype, const Shape& shape) override {
     auto a = std::make_shared<Array>();

@@ -1,0 +1,110 @@
+"""Channels-last planning (core/channels_last.h): convolutions keep NHWC activations between
+them and the elementwise ops after them run on the NHWC values.
+
+The CUDA backend plans float16/bfloat16 inference networks so (MPSGRAPH_CUDA_CHANNELS_LAST
+overrides); MPSGRAPH_CPU_CHANNELS_LAST=1 makes the CPU plan the same way, which checks the
+rewrite itself: each element is computed by the same ops in the same order, so the results must
+equal the CPU's usual plan bit for bit, for every kind of operand an elementwise op can meet
+(per-channel, per-position, per-image and scalar broadcasts, full-size NCHW values, values that
+are targets). On a GPU the planned network is compared with the CPU and its transposes must be
+absorbed by the convolutions."""
+import numpy as np
+import pytest
+
+import mpsgraph as mg
+from cuda_device import DEVICE
+
+RNG = np.random.default_rng(7)
+
+
+def _w(o, i, k=3, dtype=np.float32):
+    return (RNG.standard_normal((o, i, k, k)) / np.sqrt(i * k * k)).astype(dtype)
+
+
+def _conv(g, h, w, stride=1, groups=1, dtype=np.float32):
+    pad = w.shape[-1] // 2
+    return g.convolution_2d(h, g.constant(w.astype(dtype)), strides=[stride, stride], padding=[pad] * 4,
+                            groups=groups, data_layout="NCHW", weights_layout="OIHW")
+
+
+def residual_net(g, x, dtype):
+    """conv-bn-relu, a strided block with a downsampling shortcut, max pool, relu6, global mean;
+    the block's output is a second target."""
+    c = lambda a: g.constant(np.asarray(a, dtype))
+    h = g.relu(_conv(g, x, _w(8, 3), dtype=dtype) * c(RNG.random((1, 8, 1, 1)) + 0.5) + c(RNG.random((8, 1, 1))))
+    y = _conv(g, g.relu(_conv(g, h, _w(16, 8), 2, dtype=dtype)), _w(16, 16), dtype=dtype)
+    block = g.relu(y + _conv(g, h, _w(16, 8, 1), 2, dtype=dtype))
+    p = g.max_pooling_2d(block, kernel_sizes=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1], data_layout="NCHW")
+    z = g.clamp(_conv(g, p, _w(16, 16), dtype=dtype), c(0.0), c(6.0))
+    return [g.mean(z, axes=[2, 3]), block]
+
+
+def operand_net(g, x, r, dtype):
+    """Elementwise ops after a convolution meeting every operand shape: per-position (1, 1, H, W)
+    and (H, W), per-image (N, 1, 1, 1), per-sample (C, H, W), a full-size NCHW placeholder, a
+    scalar; a depthwise convolution; a select on a comparison; the convolution's own result and
+    its source as targets."""
+    c = lambda a: g.constant(np.asarray(a, dtype))
+    n, _, hh, ww = x.shape
+    y = _conv(g, x, _w(6, 4), dtype=dtype)
+    a = y * c(RNG.random((1, 1, hh, ww))) + c(RNG.random((hh, ww)))
+    b = g.select(a > c(0.25), a * c(RNG.random((n, 1, 1, 1))), a - c(RNG.random((6, hh, ww))))
+    d = _conv(g, g.maximum(b + r, c(-0.5)), _w(6, 1), groups=6, dtype=dtype)
+    return [g.sigmoid(d) * c(2.0), y, b]
+
+
+def _values(dtype):
+    return {"residual": [RNG.standard_normal((2, 3, 17, 15)).astype(dtype)],
+            "operands": [RNG.standard_normal((3, 4, 9, 11)).astype(dtype),
+                         RNG.standard_normal((3, 6, 9, 11)).astype(dtype)]}
+
+
+NETS = {"residual": residual_net, "operands": operand_net}
+
+
+def _run(name, dtype, device):
+    global RNG
+    RNG = np.random.default_rng(7)  # the same values and weights for every plan
+    vals = _values(dtype)[name]
+    g = mg.Graph()
+    ph = [g.placeholder(v.shape, mg.as_dtype(v.dtype)) for v in vals]
+    outs = NETS[name](g, *ph, dtype)
+    exe = g.compile({p: (v.shape, mg.as_dtype(v.dtype)) for p, v in zip(ph, vals)}, outs, device=device)
+    return [np.asarray(o) for o in exe.run(vals)], exe.memory_plan()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("name", sorted(NETS))
+def test_cpu_channels_last_plan_gives_the_same_bits(monkeypatch, name, dtype):
+    monkeypatch.delenv("MPSGRAPH_CPU_CHANNELS_LAST", raising=False)
+    want, plan = _run(name, dtype, "cpu")
+    assert not [p for p in plan if p["op"] == "transpose"]
+    monkeypatch.setenv("MPSGRAPH_CPU_CHANNELS_LAST", "1")
+    got, plan = _run(name, dtype, "cpu")
+    assert [p for p in plan if p["op"] == "transpose"], "the plan made no NHWC values"
+    for w, o in zip(want, got):
+        assert o.dtype == w.dtype and o.shape == w.shape
+        np.testing.assert_array_equal(o, w)
+
+
+needs_cuda = pytest.mark.skipif(not DEVICE.startswith("cuda") or not mg.Device(DEVICE).available,
+                                reason="needs a CUDA device")
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", sorted(NETS))
+def test_cuda_half_network_is_planned_channels_last(monkeypatch, name):
+    monkeypatch.delenv("MPSGRAPH_CUDA_CHANNELS_LAST", raising=False)
+    got, plan = _run(name, np.float16, DEVICE)
+    ref, _ = _run(name, np.float32, "cpu")
+    for r, o in zip(ref, got):
+        np.testing.assert_allclose(o.astype(np.float32), r, rtol=2e-2, atol=2e-2)
+    # the transposes beside each convolution are absorbed (views); only edge ones copy
+    copies = [p for p in plan if p["op"] == "transpose" and p["storage"] != "view"]
+    views = [p for p in plan if p["op"] == "transpose" and p["storage"] == "view"]
+    assert len(views) >= 4 and len(copies) <= 3, (copies, len(views))
+    monkeypatch.setenv("MPSGRAPH_CUDA_CHANNELS_LAST", "0")
+    plain, plan = _run(name, np.float16, DEVICE)
+    assert not [p for p in plan if p["op"] == "transpose"]
+    for p_, o in zip(plain, got):
+        np.testing.assert_allclose(o.astype(np.float32), p_.astype(np.float32), rtol=1e-2, atol=1e-2)
