@@ -1,7 +1,10 @@
 #include "core/channels_last.h"
 
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/registry.h"
