@@ -576,6 +576,8 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--device", default="cuda:0", help="mpsgraph's device (the peers run on the GPU)")
+    ap.add_argument("--frameworks", nargs="*", default=None,
+                    help="time only these (mpsgraph, torch, torch.compile, jax); default all")
     ap.add_argument("--deadline", type=float, default=1e9, help="seconds after start: later workloads are skipped")
     a = ap.parse_args(argv)
     globals()["DEV"] = a.device
@@ -611,6 +613,8 @@ def main(argv=None):
             continue
         r = {"description": desc, "seconds": {}}
         for fw, (fn, sync) in fns.items():
+            if a.frameworks and fw not in a.frameworks:
+                continue
             if time.perf_counter() - T0 > a.deadline:
                 r["seconds"][fw] = None
                 continue

@@ -1,8 +1,8 @@
 """Channels-last planning (core/channels_last.h): convolutions keep NHWC activations between
 them and the elementwise ops after them run on the NHWC values.
 
-The CUDA backend plans float16/bfloat16 inference networks so (MPSGRAPH_CUDA_CHANNELS_LAST
-overrides); MPSGRAPH_CPU_CHANNELS_LAST=1 makes the CPU plan the same way, which checks the
+The CUDA backend plans float16/bfloat16 inference networks so with MPSGRAPH_CUDA_CHANNELS_LAST=1
+(off by default until it has run on a GPU); MPSGRAPH_CPU_CHANNELS_LAST=1 makes the CPU plan the same way, which checks the
 rewrite itself: each element is computed by the same ops in the same order, so the results must
 equal the CPU's usual plan bit for bit, for every kind of operand an elementwise op can meet
 (per-channel, per-position, per-image and scalar broadcasts, full-size NCHW values, values that
@@ -94,7 +94,7 @@ needs_cuda = pytest.mark.skipif(not DEVICE.startswith("cuda") or not mg.Device(D
 @needs_cuda
 @pytest.mark.parametrize("name", sorted(NETS))
 def test_cuda_half_network_is_planned_channels_last(monkeypatch, name):
-    monkeypatch.delenv("MPSGRAPH_CUDA_CHANNELS_LAST", raising=False)
+    monkeypatch.setenv("MPSGRAPH_CUDA_CHANNELS_LAST", "1")
     got, plan = _run(name, np.float16, DEVICE)
     ref, _ = _run(name, np.float32, "cpu")
     for r, o in zip(ref, got):

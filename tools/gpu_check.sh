@@ -31,7 +31,7 @@ export PYTHONPATH=$SITE
 python3 -c "import mpsgraph as mg; print(mg.devices(), repr(mg.cuda().description), repr(mg.cuda().unavailable_reason))" \
   >> "$OUT/env.txt" 2>&1
 K=${1:-cuda}
-python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda*.py > "$OUT/cuda.log" 2>&1
+python3 -m pytest -q -p no:cacheprovider -n 8 -rs tests/test_cuda*.py tests/test_channels_last.py tests/test_fusion_isa.py > "$OUT/cuda.log" 2>&1
 python3 -m pytest -q -p no:cacheprovider -n 8 -rx tests/test_conformance.py -k "$K" > "$OUT/conformance.log" 2>&1
 {
   echo "== test_cuda"; tail -3 "$OUT/cuda.log"

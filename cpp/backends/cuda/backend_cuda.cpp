@@ -267,10 +267,16 @@ std::vector<char> absorbed_transposes(const Specialised& sg) {
 // bfloat16 ones in graphs without convolution gradients (cuDNN's tensor-core kernels are
 // channels-last, and convert NCHW inside each call). MPSGRAPH_CUDA_CHANNELS_LAST=0: none;
 // =1: every 2-D convolution.
+// Off by default until the plan has been run on a GPU: MPSGRAPH_CUDA_CHANNELS_LAST=1 plans
+// float16/bfloat16 convolutions of inference graphs (no convolution gradients) channels-last,
+// `all` plans every convolution (checks), 0 or unset none.
+constexpr bool kChannelsLastByDefault = false;
+
 std::function<bool(const Node&)> channels_last_policy(const Graph& g) {
   const char* e = std::getenv("MPSGRAPH_CUDA_CHANNELS_LAST");
-  if (e && e[0] == '0') return [](const Node&) { return false; };
-  if (e && e[0] == '1') return [](const Node&) { return true; };
+  const std::string mode = e ? e : (kChannelsLastByDefault ? "1" : "0");
+  if (mode == "all") return [](const Node&) { return true; };
+  if (mode != "1") return [](const Node&) { return false; };
   for (size_t id = 0; id < g.size(); ++id) {
     const std::string& op = g.node(int32_t(id)).op->name;
     if (op == "convolution_data_gradient" || op == "convolution_weights_gradient") return [](const Node&) { return false; };
