@@ -263,11 +263,10 @@ std::vector<char> absorbed_transposes(const Specialised& sg) {
   return r;
 }
 
-// Which convolutions keep NHWC activations between them (core/channels_last.h): float16 and
-// bfloat16 ones in graphs without convolution gradients (cuDNN's tensor-core kernels are
-// channels-last, and convert NCHW inside each call). MPSGRAPH_CUDA_CHANNELS_LAST=0: none;
-// =1: every 2-D convolution.
-// Off by default until the plan has been run on a GPU: MPSGRAPH_CUDA_CHANNELS_LAST=1 plans
+// Which convolutions keep NHWC activations between them (core/channels_last.h): cuDNN's
+// tensor-core kernels are channels-last and convert NCHW inside each call.
+// Off by default (faster for MobileNetV2, slower for ResNet-18 on an H100: docs/cuda.md):
+// MPSGRAPH_CUDA_CHANNELS_LAST=1 plans
 // float16/bfloat16 convolutions of inference graphs (no convolution gradients) channels-last,
 // `all` plans every convolution (checks), 0 or unset none.
 constexpr bool kChannelsLastByDefault = false;
