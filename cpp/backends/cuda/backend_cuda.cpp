@@ -266,9 +266,8 @@ std::vector<char> absorbed_transposes(const Specialised& sg) {
 // Which convolutions keep NHWC activations between them (core/channels_last.h): cuDNN's
 // tensor-core kernels are channels-last and convert NCHW inside each call.
 // Off by default (faster for MobileNetV2, slower for ResNet-18 on an H100: docs/cuda.md):
-// MPSGRAPH_CUDA_CHANNELS_LAST=1 plans
-// float16/bfloat16 convolutions of inference graphs (no convolution gradients) channels-last,
-// `all` plans every convolution (checks), 0 or unset none.
+// MPSGRAPH_CUDA_CHANNELS_LAST=1 plans the float16/bfloat16 convolutions of inference graphs
+// (no convolution gradients), `all` every convolution (checks), 0 or unset none.
 constexpr bool kChannelsLastByDefault = false;
 
 std::function<bool(const Node&)> channels_last_policy(const Graph& g) {
