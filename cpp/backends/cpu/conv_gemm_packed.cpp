@@ -1,7 +1,12 @@
-// Packed-weight GEMM of constant-weight convolutions (see conv_gemm_packed.h). A micro-kernel
-// keeps an 8-row by NR-column block of C in registers (NR = 32 with AVX-512, 8 with AVX2): per k
-// it loads NR values of B's row k and broadcasts the panel's 8 weights of column k, which lie
-// next to each other. Column tails are masked; rows past M are zeros in the panel, not stored.
+// Packed-weight GEMM of constant-weight convolutions (see conv_gemm_packed.h).
+// Planes: a micro-kernel keeps an 8-row by NR-column block of C in registers (NR = 32 with
+// AVX-512, 8 with AVX2): per k it loads NR values of B's row k and broadcasts the panel's 8
+// weights of column k, which lie next to each other. Column tails are masked; rows past M are
+// zeros in the panel, not stored.
+// Channels: a micro-kernel keeps a 16-row by 6-column block of C in registers (12 of AVX2's 16
+// registers): per k it loads the panel's 16 weights of column k and broadcasts 6 values of B's
+// row k; the block is transposed through the stack on the store (6 columns is a few scalar
+// stores per row against 12 K multiply-adds). It uses AVX2 on AVX-512 CPUs too.
 #include "backends/cpu/conv_gemm_packed.h"
 
 #include <algorithm>
@@ -21,15 +26,33 @@
 namespace mg::cpu {
 
 constexpr int64_t kPanelRows = 8;
+constexpr int64_t kChanRows = 16, kChanCols = 6;
 
 struct PackedWeights {
   int64_t M = 0, K = 0;
   int64_t nr = 0;  // the micro-kernel's columns
   Isa isa = Isa::Generic;
-  std::vector<float> panels;  // ceil(M / 8) panels of K x 8, rows past M zero
+  PackedLayout layout = PackedLayout::Planes;
+  std::vector<float> panels;  // ceil(M / rows) panels of K x rows (8 or 16), rows past M zero
 };
 
 namespace {
+
+// The store's epilogue on one value of row i (the vector kernels do the same per lane).
+inline float finish(float v, const PackedStore& s, int64_t i) {
+  if (s.bias) v = v + s.bias[i * s.bias_stride];
+  if (s.clamp) {
+    v = v <= s.lo ? s.lo : v;
+    v = v >= s.hi ? s.hi : v;
+  }
+  return v;
+}
+
+// The store's epilogue on a block of C (rows x n), rows of the store from i0.
+void finish_block(float* C, int64_t ldc, int64_t rows, int64_t n, const PackedStore& s, int64_t i0) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) C[r * ldc + j] = finish(C[r * ldc + j], s, i0 + r);
+}
 
 #if MG_CPU_X86
 template <bool kFull>
@@ -56,9 +79,19 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
   }
 }
 
+// v + b, then the clamp, per lane as finish() does (the comparisons keep a NaN v).
+MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __m256 b, bool bias, bool clamp, __m256 lo, __m256 hi) {
+  if (bias) v = _mm256_add_ps(v, b);
+  if (clamp) {
+    v = _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LE_OQ));
+    v = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GE_OQ));
+  }
+  return v;
+}
+
 template <bool kFull>
 MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
-                                int64_t rows, int64_t n) {
+                                int64_t rows, int64_t n, const PackedStore* s, int64_t i0) {
   alignas(32) int32_t lanes[8];
   for (int i = 0; i < 8; ++i) lanes[i] = i < n ? -1 : 0;
   const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
@@ -70,13 +103,62 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
 #pragma GCC unroll 8
     for (int r = 0; r < 8; ++r) c[r] = _mm256_fmadd_ps(_mm256_set1_ps(a[r]), b, c[r]);
   }
+  if (s) {
+    const __m256 lo = _mm256_set1_ps(s->lo), hi = _mm256_set1_ps(s->hi);
+    for (int64_t r = 0; r < rows; ++r) {
+      const __m256 b = s->bias ? _mm256_set1_ps(s->bias[(i0 + r) * s->bias_stride]) : _mm256_setzero_ps();
+      _mm256_maskstore_ps(C + r * ldc, m, finish8(c[r], b, s->bias != nullptr, s->clamp, lo, hi));
+    }
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) _mm256_maskstore_ps(C + r * ldc, m, c[r]);
 }
+
+// Channels: rows [i0, i0 + rows) of the panel a (K x 16), columns B[0..NC) -> C.
+template <int NC>
+MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* C,
+                                         int64_t ldc, int64_t rows, const PackedStore* s, int64_t i0) {
+  __m256 c0[NC], c1[NC];
+#pragma GCC unroll 6
+  for (int j = 0; j < NC; ++j) c0[j] = c1[j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k, a += kChanRows, B += ldb) {
+    const __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8);
+#pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) {
+      const __m256 b = _mm256_broadcast_ss(B + j);
+      c0[j] = _mm256_fmadd_ps(a0, b, c0[j]);
+      c1[j] = _mm256_fmadd_ps(a1, b, c1[j]);
+    }
+  }
+  // (the accumulators are only read after the loop: written back, GCC keeps them on the stack)
+  alignas(32) float t[NC][kChanRows];
+  alignas(32) float bias[kChanRows] = {};
+  const bool has_bias = s && s->bias, clamp = s && s->clamp;
+  if (has_bias)  // channels along the lanes: the bias is two vectors
+    for (int64_t r = 0; r < rows; ++r) bias[r] = s->bias[(i0 + r) * s->bias_stride];
+  const __m256 b0 = _mm256_load_ps(bias), b1 = _mm256_load_ps(bias + 8);
+  const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
+#pragma GCC unroll 6
+  for (int j = 0; j < NC; ++j) {
+    _mm256_store_ps(t[j], finish8(c0[j], b0, has_bias, clamp, lo, hi));
+    _mm256_store_ps(t[j] + 8, finish8(c1[j], b1, has_bias, clamp, lo, hi));
+  }
+  for (int64_t r = 0; r < rows; ++r)
+#pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) C[r * ldc + j] = t[j][r];
+}
+
+using ChannelsKernel = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int64_t,
+                                const PackedStore*, int64_t);
+constexpr ChannelsKernel kChannelsKernels[kChanCols] = {kernel_channels_avx2<1>, kernel_channels_avx2<2>,
+                                                        kernel_channels_avx2<3>, kernel_channels_avx2<4>,
+                                                        kernel_channels_avx2<5>, kernel_channels_avx2<6>};
 #endif
 
 // Columns [j0, j1) of C, in chunks whose slice of B (K x chunk) stays in L2 while every panel
 // passes over it.
-void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1) {
+void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1,
+                 const PackedStore* s) {
 #if MG_CPU_X86
   const int64_t nr = a.nr, K = a.K;
   const int64_t chunk = std::max<int64_t>(nr, (int64_t(65536) / std::max<int64_t>(K, 1)) / nr * nr);
@@ -91,9 +173,10 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         if (a.isa == Isa::Avx512) {
           if (n == nr) kernel_avx512<true>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
           else kernel_avx512<false>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
+          if (s) finish_block(Ci + j, ldc, rows, n, *s, i0);  // still in L1
         } else {
-          if (n == nr) kernel_avx2<true>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
-          else kernel_avx2<false>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
+          if (n == nr) kernel_avx2<true>(K, panel, B + j, ldb, Ci + j, ldc, rows, n, s, i0);
+          else kernel_avx2<false>(K, panel, B + j, ldb, Ci + j, ldc, rows, n, s, i0);
         }
       }
     }
@@ -101,34 +184,65 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
 #endif
 }
 
+// Channels: panels [q0, q1), every column.
+void run_panels(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc, int64_t q0,
+                int64_t q1, const PackedStore* s) {
+#if MG_CPU_X86
+  const int64_t K = a.K;
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t i0 = q * kChanRows, rows = std::min(kChanRows, a.M - i0);
+    const float* panel = a.panels.data() + i0 * K;
+    float* Ci = C + i0 * ldc;
+    for (int64_t j = 0; j < N; j += kChanCols) {
+      const int64_t n = std::min(kChanCols, N - j);
+      kChannelsKernels[n - 1](K, panel, B + j, ldb, Ci + j, ldc, rows, s, i0);
+    }
+  }
+#endif
+}
+
+bool env_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env && std::string(env) == "0";
+}
+
 }  // namespace
 
-std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t M, int64_t K, int64_t ldw) {
-  const char* env = std::getenv("MPSGRAPH_CPU_PACKED");
-  if (env && std::string(env) == "0") return nullptr;
+std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t M, int64_t K, int64_t ldw,
+                                                         PackedLayout layout) {
+  if (env_off("MPSGRAPH_CPU_PACKED")) return nullptr;
+  if (layout == PackedLayout::Channels && env_off("MPSGRAPH_CPU_PACKED_CHANNELS")) return nullptr;
   const Isa isa = best_isa();
   if (isa == Isa::Generic || M <= 0 || K <= 0) return nullptr;
   auto p = std::make_shared<PackedWeights>();
   p->M = M;
   p->K = K;
-  p->isa = isa;
-  p->nr = isa == Isa::Avx512 ? 32 : 8;
-  const int64_t panels = (M + kPanelRows - 1) / kPanelRows;
-  p->panels.assign(size_t(panels * K * kPanelRows), 0.0f);
+  p->isa = layout == PackedLayout::Channels ? Isa::Avx2 : isa;
+  p->layout = layout;
+  const int64_t pr = layout == PackedLayout::Channels ? kChanRows : kPanelRows;
+  p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 8;
+  const int64_t panels = (M + pr - 1) / pr;
+  p->panels.assign(size_t(panels * K * pr), 0.0f);
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < K; ++k)
-      p->panels[size_t((i / kPanelRows * K + k) * kPanelRows + i % kPanelRows)] = w[i * ldw + k];
+    for (int64_t k = 0; k < K; ++k) p->panels[size_t((i / pr * K + k) * pr + i % pr)] = w[i * ldw + k];
   return p;
 }
 
-void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc) {
+void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
+                 const PackedStore* store) {
   if (N <= 0) return;
+  if (a.layout == PackedLayout::Channels) {
+    const int64_t panels = (a.M + kChanRows - 1) / kChanRows;
+    const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, kChanRows * a.K * N));
+    parallel_for(panels, grain, [&](int64_t q0, int64_t q1) { run_panels(a, B, ldb, N, C, ldc, q0, q1, store); });
+    return;
+  }
   const int64_t blocks = (N + a.nr - 1) / a.nr;
   // about 256 K multiply-adds per task at least
   const int64_t per_block = std::max<int64_t>(1, a.M * a.K * a.nr);
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / per_block);
   parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
-    run_columns(a, B, ldb, C, ldc, b0 * a.nr, std::min(N, b1 * a.nr));
+    run_columns(a, B, ldb, C, ldc, b0 * a.nr, std::min(N, b1 * a.nr), store);
   });
 }
 

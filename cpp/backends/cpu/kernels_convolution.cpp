@@ -287,14 +287,68 @@ void over_channels(const Plan& p, int64_t pt, F&& f) {
                  [&](int64_t c0, int64_t c1) { f(c0, c1); });
 }
 
-// An epilogue and its operands for one run (none: e is null).
+// The epilogue's leading ops in a form folded into the depthwise rows and the packed GEMM's
+// store: a bias add (per channel or scalar), then one clamp (relu, relu6, maximum and/or minimum
+// with a scalar). `folded` ops are covered; `fused` false: some are applied after.
+struct RowEpilogue {
+  bool fused = false;
+  size_t folded = 0;
+  int bias = -1, lo = -1, hi = -1;  // operand inputs, -1: none
+  bool bias_channel = false, relu = false;
+};
+
+RowEpilogue row_epilogue(const ConvEpilogue& e) {
+  using K = EpilogueOp::Kind;
+  using A = EpilogueOp::Arg;
+  RowEpilogue r;
+  size_t i = 0;
+  const auto& ops = e.ops;
+  if (i < ops.size() && ops[i].kind == K::Add && (ops[i].arg == A::Channel || ops[i].arg == A::Scalar)) {
+    r.bias = ops[i].input;
+    r.bias_channel = ops[i].arg == A::Channel;
+    ++i;
+  }
+  if (i < ops.size() && ops[i].kind == K::Relu) r.relu = true, ++i;
+  else if (i < ops.size() && ops[i].kind == K::Clamp) r.lo = ops[i].input, r.hi = ops[i].input + 1, ++i;
+  else {
+    // the operand second: the rows' comparisons (x <= lo, x >= hi) are the kernels' for that order
+    auto scalar = [&](K k) { return i < ops.size() && ops[i].kind == k && ops[i].arg == A::Scalar && !ops[i].other_first; };
+    if (scalar(K::Max)) r.lo = ops[i].input, ++i;
+    if (scalar(K::Min)) r.hi = ops[i].input, ++i;
+  }
+  r.folded = i;
+  r.fused = i == ops.size();
+  return r;
+}
+
+// An epilogue and its operands for one run (none: e is null); ops before `from` are done.
 struct Epi {
   const ConvEpilogue* e = nullptr;
   const float* const* in = nullptr;
+  size_t from = 0;
   template <class T>
   void operator()(T* y, int64_t n, int64_t o0, int64_t o1, int64_t p0, int64_t p1) const {
     if constexpr (std::is_same_v<T, float>)
-      if (e) e->apply(y, in, n, o0, o1, p0, p1);
+      if (e) e->apply(y, in, n, o0, o1, p0, p1, from);
+  }
+  // The leading bias and clamp as the packed GEMM's store (channels from o0); returns the
+  // epilogue left to apply after it. NaN clamp bounds stay unfolded (the clamp kernel's rules).
+  Epi fold(PackedStore& st, int64_t o0) const {
+    if (!e || e->ops.empty()) return *this;
+    const RowEpilogue re = row_epilogue(*e);
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    const float lo = re.relu ? 0.0f : re.lo >= 0 ? in[re.lo][0] : -inf, hi = re.hi >= 0 ? in[re.hi][0] : inf;
+    if (re.folded == 0 || std::isnan(lo) || std::isnan(hi)) return *this;
+    if (re.bias >= 0) {
+      st.bias = in[re.bias] + (re.bias_channel ? o0 : 0);
+      st.bias_stride = re.bias_channel ? 1 : 0;
+    }
+    st.clamp = re.relu || re.lo >= 0 || re.hi >= 0;
+    st.lo = lo;
+    st.hi = hi;
+    Epi rest = *this;
+    rest.from = re.folded;
+    return rest;
   }
 };
 
@@ -315,8 +369,13 @@ void run_images(const Plan& p, const T* x, const T* w, T* y, Scratch<T>& s, cons
     over_channels(p, p.P, [&](int64_t c0, int64_t c1) {
       for (int64_t i = 0; i < nb; ++i) im2col(p, x + (n0 + i) * p.C * p.in_plane, s.col + i * p.P, 0, p.P, c0, c1, ld);
     });
+    Epi rest = epi;
     if constexpr (std::is_same_v<T, float>)
-      if (p.packed) packed_gemm(*p.packed, s.col, ld, ld, s.wide, ld);
+      if (p.packed) {
+        PackedStore st;
+        rest = epi.fold(st, 0);
+        packed_gemm(*p.packed, s.col, ld, ld, s.wide, ld, &st);
+      }
     if (!p.packed) gemm(false, false, p.O, ld, p.CK, w, p.CK, s.col, ld, T(0), s.wide, ld);
     parallel_for(nb * p.O, std::max<int64_t>(1, 16384 / p.P), [&](int64_t b, int64_t e) {
       for (int64_t k = b; k < e; ++k) {
@@ -324,7 +383,7 @@ void run_images(const Plan& p, const T* x, const T* w, T* y, Scratch<T>& s, cons
         std::memcpy(y + ((n0 + i) * p.O + o) * p.P, s.wide + o * ld + i * p.P, size_t(p.P) * sizeof(T));
       }
     });
-    for (int64_t i = 0; i < nb; ++i) epi(y, n0 + i, 0, p.O, 0, p.P);
+    for (int64_t i = 0; i < nb; ++i) rest(y, n0 + i, 0, p.O, 0, p.P);
   }
 }
 
@@ -343,9 +402,11 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
       const T* b = p.direct ? x + p0 : col;  // (CK, pt), rows ldb apart
       const int64_t ldb = p.direct ? p.in_plane : pt;
       if constexpr (std::is_same_v<T, float>)
-        if (p.packed) {
-          packed_gemm(*p.packed, b, ldb, pt, y, p.P);
-          return epi(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
+        if (p.packed) {  // the bias and clamp in the store, while the block is in registers
+          PackedStore st;
+          const Epi rest = epi.fold(st, g * p.Og);
+          packed_gemm(*p.packed, b, ldb, pt, y, p.P, &st);
+          return rest(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
         }
       gemm(false, false, p.Og, pt, p.CK, w, p.CK, b, ldb, T(0), y, p.P);
       return epi(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
@@ -390,37 +451,6 @@ void depthwise_taps3(const Plan& p, T* yr, const T* b, const int64_t* off, const
   };
   for (int64_t j = 0; j < std::min(jlo, p.OL); ++j) edge(j);
   for (int64_t j = std::max(jhi, jlo); j < p.OL; ++j) edge(j);
-}
-
-// The epilogue folded into the depthwise rows: a bias add (per channel or scalar), then one
-// clamp (relu, relu6, maximum and/or minimum with a scalar). `fused` false: it is applied after.
-struct RowEpilogue {
-  bool fused = false;
-  int bias = -1, lo = -1, hi = -1;  // operand inputs, -1: none
-  bool bias_channel = false, relu = false;
-};
-
-RowEpilogue row_epilogue(const ConvEpilogue& e) {
-  using K = EpilogueOp::Kind;
-  using A = EpilogueOp::Arg;
-  RowEpilogue r;
-  size_t i = 0;
-  const auto& ops = e.ops;
-  if (i < ops.size() && ops[i].kind == K::Add && (ops[i].arg == A::Channel || ops[i].arg == A::Scalar)) {
-    r.bias = ops[i].input;
-    r.bias_channel = ops[i].arg == A::Channel;
-    ++i;
-  }
-  if (i < ops.size() && ops[i].kind == K::Relu) r.relu = true, ++i;
-  else if (i < ops.size() && ops[i].kind == K::Clamp) r.lo = ops[i].input, r.hi = ops[i].input + 1, ++i;
-  else {
-    // the operand second: the rows' comparisons (x <= lo, x >= hi) are the kernels' for that order
-    auto scalar = [&](K k) { return i < ops.size() && ops[i].kind == k && ops[i].arg == A::Scalar && !ops[i].other_first; };
-    if (scalar(K::Max)) r.lo = ops[i].input, ++i;
-    if (scalar(K::Min)) r.hi = ops[i].input, ++i;
-  }
-  r.fused = i == ops.size();
-  return r;
 }
 
 // Depthwise 3x3 (float32, innermost stride 1 or 2): each output row in one pass over its three
@@ -657,10 +687,11 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   // constant weights of one group: packed once here (BLAS would repack them on every call). Only
   // for products of many columns: with few (deep layers' small planes) the micro-kernel's column
   // tails waste lanes and BLAS, vectorised along the output channels, is faster.
+  // Few columns get the layout vectorised along the output channels instead (no column tails).
   const int64_t columns = p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
-  if (p.G == 1 && !p.depthwise && columns >= kPackedMinColumns && c.constants.size() > 1 && c.constants[1] &&
-      p.O > 0 && p.CK > 0)
-    p.packed = make_packed_weights(static_cast<const float*>(c.constants[1]->data()), p.O, p.CK, p.CK);
+  if (p.G == 1 && !p.depthwise && c.constants.size() > 1 && c.constants[1] && p.O > 0 && p.CK > 0)
+    p.packed = make_packed_weights(static_cast<const float*>(c.constants[1]->data()), p.O, p.CK, p.CK,
+                                   columns >= kPackedMinColumns ? PackedLayout::Planes : PackedLayout::Channels);
   const int64_t out_elems = num_elements(c.out[0].shape);
   const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
   return [p, sp, out_elems, epilogue](const void* const* in, void* const* out) {
