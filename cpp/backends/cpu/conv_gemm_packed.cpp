@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,7 +27,7 @@
 namespace mg::cpu {
 
 constexpr int64_t kPanelRows = 8;
-constexpr int64_t kChanRows = 16, kChanCols = 6;
+constexpr int64_t kChanRows = 16, kChanCols = 6, kChanDepth = 256;
 
 struct PackedWeights {
   int64_t M = 0, K = 0;
@@ -115,12 +116,19 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
 }
 
 // Channels: rows [i0, i0 + rows) of the panel a (K x 16), columns B[0..NC) -> C.
+// Channels: rows [i0, i0 + rows) of the panel a (kn x 16, one depth block), columns B[0..NC).
+// The partial sums of the block's 16 x NC outputs start from acc (unless first) and go back to
+// it (unless last: then C gets them, finished): the same fused multiply-adds in the same order.
 template <int NC>
-MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* C,
-                                         int64_t ldc, int64_t rows, const PackedStore* s, int64_t i0) {
+MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* acc, bool first,
+                                         bool last, float* C, int64_t ldc, int64_t rows, const PackedStore* s,
+                                         int64_t i0) {
   __m256 c0[NC], c1[NC];
 #pragma GCC unroll 6
-  for (int j = 0; j < NC; ++j) c0[j] = c1[j] = _mm256_setzero_ps();
+  for (int j = 0; j < NC; ++j) {
+    c0[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + j * kChanRows);
+    c1[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + j * kChanRows + 8);
+  }
   for (int64_t k = 0; k < K; ++k, a += kChanRows, B += ldb) {
     const __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8);
 #pragma GCC unroll 6
@@ -129,6 +137,14 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
       c0[j] = _mm256_fmadd_ps(a0, b, c0[j]);
       c1[j] = _mm256_fmadd_ps(a1, b, c1[j]);
     }
+  }
+  if (!last) {
+#pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) {
+      _mm256_storeu_ps(acc + j * kChanRows, c0[j]);
+      _mm256_storeu_ps(acc + j * kChanRows + 8, c1[j]);
+    }
+    return;
   }
   // (the accumulators are only read after the loop: written back, GCC keeps them on the stack)
   alignas(32) float t[NC][kChanRows];
@@ -148,8 +164,8 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
     for (int j = 0; j < NC; ++j) C[r * ldc + j] = t[j][r];
 }
 
-using ChannelsKernel = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int64_t,
-                                const PackedStore*, int64_t);
+using ChannelsKernel = void (*)(int64_t, const float*, const float*, int64_t, float*, bool, bool, float*, int64_t,
+                                int64_t, const PackedStore*, int64_t);
 constexpr ChannelsKernel kChannelsKernels[kChanCols] = {kernel_channels_avx2<1>, kernel_channels_avx2<2>,
                                                         kernel_channels_avx2<3>, kernel_channels_avx2<4>,
                                                         kernel_channels_avx2<5>, kernel_channels_avx2<6>};
@@ -184,21 +200,43 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
 #endif
 }
 
-// Channels: panels [q0, q1), every column.
-void run_panels(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc, int64_t q0,
-                int64_t q1, const PackedStore* s) {
+// Channels: panels [q0, q1), every column of B packed by pack_columns. The depth runs in blocks whose slice of the panel
+// (16 KiB at most) stays in L1 while every column block passes over it: inside a network the
+// weights come from memory once, not once per column block.
+void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int64_t ldc, int64_t q0, int64_t q1,
+                const PackedStore* s) {
 #if MG_CPU_X86
-  const int64_t K = a.K;
+  const int64_t K = a.K, blocks = (N + kChanCols - 1) / kChanCols;
+  thread_local std::vector<float> acc;  // partial sums between depth blocks
+  if (K > kChanDepth && acc.size() < size_t(blocks * kChanCols * kChanRows))
+    acc.resize(size_t(blocks * kChanCols * kChanRows));
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t i0 = q * kChanRows, rows = std::min(kChanRows, a.M - i0);
     const float* panel = a.panels.data() + i0 * K;
     float* Ci = C + i0 * ldc;
-    for (int64_t j = 0; j < N; j += kChanCols) {
-      const int64_t n = std::min(kChanCols, N - j);
-      kChannelsKernels[n - 1](K, panel, B + j, ldb, Ci + j, ldc, rows, s, i0);
+    for (int64_t k0 = 0; k0 < K; k0 += kChanDepth) {
+      const int64_t kn = std::min(kChanDepth, K - k0);
+      for (int64_t j = 0; j < N; j += kChanCols) {
+        const int64_t n = std::min(kChanCols, N - j);
+        kChannelsKernels[n - 1](kn, panel + k0 * kChanRows, B + (j * K + k0 * kChanCols), kChanCols,
+                                acc.data() + j * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0);
+      }
     }
   }
 #endif
+}
+
+// B (K, N) as blocks of 6 columns, each K x 6 contiguous (the last one's missing columns not
+// read): the micro-kernel reads one 24-byte row per k instead of a line of each source row.
+void pack_columns(const float* B, int64_t ldb, int64_t K, int64_t N, float* out) {
+  for (int64_t j = 0; j < N; j += kChanCols) {
+    const int64_t n = std::min(kChanCols, N - j);
+    float* o = out + j * K;
+    if (n == kChanCols)
+      for (int64_t k = 0; k < K; ++k) std::memcpy(o + k * kChanCols, B + k * ldb + j, sizeof(float) * kChanCols);
+    else
+      for (int64_t k = 0; k < K; ++k) std::memcpy(o + k * kChanCols, B + k * ldb + j, sizeof(float) * size_t(n));
+  }
 }
 
 bool env_off(const char* name) {
@@ -234,7 +272,11 @@ void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N,
   if (a.layout == PackedLayout::Channels) {
     const int64_t panels = (a.M + kChanRows - 1) / kChanRows;
     const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, kChanRows * a.K * N));
-    parallel_for(panels, grain, [&](int64_t q0, int64_t q1) { run_panels(a, B, ldb, N, C, ldc, q0, q1, store); });
+    thread_local std::vector<float> packed;  // B's column blocks, shared by the tasks of this call
+    packed.resize(size_t(a.K * ((N + kChanCols - 1) / kChanCols) * kChanCols));
+    pack_columns(B, ldb, a.K, N, packed.data());
+    const float* Bp = packed.data();
+    parallel_for(panels, grain, [&](int64_t q0, int64_t q1) { run_panels(a, Bp, N, C, ldc, q0, q1, store); });
     return;
   }
   const int64_t blocks = (N + a.nr - 1) / a.nr;
