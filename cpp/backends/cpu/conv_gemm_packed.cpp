@@ -1,7 +1,7 @@
 // Packed-weight GEMM of constant-weight convolutions (see conv_gemm_packed.h).
-// Planes: a micro-kernel keeps an 8-row by NR-column block of C in registers (NR = 32 with
-// AVX-512, 8 with AVX2): per k it loads NR values of B's row k and broadcasts the panel's 8
-// weights of column k, which lie next to each other. Column tails are masked; rows past M are
+// Planes: a micro-kernel keeps an MR-row by NR-column block of C in registers (8 x 32 with
+// AVX-512, 6 x 16 with AVX2): per k it loads NR values of B's row k and broadcasts the panel's
+// MR weights of column k, which lie next to each other. Column tails are masked; rows past M are
 // zeros in the panel, not stored.
 // Channels: a micro-kernel keeps a 16-row by 6-column block of C in registers (12 of AVX2's 16
 // registers): per k it loads the panel's 16 weights of column k and broadcasts 6 values of B's
@@ -26,15 +26,15 @@
 
 namespace mg::cpu {
 
-constexpr int64_t kPanelRows = 8;
+constexpr int64_t kPanelRows = 8, kAvx2Rows = 6;  // planes: rows per panel (AVX-512, AVX2)
 constexpr int64_t kChanRows = 16, kChanCols = 6, kChanDepth = 256;
 
 struct PackedWeights {
   int64_t M = 0, K = 0;
-  int64_t nr = 0;  // the micro-kernel's columns
+  int64_t mr = 0, nr = 0;  // the micro-kernel's rows (a panel's) and columns
   Isa isa = Isa::Generic;
   PackedLayout layout = PackedLayout::Planes;
-  std::vector<float> panels;  // ceil(M / rows) panels of K x rows (8 or 16), rows past M zero
+  std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
 namespace {
@@ -90,29 +90,43 @@ MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __
   return v;
 }
 
+// 6 rows x 16 columns (12 accumulators of 16 registers): per k two loads of B and six
+// broadcasts feed 12 multiply-adds (8 x 8 would need 9 loads for 8).
 template <bool kFull>
 MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
                                 int64_t rows, int64_t n, const PackedStore* s, int64_t i0) {
-  alignas(32) int32_t lanes[8];
-  for (int i = 0; i < 8; ++i) lanes[i] = i < n ? -1 : 0;
-  const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
-  __m256 c[8];
-#pragma GCC unroll 8
-  for (int r = 0; r < 8; ++r) c[r] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K; ++k, a += 8, B += ldb) {
-    const __m256 b = kFull ? _mm256_loadu_ps(B) : _mm256_maskload_ps(B, m);
-#pragma GCC unroll 8
-    for (int r = 0; r < 8; ++r) c[r] = _mm256_fmadd_ps(_mm256_set1_ps(a[r]), b, c[r]);
-  }
-  if (s) {
-    const __m256 lo = _mm256_set1_ps(s->lo), hi = _mm256_set1_ps(s->hi);
-    for (int64_t r = 0; r < rows; ++r) {
-      const __m256 b = s->bias ? _mm256_set1_ps(s->bias[(i0 + r) * s->bias_stride]) : _mm256_setzero_ps();
-      _mm256_maskstore_ps(C + r * ldc, m, finish8(c[r], b, s->bias != nullptr, s->clamp, lo, hi));
+  alignas(32) int32_t lanes[16];
+  for (int i = 0; i < 16; ++i) lanes[i] = i < n ? -1 : 0;
+  const __m256i m0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+  const __m256i m1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes + 8));
+  __m256 c0[kAvx2Rows], c1[kAvx2Rows];
+#pragma GCC unroll 6
+  for (int r = 0; r < kAvx2Rows; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k, a += kAvx2Rows, B += ldb) {
+    const __m256 b0 = kFull ? _mm256_loadu_ps(B) : _mm256_maskload_ps(B, m0);
+    const __m256 b1 = kFull ? _mm256_loadu_ps(B + 8) : _mm256_maskload_ps(B + 8, m1);
+#pragma GCC unroll 6
+    for (int r = 0; r < kAvx2Rows; ++r) {
+      const __m256 ar = _mm256_broadcast_ss(a + r);
+      c0[r] = _mm256_fmadd_ps(ar, b0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
     }
-    return;
   }
-  for (int64_t r = 0; r < rows; ++r) _mm256_maskstore_ps(C + r * ldc, m, c[r]);
+  const bool has_bias = s && s->bias, clamp = s && s->clamp;
+  const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
+#pragma GCC unroll 6
+  for (int r = 0; r < kAvx2Rows; ++r) {
+    if (r >= rows) break;
+    const __m256 b = has_bias ? _mm256_set1_ps(s->bias[(i0 + r) * s->bias_stride]) : _mm256_setzero_ps();
+    const __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi);
+    if (kFull) {  // masked stores are slow on AMD (microcoded): only for the tails
+      _mm256_storeu_ps(C + r * ldc, v0);
+      _mm256_storeu_ps(C + r * ldc + 8, v1);
+    } else {
+      _mm256_maskstore_ps(C + r * ldc, m0, v0);
+      _mm256_maskstore_ps(C + r * ldc + 8, m1, v1);
+    }
+  }
 }
 
 // Channels: rows [i0, i0 + rows) of the panel a (K x 16), columns B[0..NC) -> C.
@@ -171,6 +185,17 @@ constexpr ChannelsKernel kChannelsKernels[kChanCols] = {kernel_channels_avx2<1>,
                                                         kernel_channels_avx2<5>, kernel_channels_avx2<6>};
 #endif
 
+// B (K, N) as blocks of nr columns, each K x nr contiguous (the last one's missing columns
+// not written, and read only under a mask): the micro-kernels read one short row per k
+// instead of a line of each source row, K lines that lie a page or more apart.
+void pack_columns(const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
+  for (int64_t j = 0; j < N; j += nr) {
+    const size_t bytes = sizeof(float) * size_t(std::min(nr, N - j));
+    float* o = out + j * K;
+    for (int64_t k = 0; k < K; ++k) std::memcpy(o + k * nr, B + k * ldb + j, bytes);
+  }
+}
+
 // Columns [j0, j1) of C, in chunks whose slice of B (K x chunk) stays in L2 while every panel
 // passes over it.
 void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1,
@@ -178,11 +203,17 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
 #if MG_CPU_X86
   const int64_t nr = a.nr, K = a.K;
   const int64_t chunk = std::max<int64_t>(nr, (int64_t(65536) / std::max<int64_t>(K, 1)) / nr * nr);
+  thread_local std::vector<float> packed;  // AVX2: the chunk's columns by pack_columns
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
     const int64_t c1 = std::min(j1, c0 + chunk);
-    for (int64_t i0 = 0; i0 < a.M; i0 += kPanelRows) {
+    const bool pack = a.isa == Isa::Avx2;
+    if (pack) {
+      packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
+      pack_columns(B + c0, ldb, K, c1 - c0, nr, packed.data());
+    }
+    for (int64_t i0 = 0; i0 < a.M; i0 += a.mr) {
       const float* panel = a.panels.data() + i0 * K;
-      const int64_t rows = std::min(kPanelRows, a.M - i0);
+      const int64_t rows = std::min(a.mr, a.M - i0);
       float* Ci = C + i0 * ldc;
       for (int64_t j = c0; j < c1; j += nr) {
         const int64_t n = std::min(nr, c1 - j);
@@ -191,8 +222,9 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
           else kernel_avx512<false>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
           if (s) finish_block(Ci + j, ldc, rows, n, *s, i0);  // still in L1
         } else {
-          if (n == nr) kernel_avx2<true>(K, panel, B + j, ldb, Ci + j, ldc, rows, n, s, i0);
-          else kernel_avx2<false>(K, panel, B + j, ldb, Ci + j, ldc, rows, n, s, i0);
+          const float* Bj = packed.data() + (j - c0) * K;
+          if (n == nr) kernel_avx2<true>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0);
+          else kernel_avx2<false>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0);
         }
       }
     }
@@ -200,8 +232,8 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
 #endif
 }
 
-// Channels: panels [q0, q1), every column of B packed by pack_columns. The depth runs in blocks whose slice of the panel
-// (16 KiB at most) stays in L1 while every column block passes over it: inside a network the
+// Channels: panels [q0, q1), every column of B packed by pack_columns. The depth runs in
+// blocks whose slice of the panel (16 KiB at most) stays in L1 while every column block passes over it: inside a network the
 // weights come from memory once, not once per column block.
 void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int64_t ldc, int64_t q0, int64_t q1,
                 const PackedStore* s) {
@@ -226,19 +258,6 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
 #endif
 }
 
-// B (K, N) as blocks of 6 columns, each K x 6 contiguous (the last one's missing columns not
-// read): the micro-kernel reads one 24-byte row per k instead of a line of each source row.
-void pack_columns(const float* B, int64_t ldb, int64_t K, int64_t N, float* out) {
-  for (int64_t j = 0; j < N; j += kChanCols) {
-    const int64_t n = std::min(kChanCols, N - j);
-    float* o = out + j * K;
-    if (n == kChanCols)
-      for (int64_t k = 0; k < K; ++k) std::memcpy(o + k * kChanCols, B + k * ldb + j, sizeof(float) * kChanCols);
-    else
-      for (int64_t k = 0; k < K; ++k) std::memcpy(o + k * kChanCols, B + k * ldb + j, sizeof(float) * size_t(n));
-  }
-}
-
 bool env_off(const char* name) {
   const char* env = std::getenv(name);
   return env && std::string(env) == "0";
@@ -257,8 +276,9 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->K = K;
   p->isa = layout == PackedLayout::Channels ? Isa::Avx2 : isa;
   p->layout = layout;
-  const int64_t pr = layout == PackedLayout::Channels ? kChanRows : kPanelRows;
-  p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 8;
+  const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
+  p->mr = pr;
+  p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
   const int64_t panels = (M + pr - 1) / pr;
   p->panels.assign(size_t(panels * K * pr), 0.0f);
   for (int64_t i = 0; i < M; ++i)
@@ -274,7 +294,7 @@ void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N,
     const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, kChanRows * a.K * N));
     thread_local std::vector<float> packed;  // B's column blocks, shared by the tasks of this call
     packed.resize(size_t(a.K * ((N + kChanCols - 1) / kChanCols) * kChanCols));
-    pack_columns(B, ldb, a.K, N, packed.data());
+    pack_columns(B, ldb, a.K, N, kChanCols, packed.data());
     const float* Bp = packed.data();
     parallel_for(panels, grain, [&](int64_t q0, int64_t q1) { run_panels(a, Bp, N, C, ldc, q0, q1, store); });
     return;
