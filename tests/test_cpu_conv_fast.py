@@ -2,6 +2,7 @@
 PyTorch in float64:
   * constant weights prepared at compile (MPSGRAPH_CPU_CONST_WEIGHTS=0 turns it off): Winograd's
     filter transform done once, used by every run, also for batches too small to pay per run;
+    the transformed weights packed for the 16 products (MPSGRAPH_CPU_WINOGRAD_PACKED=0: BLAS);
   * the depthwise 3x3 rows (MPSGRAPH_CPU_DW3=0 turns them off): strides 1 and 2, paddings,
     vertical dilation, odd sizes, channel multipliers, the fused bias + ReLU/ReLU6 epilogues,
     every ISA path (MPSGRAPH_CPU_ISA), float16 through float32;
@@ -53,7 +54,8 @@ def _ref(x, w, stride, pads, dil=1, groups=1, absolute=False):
 
 # (N, C, H, W), O, pads: the first two have too few tiles to pay a per-run transform (so
 # Winograd runs only with constant weights), the last is ResNet-18's layer-4 shape at batch 1.
-CONST = [((1, 64, 14, 14), 24, (1, 1, 1, 1)), ((1, 80, 13, 11), 16, (1, 0, 2, 1)), ((1, 64, 14, 14), 64, (1, 1, 1, 1))]
+CONST = [((1, 64, 14, 14), 24, (1, 1, 1, 1)), ((1, 80, 13, 11), 16, (1, 0, 2, 1)), ((1, 64, 14, 14), 64, (1, 1, 1, 1)),
+         ((2, 72, 20, 18), 20, (1, 1, 1, 1))]  # 90 tiles per unit: the packed planes layout (else channels)
 
 
 @pytest.mark.parametrize("shape,o,pads", CONST)
@@ -71,9 +73,10 @@ def test_constant_weights_winograd(shape, o, pads, monkeypatch):
     fast = _compile(build, [x], {}, monkeypatch)
     plain = _compile(build, [x], {"MPSGRAPH_CPU_CONST_WEIGHTS": "0"}, monkeypatch)
     generic = _compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch)
+    unpacked = _compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD_PACKED": "0"}, monkeypatch)  # BLAS on the transformed weights
     ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
     y, yb = _run(fast, [x])
-    for out in (y, _run(plain, [x])[0], _run(generic, [x])[0]):
+    for out in (y, _run(plain, [x])[0], _run(generic, [x])[0], _run(unpacked, [x])[0]):
         assert out.shape == ref.shape
         assert np.all(np.abs(out - ref) <= 2e-6 * scale)
     assert not np.array_equal(y, _run(generic, [x])[0])  # Winograd ran, not im2col
