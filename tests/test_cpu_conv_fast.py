@@ -384,14 +384,16 @@ def test_packed_weights_every_isa_path(isa):
 
 # ---------------- packed along the output channels (products of few columns) ----------------
 
-# (N, C, H, W), (O, kh, kw), stride, pad: MobileNetV2's 7x7 and 14x14 1x1 layers, O below one
+# (N, C, H, W), (O, kh, kw), stride, pad: MobileNetV2's 7x7 and 14x14 1x1 layers (the 14x14 ones
+# of moderate depth take the planes layout: both are compared with BLAS), O below one
 # 16-row panel and odd, planes that leave every column tail (1..5 of 6), stride 2 with padding
 # (im2col), batch > 1 (one product per image; 3x3 ones side by side), a 1-wide plane, depths
 # past one 256-deep block.
 CHANNELS = [((1, 160, 7, 7), (960, 1, 1), 1, 0), ((2, 37, 7, 7), (13, 1, 1), 1, 0),
             ((1, 24, 14, 14), (35, 1, 1), 1, 0), ((3, 17, 5, 4), (33, 1, 1), 1, 0),
             ((1, 16, 13, 13), (20, 3, 3), 2, 1), ((4, 64, 7, 7), (20, 3, 3), 1, 1), ((2, 9, 11, 1), (7, 1, 1), 1, 0),
-            ((2, 96, 14, 14), (576, 1, 1), 1, 0), ((1, 600, 7, 5), (21, 1, 1), 1, 0)]
+            ((2, 96, 14, 14), (576, 1, 1), 1, 0), ((1, 600, 7, 5), (21, 1, 1), 1, 0),
+            ((4, 120, 7, 7), (19, 3, 3), 1, 1)]  # deep (1080) with 196 columns: channels, not planes
 
 # epilogues: each output alone (the chain fuses), then what numpy makes of the product
 EPILOGUES = {

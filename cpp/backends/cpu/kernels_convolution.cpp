@@ -65,7 +65,8 @@ constexpr int64_t kUnitWork = int64_t(1) << 20;
 // stay in cache between im2col and the GEMM
 constexpr int64_t kColumnBudget = int64_t(1) << 18;
 constexpr int64_t kWidePositions = 384;  // GEMM columns that batching images aims for
-constexpr int64_t kPackedMinColumns = 512;  // columns per product from which packed weights beat BLAS
+constexpr int64_t kPackedMinColumns = 512;  // columns from which the packed planes layout is used at any depth
+constexpr int64_t kPlanesMinColumns = 160, kPlanesMaxDepth = 1024;  // and from which at depths up to this
 
 // d[j] = s[2 * j] for j < n (stride-2 im2col rows: the stems). With AVX2, 8 at a time from two
 // loads and two shuffles instead of 8 scalar copies; the loads stop before reading past s[2n - 2].
@@ -714,6 +715,13 @@ KernelFn via_float(const KernelCtx& c, const Plan& p, int64_t n0, int64_t n1, in
   };
 }
 
+// The packed layout of a product of `columns` columns and depth K: planes for many columns,
+// and for a few hundred at moderate depths (MobileNetV2's 14x14 1x1 layers); deep products of
+// fewer than 512 columns run best along the channels (their depth blocks stay in L1).
+bool planes_layout(int64_t columns, int64_t K) {
+  return columns >= kPackedMinColumns || (columns >= kPlanesMinColumns && K <= kPlanesMaxDepth);
+}
+
 // The forward float32 kernel of the generic path, with an epilogue (empty: none).
 KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape);
@@ -724,7 +732,7 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   const int64_t columns = p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
   if (p.G == 1 && !p.depthwise && c.constants.size() > 1 && c.constants[1] && p.O > 0 && p.CK > 0)
     p.packed = make_packed_weights(static_cast<const float*>(c.constants[1]->data()), p.O, p.CK, p.CK,
-                                   columns >= kPackedMinColumns ? PackedLayout::Planes : PackedLayout::Channels);
+                                   planes_layout(columns, p.CK) ? PackedLayout::Planes : PackedLayout::Channels);
   const int64_t out_elems = num_elements(c.out[0].shape);
   const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
   return [p, sp, out_elems, epilogue](const void* const* in, void* const* out) {
