@@ -238,6 +238,11 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.tile = rows ? std::max<int64_t>(1, std::min(p.P, std::max<int64_t>(256, kColumnBudget / rows)))
                   : std::max<int64_t>(p.P, 1);
     p.ntiles = p.P > 0 ? (p.P + p.tile - 1) / p.tile : 0;
+    // tiles of equal width (a multiple of 16 columns): no narrow last tile of column tails
+    if (p.ntiles > 1) {
+      p.tile = std::min(p.P, ((p.P + p.ntiles - 1) / p.ntiles + 15) / 16 * 16);
+      p.ntiles = (p.P + p.tile - 1) / p.tile;
+    }
   }
   p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
   p.col_elems = p.direct || p.depthwise ? 0 : p.CK * p.tile;
