@@ -73,7 +73,8 @@ def test_constant_weights_winograd(shape, o, pads, monkeypatch):
     fast = _compile(build, [x], {}, monkeypatch)
     plain = _compile(build, [x], {"MPSGRAPH_CPU_CONST_WEIGHTS": "0"}, monkeypatch)
     generic = _compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch)
-    unpacked = _compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD_PACKED": "0"}, monkeypatch)  # BLAS on the transformed weights
+    # BLAS on the transformed weights
+    unpacked = _compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD_PACKED": "0"}, monkeypatch)
     ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
     y, yb = _run(fast, [x])
     for out in (y, _run(plain, [x])[0], _run(generic, [x])[0], _run(unpacked, [x])[0]):
@@ -404,8 +405,8 @@ EPILOGUES = {
                 lambda y, b, r: np.minimum(np.maximum(y, np.float32(-0.5)), np.float32(1.5))),
     "bias_residual": (lambda g, y, b, r: g.relu(y + g.constant(b) + r), lambda y, b, r: np.maximum(y + b + r, 0)),
     "scalar_bias": (lambda g, y, b, r: y + g.constant(np.float32(0.25)), lambda y, b, r: y + np.float32(0.25)),
-    "nan_bound": (lambda g, y, b, r: g.clamp(y + g.constant(b), g.constant(np.float32(np.nan)), g.constant(np.float32(6))),
-                  None),
+    "nan_bound": (lambda g, y, b, r: g.clamp(y + g.constant(b), g.constant(np.float32(np.nan)),
+                                             g.constant(np.float32(6))), None),
 }
 
 

@@ -81,7 +81,8 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
 }
 
 // v + b, then the clamp, per lane as finish() does (the comparisons keep a NaN v).
-MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __m256 b, bool bias, bool clamp, __m256 lo, __m256 hi) {
+MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __m256 b, bool bias, bool clamp,
+                                                                    __m256 lo, __m256 hi) {
   if (bias) v = _mm256_add_ps(v, b);
   if (clamp) {
     v = _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LE_OQ));
@@ -129,7 +130,6 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
   }
 }
 
-// Channels: rows [i0, i0 + rows) of the panel a (K x 16), columns B[0..NC) -> C.
 // Channels: rows [i0, i0 + rows) of the panel a (kn x 16, one depth block), columns B[0..NC).
 // The partial sums of the block's 16 x NC outputs start from acc (unless first) and go back to
 // it (unless last: then C gets them, finished): the same fused multiply-adds in the same order.
@@ -233,8 +233,8 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
 }
 
 // Channels: panels [q0, q1), every column of B packed by pack_columns. The depth runs in
-// blocks whose slice of the panel (16 KiB at most) stays in L1 while every column block passes over it: inside a network the
-// weights come from memory once, not once per column block.
+// blocks whose slice of the panel (16 KiB at most) stays in L1 while every column block passes
+// over it: inside a network the weights come from memory once, not once per column block.
 void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int64_t ldc, int64_t q0, int64_t q1,
                 const PackedStore* s) {
 #if MG_CPU_X86

@@ -11,8 +11,9 @@
 // Depthwise forward convolutions accumulate shifted source rows (no columns); 3x3 ones in
 // float32 run one pass per output row (conv_depthwise.h) with a bias + clamp epilogue folded in.
 // A forward float32 convolution may carry an epilogue (conv_epilogue.h), applied to each block
-// of output rows right after it is written; with constant weights and products of many columns
-// the GEMM is conv_gemm_packed.h's (weights packed at compile). float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
+// of output rows right after it is written; with constant weights (one group) the GEMM is
+// conv_gemm_packed.h's (weights packed at compile, its bias and clamp folded into the store).
+// float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
 // project's pool as (image x group, tile) units with BLAS on the calling thread; large ones run
 // one image at a time with parallel gathers and BLAS's own threads.
 #include <algorithm>
@@ -279,7 +280,7 @@ void im2col(const Plan& p, const T* x, T* col, int64_t p0, int64_t p1, int64_t c
           const T* s = xc + base + st + (a - lo) * p.sL;
           T* da = d + (a - j0);
           if (p.sL == 1) std::memcpy(da, s, size_t(b - a) * sizeof(T));
-          else if (std::is_same_v<T, float> && p.sL == 2)
+          else if (std::is_same_v<T, float> && p.sL == 2)  // (never taken for other T)
             p.stride2(reinterpret_cast<const float*>(s), reinterpret_cast<float*>(da), b - a);
           else
             for (int64_t j = 0; j < b - a; ++j) da[j] = s[j * p.sL];

@@ -265,7 +265,8 @@ void pool_rows(const PoolPlan& p, const S* x, S* y) {
   if constexpr (std::is_same_v<S, float>) {
     const PoolRowFn row = pool_row_fn(p.sL);
     const int64_t OL = p.out_last, rows_per_batch = p.out[0];
-    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.in_last) / std::max<int64_t>(1, p.window));
+    const int64_t grain =
+        std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.in_last) / std::max<int64_t>(1, p.window));
     parallel_for(p.batch * rows_per_batch, grain, [&](int64_t rb, int64_t re) {
       thread_local std::vector<float> m;
       m.resize(size_t(p.in_last));
