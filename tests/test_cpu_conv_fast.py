@@ -2,12 +2,19 @@
 PyTorch in float64:
   * constant weights prepared at compile (MPSGRAPH_CPU_CONST_WEIGHTS=0 turns it off): Winograd's
     filter transform done once, used by every run, also for batches too small to pay per run;
+    the transformed weights packed for the 16 products (MPSGRAPH_CPU_WINOGRAD_PACKED=0: BLAS);
   * the depthwise 3x3 rows (MPSGRAPH_CPU_DW3=0 turns them off): strides 1 and 2, paddings,
     vertical dilation, odd sizes, channel multipliers, the fused bias + ReLU/ReLU6 epilogues,
     every ISA path (MPSGRAPH_CPU_ISA), float16 through float32;
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
-    column tails, fused epilogues, multi-threaded splits, every ISA path."""
+    column tails, fused epilogues, multi-threaded splits, every ISA path;
+  * the packed layout vectorised along the output channels for products of few columns
+    (MPSGRAPH_CPU_PACKED_CHANNELS=0 keeps BLAS there): 7x7 and 14x14 planes, odd channel counts,
+    column tails, stride 2 with padding, images side by side;
+  * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
+    a bias only before a residual add, NaN bounds left to the clamp kernel): the same bits as
+    the epilogue ops applied to the product."""
 import os
 import subprocess
 import sys
@@ -47,7 +54,8 @@ def _ref(x, w, stride, pads, dil=1, groups=1, absolute=False):
 
 # (N, C, H, W), O, pads: the first two have too few tiles to pay a per-run transform (so
 # Winograd runs only with constant weights), the last is ResNet-18's layer-4 shape at batch 1.
-CONST = [((1, 64, 14, 14), 24, (1, 1, 1, 1)), ((1, 80, 13, 11), 16, (1, 0, 2, 1)), ((1, 64, 14, 14), 64, (1, 1, 1, 1))]
+CONST = [((1, 64, 14, 14), 24, (1, 1, 1, 1)), ((1, 80, 13, 11), 16, (1, 0, 2, 1)), ((1, 64, 14, 14), 64, (1, 1, 1, 1)),
+         ((2, 72, 20, 18), 20, (1, 1, 1, 1))]  # 90 tiles per unit: the packed planes layout (else channels)
 
 
 @pytest.mark.parametrize("shape,o,pads", CONST)
@@ -65,9 +73,11 @@ def test_constant_weights_winograd(shape, o, pads, monkeypatch):
     fast = _compile(build, [x], {}, monkeypatch)
     plain = _compile(build, [x], {"MPSGRAPH_CPU_CONST_WEIGHTS": "0"}, monkeypatch)
     generic = _compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch)
+    # BLAS on the transformed weights
+    unpacked = _compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD_PACKED": "0"}, monkeypatch)
     ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
     y, yb = _run(fast, [x])
-    for out in (y, _run(plain, [x])[0], _run(generic, [x])[0]):
+    for out in (y, _run(plain, [x])[0], _run(generic, [x])[0], _run(unpacked, [x])[0]):
         assert out.shape == ref.shape
         assert np.all(np.abs(out - ref) <= 2e-6 * scale)
     assert not np.array_equal(y, _run(generic, [x])[0])  # Winograd ran, not im2col
@@ -128,7 +138,9 @@ DW = [((1, 8, 14, 14), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
       ((1, 24, 56, 56), 1, (2, 2), (0, 1, 0, 1), (1, 1)),
       ((2, 4, 9, 31), 1, (1, 1), (0, 2, 2, 0), (1, 1)),
       ((1, 3, 10, 12), 2, (1, 1), (2, 0, 0, 2), (1, 1)),
-      ((3, 5, 7, 7), 1, (1, 1), (1, 1, 1, 1), (1, 1))]
+      ((3, 5, 7, 7), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+      ((1, 4, 20, 75), 1, (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2 on rows of 38: AVX2's 8-wide loop and tail
+      ((2, 3, 9, 64), 1, (2, 2), (1, 0, 1, 0), (1, 1))]
 
 
 def _dw_setup(case, seed):
@@ -347,7 +359,8 @@ PACKED_ISA_SCRIPT = """
 import os, sys
 import numpy as np, mpsgraph as mg, torch
 rng = np.random.default_rng(2)
-for shape, wshape, stride, pad in ((1, 24, 29, 31), (19, 1, 1), 1, 0), ((2, 3, 50, 47), (10, 3, 3), 2, 1):
+for shape, wshape, stride, pad in (((1, 24, 29, 31), (19, 1, 1), 1, 0), ((2, 3, 50, 47), (10, 3, 3), 2, 1),
+                                   ((1, 40, 7, 7), (19, 1, 1), 1, 0)):
     x = rng.standard_normal(shape).astype(np.float32)
     w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
     g = mg.Graph()
@@ -368,3 +381,90 @@ def test_packed_weights_every_isa_path(isa):
     env = dict(os.environ, MPSGRAPH_CPU_ISA=isa, MPSGRAPH_CPU_WINOGRAD="0")
     r = subprocess.run([sys.executable, "-c", PACKED_ISA_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# ---------------- packed along the output channels (products of few columns) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: MobileNetV2's 7x7 and 14x14 1x1 layers (the 14x14 ones
+# of moderate depth take the planes layout: both are compared with BLAS), O below one
+# 16-row panel and odd, planes that leave every column tail (1..5 of 6), stride 2 with padding
+# (im2col), batch > 1 (one product per image; 3x3 ones side by side), a 1-wide plane, depths
+# past one 256-deep block.
+CHANNELS = [((1, 160, 7, 7), (960, 1, 1), 1, 0), ((2, 37, 7, 7), (13, 1, 1), 1, 0),
+            ((1, 24, 14, 14), (35, 1, 1), 1, 0), ((3, 17, 5, 4), (33, 1, 1), 1, 0),
+            ((1, 16, 13, 13), (20, 3, 3), 2, 1), ((4, 64, 7, 7), (20, 3, 3), 1, 1), ((2, 9, 11, 1), (7, 1, 1), 1, 0),
+            ((2, 96, 14, 14), (576, 1, 1), 1, 0), ((1, 600, 7, 5), (21, 1, 1), 1, 0),
+            ((4, 120, 7, 7), (19, 3, 3), 1, 1)]  # deep (1080) with 196 columns: channels, not planes
+
+# epilogues: each output alone (the chain fuses), then what numpy makes of the product
+EPILOGUES = {
+    "relu": (lambda g, y, b, r: g.relu(y + g.constant(b)), lambda y, b, r: np.maximum(y + b, 0)),
+    "relu6": (lambda g, y, b, r: g.clamp(y + g.constant(b), g.constant(np.float32(0)), g.constant(np.float32(6))),
+              lambda y, b, r: np.clip(y + b, 0, 6)),
+    "max_min": (lambda g, y, b, r: g.minimum(g.maximum(y, g.constant(np.float32(-0.5))), g.constant(np.float32(1.5))),
+                lambda y, b, r: np.minimum(np.maximum(y, np.float32(-0.5)), np.float32(1.5))),
+    "bias_residual": (lambda g, y, b, r: g.relu(y + g.constant(b) + r), lambda y, b, r: np.maximum(y + b + r, 0)),
+    "scalar_bias": (lambda g, y, b, r: y + g.constant(np.float32(0.25)), lambda y, b, r: y + np.float32(0.25)),
+    "nan_bound": (lambda g, y, b, r: g.clamp(y + g.constant(b), g.constant(np.float32(np.nan)),
+                                             g.constant(np.float32(6))), None),
+}
+
+
+def _epilogue_build(shape, w, b, res, stride, pad, epilogue):
+    def build(g):
+        px, pr = g.placeholder(shape, mg.float32), g.placeholder(res.shape, mg.float32)
+        y = g.convolution(px, g.constant(w), strides=stride, padding=pad)
+        return [EPILOGUES[epilogue][0](g, y, b, pr) if epilogue else y], [px, pr]
+    return build
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", CHANNELS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_channels_against_blas_and_torch(shape, wshape, stride, pad, threads, monkeypatch):
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
+    b = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
+    res = rng.standard_normal(ref.shape).astype(np.float32)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    before = mg.get_num_threads()
+    mg.set_num_threads(threads)
+    try:
+        def run(epilogue, extra):
+            build = _epilogue_build(shape, w, b, res, stride, pad, epilogue)
+            return _run(_compile(build, [x, res], dict(env, **extra), monkeypatch), [x, res])[0]
+        y, yb = run(None, {}), run(None, {"MPSGRAPH_CPU_PACKED_CHANNELS": "0"})
+        for name, (_, numpy_of) in EPILOGUES.items():
+            fused, fused_blas = run(name, {}), run(name, {"MPSGRAPH_CPU_PACKED_CHANNELS": "0"})
+            if numpy_of is None:  # left to the clamp kernel: as the BLAS path's
+                np.testing.assert_array_equal(fused, np.where(np.isnan(fused_blas), fused_blas, fused))
+                np.testing.assert_array_equal(np.isnan(fused), np.isnan(fused_blas))
+                continue
+            np.testing.assert_array_equal(fused, numpy_of(y, b, res), err_msg=name)
+            np.testing.assert_array_equal(fused_blas, numpy_of(yb, b, res), err_msg=name)
+    finally:
+        mg.set_num_threads(before)
+    assert y.shape == ref.shape
+    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+    assert np.all(np.abs(yb - ref) <= 2e-6 * scale)
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:5])
+def test_packed_planes_fused_store(shape, wshape, stride, pad, monkeypatch):
+    """The planes layout's store folds the same epilogues (same bits as the ops on the product)."""
+    rng = np.random.default_rng(32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+    ref = _ref(x, w, stride, (pad,) * 4)
+    b = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
+    res = rng.standard_normal(ref.shape).astype(np.float32)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+
+    def run(epilogue):
+        build = _epilogue_build(shape, w, b, res, stride, pad, epilogue)
+        return _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+    y = run(None)
+    for name, (_, numpy_of) in EPILOGUES.items():
+        if numpy_of is not None:
+            np.testing.assert_array_equal(run(name), numpy_of(y, b, res), err_msg=name)

@@ -32,7 +32,10 @@ CHAINS = {
 PRODUCTS = [((8, 16), (16, 12), False, False), ((300, 64), (64, 200), False, False),
             ((40, 64), (64, 600), False, False), ((300, 64), (200, 64), False, True),
             ((64, 300), (64, 200), True, False), ((3, 50, 32), (32, 70), False, False),
-            ((3, 50, 32), (3, 32, 70), False, False), ((2, 3, 20, 16), (24, 16), False, True)]
+            ((3, 50, 32), (3, 32, 70), False, False), ((2, 3, 20, 16), (24, 16), False, True),
+            # one row (BLAS gemv): a classifier at batch 1, each transpose, a batch of one-row products
+            ((1, 1280), (1000, 1280), False, True), ((1, 64), (64, 200), False, False),
+            ((64, 1), (64, 300), True, False), ((3, 1, 32), (3, 32, 70), False, False)]
 
 
 def run(chain, xs, ws, tx, tw, rng, fuse, profile=False, special=False):

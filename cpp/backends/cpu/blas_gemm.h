@@ -18,8 +18,16 @@
 
 namespace mg::cpu {
 
+// One row (a classifier at batch 1): gemv streams B once; gemm would copy all of it into its
+// packed layout first.
 inline void blas_call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                       const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 1 && N > 1 && K > 0) {
+    // C row = op(B)^T applied to A's row: B stored (N, K) when tb, else (K, N)
+    MG_CBLAS(sgemv)(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, int(tb ? N : K), int(tb ? K : N), alpha, B,
+                    int(ldb), A, ta ? int(lda) : 1, beta, C, 1);
+    return;
+  }
   MG_CBLAS(sgemm)(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
                   alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }

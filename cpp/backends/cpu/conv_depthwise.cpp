@@ -5,6 +5,10 @@
 
 #include "backends/cpu/isa_target.h"
 
+#if MG_CPU_X86
+#include <immintrin.h>
+#endif
+
 namespace mg::cpu {
 
 namespace {
@@ -45,6 +49,40 @@ MG_TARGET_AVX2 void row_avx2(const float* const* rows, const float* w, float* y,
                              float lo, float hi) {
   row_body<S>(rows, w, y, j0, j1, bias, lo, hi);
 }
+// Stride 2 by hand (GCC's vectorised stride-2 loop is slower than ONNX Runtime's by 2x): the
+// even and odd source columns of 8 outputs come from two loads and one shuffle each, in the
+// lane order (0 1 4 5 2 3 6 7) that the shuffles leave; one permute puts the sums in order. The
+// taps add in the same order as row_body, as fused multiply-adds.
+MG_TARGET_AVX2 inline __m256 pick(const float* p, int even) {  // p[0, 2, ..., 14] or p[1, 3, ..., 15], shuffled
+  const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+  return even ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)) : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+MG_TARGET_AVX2 void row_avx2_s2(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,
+                                float lo, float hi) {
+  const __m256 vb = _mm256_set1_ps(bias), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  __m256 wv[9];
+  for (int t = 0; t < 9; ++t) wv[t] = _mm256_set1_ps(w[t]);
+  int64_t j = j0;
+  for (; j + 9 <= j1; j += 8) {  // reads up to source 2j + 17 <= 2 * j1 - 1, inside the row
+    const int64_t i = 2 * j;
+    __m256 v = _mm256_mul_ps(wv[0], pick(rows[0] + i, 1));
+    v = _mm256_fmadd_ps(wv[1], pick(rows[0] + i, 0), v);
+    v = _mm256_fmadd_ps(wv[2], pick(rows[0] + i + 2, 1), v);
+    v = _mm256_fmadd_ps(wv[3], pick(rows[1] + i, 1), v);
+    v = _mm256_fmadd_ps(wv[4], pick(rows[1] + i, 0), v);
+    v = _mm256_fmadd_ps(wv[5], pick(rows[1] + i + 2, 1), v);
+    v = _mm256_fmadd_ps(wv[6], pick(rows[2] + i, 1), v);
+    v = _mm256_fmadd_ps(wv[7], pick(rows[2] + i, 0), v);
+    v = _mm256_fmadd_ps(wv[8], pick(rows[2] + i + 2, 1), v);
+    v = _mm256_add_ps(v, vb);
+    v = _mm256_blendv_ps(v, vlo, _mm256_cmp_ps(v, vlo, _CMP_LE_OQ));
+    v = _mm256_blendv_ps(v, vhi, _mm256_cmp_ps(v, vhi, _CMP_GE_OQ));
+    _mm256_storeu_ps(y + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0))));
+  }
+  row_body<2>(rows, w, y, j, j1, bias, lo, hi);
+}
+
 template <int S>
 MG_TARGET_AVX512 void row_avx512(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1,
                                  float bias, float lo, float hi) {
@@ -59,7 +97,7 @@ Dw3RowFn dw3_row_fn(int64_t stride) {
   const bool s1 = stride == 1;
 #if MG_CPU_X86
   if (best_isa() == Isa::Avx512) return s1 ? row_avx512<1> : row_avx512<2>;
-  if (best_isa() == Isa::Avx2) return s1 ? row_avx2<1> : row_avx2<2>;
+  if (best_isa() == Isa::Avx2) return s1 ? row_avx2<1> : row_avx2_s2;
 #endif
   return s1 ? row_generic<1> : row_generic<2>;
 }

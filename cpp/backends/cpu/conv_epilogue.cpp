@@ -158,15 +158,15 @@ void run_op(const EpilogueOp& op, float* r, int64_t m, const float* const* in, i
 }  // namespace
 
 void ConvEpilogue::apply(float* y, const float* const* in, int64_t n, int64_t o0, int64_t o1, int64_t p0,
-                         int64_t p1) const {
+                         int64_t p1, size_t from) const {
   const int64_t len = p1 - p0;
-  if (ops.empty() || len <= 0 || o1 <= o0) return;
+  if (from >= ops.size() || len <= 0 || o1 <= o0) return;
   parallel_for(o1 - o0, std::max<int64_t>(1, 32768 / len), [&](int64_t a, int64_t b) {
     for (int64_t o = o0 + a; o < o0 + b; ++o) {
       const int64_t row = (n * O + o) * P + p0;
       for (int64_t j = 0; j < len; j += kChunk) {
         const int64_t m = std::min(kChunk, len - j);
-        for (const EpilogueOp& op : ops) run_op(op, y + row + j, m, in, o, row + j, p0 + j);
+        for (size_t k = from; k < ops.size(); ++k) run_op(ops[k], y + row + j, m, in, o, row + j, p0 + j);
       }
     }
   });

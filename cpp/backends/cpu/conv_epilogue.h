@@ -30,9 +30,10 @@ struct EpilogueOp {
 struct ConvEpilogue {
   std::vector<EpilogueOp> ops;
   int64_t O = 0, P = 0;
-  // Applies the chain to channels [o0, o1), positions [p0, p1) of image n; y is the whole
-  // output, in the epilogue's inputs. Splits over the pool when called outside it.
-  void apply(float* y, const float* const* in, int64_t n, int64_t o0, int64_t o1, int64_t p0, int64_t p1) const;
+  // Applies the chain's ops from `from` on to channels [o0, o1), positions [p0, p1) of image n;
+  // y is the whole output, in the epilogue's inputs. Splits over the pool when called outside it.
+  void apply(float* y, const float* const* in, int64_t n, int64_t o0, int64_t o1, int64_t p0, int64_t p1,
+             size_t from = 0) const;
 };
 
 struct EpiloguePlan {

@@ -1,12 +1,18 @@
-// Packed-weight GEMM of constant-weight convolutions (see conv_gemm_packed.h). A micro-kernel
-// keeps an 8-row by NR-column block of C in registers (NR = 32 with AVX-512, 8 with AVX2): per k
-// it loads NR values of B's row k and broadcasts the panel's 8 weights of column k, which lie
-// next to each other. Column tails are masked; rows past M are zeros in the panel, not stored.
+// Packed-weight GEMM of constant-weight convolutions (see conv_gemm_packed.h).
+// Planes: a micro-kernel keeps an MR-row by NR-column block of C in registers (8 x 32 with
+// AVX-512, 6 x 16 with AVX2): per k it loads NR values of B's row k and broadcasts the panel's
+// MR weights of column k, which lie next to each other. Column tails are masked; rows past M are
+// zeros in the panel, not stored.
+// Channels: a micro-kernel keeps a 16-row by 6-column block of C in registers (12 of AVX2's 16
+// registers): per k it loads the panel's 16 weights of column k and broadcasts 6 values of B's
+// row k; the block is transposed through the stack on the store (6 columns is a few scalar
+// stores per row against 12 K multiply-adds). It uses AVX2 on AVX-512 CPUs too.
 #include "backends/cpu/conv_gemm_packed.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,16 +26,34 @@
 
 namespace mg::cpu {
 
-constexpr int64_t kPanelRows = 8;
+constexpr int64_t kPanelRows = 8, kAvx2Rows = 6;  // planes: rows per panel (AVX-512, AVX2)
+constexpr int64_t kChanRows = 16, kChanCols = 6, kChanDepth = 256;
 
 struct PackedWeights {
   int64_t M = 0, K = 0;
-  int64_t nr = 0;  // the micro-kernel's columns
+  int64_t mr = 0, nr = 0;  // the micro-kernel's rows (a panel's) and columns
   Isa isa = Isa::Generic;
-  std::vector<float> panels;  // ceil(M / 8) panels of K x 8, rows past M zero
+  PackedLayout layout = PackedLayout::Planes;
+  std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
 namespace {
+
+// The store's epilogue on one value of row i (the vector kernels do the same per lane).
+inline float finish(float v, const PackedStore& s, int64_t i) {
+  if (s.bias) v = v + s.bias[i * s.bias_stride];
+  if (s.clamp) {
+    v = v <= s.lo ? s.lo : v;
+    v = v >= s.hi ? s.hi : v;
+  }
+  return v;
+}
+
+// The store's epilogue on a block of C (rows x n), rows of the store from i0.
+void finish_block(float* C, int64_t ldc, int64_t rows, int64_t n, const PackedStore& s, int64_t i0) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) C[r * ldc + j] = finish(C[r * ldc + j], s, i0 + r);
+}
 
 #if MG_CPU_X86
 template <bool kFull>
@@ -56,44 +80,151 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
   }
 }
 
+// v + b, then the clamp, per lane as finish() does (the comparisons keep a NaN v).
+MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __m256 b, bool bias, bool clamp,
+                                                                    __m256 lo, __m256 hi) {
+  if (bias) v = _mm256_add_ps(v, b);
+  if (clamp) {
+    v = _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LE_OQ));
+    v = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GE_OQ));
+  }
+  return v;
+}
+
+// 6 rows x 16 columns (12 accumulators of 16 registers): per k two loads of B and six
+// broadcasts feed 12 multiply-adds (8 x 8 would need 9 loads for 8).
 template <bool kFull>
 MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
-                                int64_t rows, int64_t n) {
-  alignas(32) int32_t lanes[8];
-  for (int i = 0; i < 8; ++i) lanes[i] = i < n ? -1 : 0;
-  const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
-  __m256 c[8];
-#pragma GCC unroll 8
-  for (int r = 0; r < 8; ++r) c[r] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K; ++k, a += 8, B += ldb) {
-    const __m256 b = kFull ? _mm256_loadu_ps(B) : _mm256_maskload_ps(B, m);
-#pragma GCC unroll 8
-    for (int r = 0; r < 8; ++r) c[r] = _mm256_fmadd_ps(_mm256_set1_ps(a[r]), b, c[r]);
+                                int64_t rows, int64_t n, const PackedStore* s, int64_t i0) {
+  alignas(32) int32_t lanes[16];
+  for (int i = 0; i < 16; ++i) lanes[i] = i < n ? -1 : 0;
+  const __m256i m0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+  const __m256i m1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes + 8));
+  __m256 c0[kAvx2Rows], c1[kAvx2Rows];
+#pragma GCC unroll 6
+  for (int r = 0; r < kAvx2Rows; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k, a += kAvx2Rows, B += ldb) {
+    const __m256 b0 = kFull ? _mm256_loadu_ps(B) : _mm256_maskload_ps(B, m0);
+    const __m256 b1 = kFull ? _mm256_loadu_ps(B + 8) : _mm256_maskload_ps(B + 8, m1);
+#pragma GCC unroll 6
+    for (int r = 0; r < kAvx2Rows; ++r) {
+      const __m256 ar = _mm256_broadcast_ss(a + r);
+      c0[r] = _mm256_fmadd_ps(ar, b0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
+    }
   }
-  for (int64_t r = 0; r < rows; ++r) _mm256_maskstore_ps(C + r * ldc, m, c[r]);
+  const bool has_bias = s && s->bias, clamp = s && s->clamp;
+  const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
+#pragma GCC unroll 6
+  for (int r = 0; r < kAvx2Rows; ++r) {
+    if (r >= rows) break;
+    const __m256 b = has_bias ? _mm256_set1_ps(s->bias[(i0 + r) * s->bias_stride]) : _mm256_setzero_ps();
+    const __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi);
+    if (kFull) {  // masked stores are slow on AMD (microcoded): only for the tails
+      _mm256_storeu_ps(C + r * ldc, v0);
+      _mm256_storeu_ps(C + r * ldc + 8, v1);
+    } else {
+      _mm256_maskstore_ps(C + r * ldc, m0, v0);
+      _mm256_maskstore_ps(C + r * ldc + 8, m1, v1);
+    }
+  }
 }
+
+// Channels: rows [i0, i0 + rows) of the panel a (kn x 16, one depth block), columns B[0..NC).
+// The partial sums of the block's 16 x NC outputs start from acc (unless first) and go back to
+// it (unless last: then C gets them, finished): the same fused multiply-adds in the same order.
+template <int NC>
+MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* acc, bool first,
+                                         bool last, float* C, int64_t ldc, int64_t rows, const PackedStore* s,
+                                         int64_t i0) {
+  __m256 c0[NC], c1[NC];
+#pragma GCC unroll 6
+  for (int j = 0; j < NC; ++j) {
+    c0[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + j * kChanRows);
+    c1[j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + j * kChanRows + 8);
+  }
+  for (int64_t k = 0; k < K; ++k, a += kChanRows, B += ldb) {
+    const __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8);
+#pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) {
+      const __m256 b = _mm256_broadcast_ss(B + j);
+      c0[j] = _mm256_fmadd_ps(a0, b, c0[j]);
+      c1[j] = _mm256_fmadd_ps(a1, b, c1[j]);
+    }
+  }
+  if (!last) {
+#pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) {
+      _mm256_storeu_ps(acc + j * kChanRows, c0[j]);
+      _mm256_storeu_ps(acc + j * kChanRows + 8, c1[j]);
+    }
+    return;
+  }
+  // (the accumulators are only read after the loop: written back, GCC keeps them on the stack)
+  alignas(32) float t[NC][kChanRows];
+  alignas(32) float bias[kChanRows] = {};
+  const bool has_bias = s && s->bias, clamp = s && s->clamp;
+  if (has_bias)  // channels along the lanes: the bias is two vectors
+    for (int64_t r = 0; r < rows; ++r) bias[r] = s->bias[(i0 + r) * s->bias_stride];
+  const __m256 b0 = _mm256_load_ps(bias), b1 = _mm256_load_ps(bias + 8);
+  const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
+#pragma GCC unroll 6
+  for (int j = 0; j < NC; ++j) {
+    _mm256_store_ps(t[j], finish8(c0[j], b0, has_bias, clamp, lo, hi));
+    _mm256_store_ps(t[j] + 8, finish8(c1[j], b1, has_bias, clamp, lo, hi));
+  }
+  for (int64_t r = 0; r < rows; ++r)
+#pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) C[r * ldc + j] = t[j][r];
+}
+
+using ChannelsKernel = void (*)(int64_t, const float*, const float*, int64_t, float*, bool, bool, float*, int64_t,
+                                int64_t, const PackedStore*, int64_t);
+constexpr ChannelsKernel kChannelsKernels[kChanCols] = {kernel_channels_avx2<1>, kernel_channels_avx2<2>,
+                                                        kernel_channels_avx2<3>, kernel_channels_avx2<4>,
+                                                        kernel_channels_avx2<5>, kernel_channels_avx2<6>};
 #endif
+
+// B (K, N) as blocks of nr columns, each K x nr contiguous (the last one's missing columns
+// not written, and read only under a mask): the micro-kernels read one short row per k
+// instead of a line of each source row, K lines that lie a page or more apart.
+void pack_columns(const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
+  for (int64_t j = 0; j < N; j += nr) {
+    const size_t bytes = sizeof(float) * size_t(std::min(nr, N - j));
+    float* o = out + j * K;
+    for (int64_t k = 0; k < K; ++k) std::memcpy(o + k * nr, B + k * ldb + j, bytes);
+  }
+}
 
 // Columns [j0, j1) of C, in chunks whose slice of B (K x chunk) stays in L2 while every panel
 // passes over it.
-void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1) {
+void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1,
+                 const PackedStore* s) {
 #if MG_CPU_X86
   const int64_t nr = a.nr, K = a.K;
   const int64_t chunk = std::max<int64_t>(nr, (int64_t(65536) / std::max<int64_t>(K, 1)) / nr * nr);
+  thread_local std::vector<float> packed;  // AVX2: the chunk's columns by pack_columns
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
     const int64_t c1 = std::min(j1, c0 + chunk);
-    for (int64_t i0 = 0; i0 < a.M; i0 += kPanelRows) {
+    const bool pack = a.isa == Isa::Avx2;
+    if (pack) {
+      packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
+      pack_columns(B + c0, ldb, K, c1 - c0, nr, packed.data());
+    }
+    for (int64_t i0 = 0; i0 < a.M; i0 += a.mr) {
       const float* panel = a.panels.data() + i0 * K;
-      const int64_t rows = std::min(kPanelRows, a.M - i0);
+      const int64_t rows = std::min(a.mr, a.M - i0);
       float* Ci = C + i0 * ldc;
       for (int64_t j = c0; j < c1; j += nr) {
         const int64_t n = std::min(nr, c1 - j);
         if (a.isa == Isa::Avx512) {
           if (n == nr) kernel_avx512<true>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
           else kernel_avx512<false>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
+          if (s) finish_block(Ci + j, ldc, rows, n, *s, i0);  // still in L1
         } else {
-          if (n == nr) kernel_avx2<true>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
-          else kernel_avx2<false>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
+          const float* Bj = packed.data() + (j - c0) * K;
+          if (n == nr) kernel_avx2<true>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0);
+          else kernel_avx2<false>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0);
         }
       }
     }
@@ -101,34 +232,79 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
 #endif
 }
 
+// Channels: panels [q0, q1), every column of B packed by pack_columns. The depth runs in
+// blocks whose slice of the panel (16 KiB at most) stays in L1 while every column block passes
+// over it: inside a network the weights come from memory once, not once per column block.
+void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int64_t ldc, int64_t q0, int64_t q1,
+                const PackedStore* s) {
+#if MG_CPU_X86
+  const int64_t K = a.K, blocks = (N + kChanCols - 1) / kChanCols;
+  thread_local std::vector<float> acc;  // partial sums between depth blocks
+  if (K > kChanDepth && acc.size() < size_t(blocks * kChanCols * kChanRows))
+    acc.resize(size_t(blocks * kChanCols * kChanRows));
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t i0 = q * kChanRows, rows = std::min(kChanRows, a.M - i0);
+    const float* panel = a.panels.data() + i0 * K;
+    float* Ci = C + i0 * ldc;
+    for (int64_t k0 = 0; k0 < K; k0 += kChanDepth) {
+      const int64_t kn = std::min(kChanDepth, K - k0);
+      for (int64_t j = 0; j < N; j += kChanCols) {
+        const int64_t n = std::min(kChanCols, N - j);
+        kChannelsKernels[n - 1](kn, panel + k0 * kChanRows, B + (j * K + k0 * kChanCols), kChanCols,
+                                acc.data() + j * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0);
+      }
+    }
+  }
+#endif
+}
+
+bool env_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env && std::string(env) == "0";
+}
+
 }  // namespace
 
-std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t M, int64_t K, int64_t ldw) {
-  const char* env = std::getenv("MPSGRAPH_CPU_PACKED");
-  if (env && std::string(env) == "0") return nullptr;
+std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t M, int64_t K, int64_t ldw,
+                                                         PackedLayout layout) {
+  if (env_off("MPSGRAPH_CPU_PACKED")) return nullptr;
+  if (layout == PackedLayout::Channels && env_off("MPSGRAPH_CPU_PACKED_CHANNELS")) return nullptr;
   const Isa isa = best_isa();
   if (isa == Isa::Generic || M <= 0 || K <= 0) return nullptr;
   auto p = std::make_shared<PackedWeights>();
   p->M = M;
   p->K = K;
-  p->isa = isa;
-  p->nr = isa == Isa::Avx512 ? 32 : 8;
-  const int64_t panels = (M + kPanelRows - 1) / kPanelRows;
-  p->panels.assign(size_t(panels * K * kPanelRows), 0.0f);
+  p->isa = layout == PackedLayout::Channels ? Isa::Avx2 : isa;
+  p->layout = layout;
+  const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
+  p->mr = pr;
+  p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
+  const int64_t panels = (M + pr - 1) / pr;
+  p->panels.assign(size_t(panels * K * pr), 0.0f);
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < K; ++k)
-      p->panels[size_t((i / kPanelRows * K + k) * kPanelRows + i % kPanelRows)] = w[i * ldw + k];
+    for (int64_t k = 0; k < K; ++k) p->panels[size_t((i / pr * K + k) * pr + i % pr)] = w[i * ldw + k];
   return p;
 }
 
-void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc) {
+void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
+                 const PackedStore* store) {
   if (N <= 0) return;
+  if (a.layout == PackedLayout::Channels) {
+    const int64_t panels = (a.M + kChanRows - 1) / kChanRows;
+    const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, kChanRows * a.K * N));
+    thread_local std::vector<float> packed;  // B's column blocks, shared by the tasks of this call
+    packed.resize(size_t(a.K * ((N + kChanCols - 1) / kChanCols) * kChanCols));
+    pack_columns(B, ldb, a.K, N, kChanCols, packed.data());
+    const float* Bp = packed.data();
+    parallel_for(panels, grain, [&](int64_t q0, int64_t q1) { run_panels(a, Bp, N, C, ldc, q0, q1, store); });
+    return;
+  }
   const int64_t blocks = (N + a.nr - 1) / a.nr;
   // about 256 K multiply-adds per task at least
   const int64_t per_block = std::max<int64_t>(1, a.M * a.K * a.nr);
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / per_block);
   parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
-    run_columns(a, B, ldb, C, ldc, b0 * a.nr, std::min(N, b1 * a.nr));
+    run_columns(a, B, ldb, C, ldc, b0 * a.nr, std::min(N, b1 * a.nr), store);
   });
 }
 

@@ -1,24 +1,46 @@
 // The GEMM of forward convolutions whose weights are graph constants: the weights are packed
-// once, at compile, into panels of kPanelRows output channels (k-major), and each run
-// multiplies them by the columns (or, for 1x1 convolutions, the source planes) without
-// repacking. BLAS packs both operands on every call: inside a network the weights arrive
-// from L3 or memory, and the copy of them it makes costs as much as the product for the
-// small-plane layers. x86 with AVX2 or AVX-512 only; elsewhere (or MPSGRAPH_CPU_PACKED=0, read
-// at compile) make_packed_weights returns null and the convolution keeps BLAS.
+// once, at compile, into panels and each run multiplies them by the columns (or, for 1x1
+// convolutions, the source planes) without repacking. BLAS packs both operands on every call:
+// inside a network the weights arrive from L3 or memory, and the copy of them it makes costs as
+// much as the product for the small-plane layers. Two layouts:
+//  * Planes: panels of 8 (AVX-512) or 6 (AVX2) output channels (k-major), the micro-kernel
+//    vectorised along the columns; for products of many columns.
+//  * Channels: panels of 16 output channels, channels innermost, the micro-kernel vectorised
+//    along the output channels and 6 columns wide, the depth in L1-sized blocks; for small
+//    planes (7x7) and deep products of few columns, where the planes layout would waste lanes
+//    on column tails (MPSGRAPH_CPU_PACKED_CHANNELS=0, read at compile, keeps BLAS there).
+// x86 with AVX2 or AVX-512 only; elsewhere (or MPSGRAPH_CPU_PACKED=0, read at compile)
+// make_packed_weights returns null and the convolution keeps BLAS.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <memory>
 
 namespace mg::cpu {
 
 struct PackedWeights;
 
-// Row-major weights (M, K), rows ldw apart; null where the packed path does not apply.
-std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t M, int64_t K, int64_t ldw);
+enum class PackedLayout { Planes, Channels };
 
-// C (M, N), rows ldc apart, = the packed weights (M, K) @ B (K, N), rows ldb apart. Each
-// element's sum runs over k in order in one float32 accumulator (one fused multiply-add per k).
-// Splits over the pool when called outside it and the product is large.
-void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc);
+// Row-major weights (M, K), rows ldw apart; null where the packed path does not apply.
+std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t M, int64_t K, int64_t ldw,
+                                                         PackedLayout layout = PackedLayout::Planes);
+
+// An epilogue folded into the store, computed as the epilogue ops compute it: row i gets
+// v + bias[i * bias_stride] (with a bias), then v <= lo ? lo : v, then v >= hi ? hi : v (with
+// clamp; lo and hi not NaN).
+struct PackedStore {
+  const float* bias = nullptr;
+  int64_t bias_stride = 0;
+  bool clamp = false;
+  float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
+};
+
+// C (M, N), rows ldc apart, = the packed weights (M, K) @ B (K, N), rows ldb apart, then the
+// store's epilogue (null: none). Each element's sum runs over k in order in one float32
+// accumulator (one fused multiply-add per k). Splits over the pool when called outside it and
+// the product is large.
+void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
+                 const PackedStore* store = nullptr);
 
 }  // namespace mg::cpu

@@ -1,7 +1,8 @@
 // Winograd F(2x2, 3x3) for float32 2-d convolutions with 3x3 kernels, unit strides and
 // dilations and one group (most of ResNet's work): each 4x4 source tile and each kernel are
 // transformed so that a 2x2 output tile costs 16 multiplies per (input, output) channel pair
-// instead of 36, as 16 GEMMs (O x C) @ (C x tiles). Units of whole tile rows of one image go
+// instead of 36, as 16 GEMMs (O x C) @ (C x tiles); constant weights are transformed and packed
+// (conv_gemm_packed.h) at compile. Units of whole tile rows of one image go
 // over the pool, each with its own transformed tiles; the epilogue runs on their output rows.
 // Accuracy: the transforms only add, subtract and halve, so the error stays within a small
 // multiple of the direct sum's (|error| <= 2e-6 * sum |w| |x| in float32, tested). A tile
@@ -15,9 +16,11 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/blas_gemm.h"
+#include "backends/cpu/conv_gemm_packed.h"
 #include "core/ops/convolution_attrs.h"
 #include "core/typed_attrs.h"
 
@@ -28,6 +31,9 @@ namespace {
 constexpr int64_t kTilesPerUnit = 512;  // GEMM columns per unit (about)
 constexpr int64_t kMinTiles = 400;      // fewer output tiles in all: the generic path is faster
 constexpr int64_t kMinTilesPerImage = 36;  // the same with weights transformed at compile
+// tiles per unit from which the packed planes layout beats the channels one (measured: the
+// channels one wins on 7x7 tile grids of 256 channels, loses at 64 tiles of 64 channels)
+constexpr int64_t kPackedPlanesTiles = 64;
 
 struct Wino {
   int64_t N = 0, C = 0, O = 0, H = 0, W = 0, pt = 0, pl = 0, OH = 0, OW = 0, th = 0, tw = 0;
@@ -138,8 +144,10 @@ void transform_output(const Wino& q, const float* M, float* y, int64_t ty0, int6
 
 // False when a source value or weight is not finite (y is then incomplete). `U_const`: the
 // weights transformed at compile (constant weights), else they are transformed here.
-bool run(const Wino& q, const float* x, const float* w, const float* U_const, float* y, void* const* out,
-         const ConvEpilogue* epi, const float* const* epi_in) {
+using PackedU = std::vector<std::shared_ptr<const PackedWeights>>;  // per xi, or empty
+
+bool run(const Wino& q, const float* x, const float* w, const float* U_const, const PackedU& packed, float* y,
+         void* const* out, const ConvEpilogue* epi, const float* const* epi_in) {
   const float* U = U_const;
   if (!U) {
     float* Ut = static_cast<float*>(out[q.u_idx]);
@@ -157,9 +165,14 @@ bool run(const Wino& q, const float* x, const float* w, const float* U_const, fl
         const int64_t T = (ty1 - ty0) * q.tw;
         if (!transform_input(q, x + n * q.C * q.H * q.W, V, ty0, ty1)) finite = false;
         if (!finite) return;
-        for (int xi = 0; xi < 16; ++xi)
+        for (int xi = 0; xi < 16; ++xi) {
+          if (!packed.empty()) {
+            packed_gemm(*packed[size_t(xi)], V + xi * q.C * T, T, T, M + xi * q.O * T, T);
+            continue;
+          }
           gemm_on_pool(false, false, q.O, T, q.C, U + xi * q.O * q.C, q.C, V + xi * q.C * T, T, 0.0f,
                        M + xi * q.O * T, T);
+        }
         transform_output(q, M, y + n * q.O * q.OH * q.OW, ty0, ty1);
         if (epi) epi->apply(y, epi_in, n, 0, q.O, 2 * ty0 * q.OW, std::min(2 * ty1, q.OH) * q.OW);
       }
@@ -201,9 +214,20 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   q.v_elems = 16 * q.C * T;
   q.m_elems = 16 * q.O * T;
   std::shared_ptr<std::vector<float>> U;  // the transformed constant weights (16/9 of their size)
+  PackedU packed;
   if (wconst) {
     U = std::make_shared<std::vector<float>>(size_t(16 * q.O * q.C));
     if (!transform_weights(q, static_cast<const float*>(wconst->data()), U->data())) return {};  // not finite
+    // and packed for the 16 products (BLAS would repack them on every call);
+    // MPSGRAPH_CPU_WINOGRAD_PACKED=0 (read here) keeps BLAS
+    const char* wp = std::getenv("MPSGRAPH_CPU_WINOGRAD_PACKED");
+    for (int xi = 0; xi < 16 && !(wp && std::string(wp) == "0"); ++xi) {
+      const PackedLayout layout = q.rows * q.tw >= kPackedPlanesTiles ? PackedLayout::Planes : PackedLayout::Channels;
+      auto pw = make_packed_weights(U->data() + xi * q.O * q.C, q.O, q.C, q.C, layout);
+      if (!pw) break;
+      packed.push_back(std::move(pw));
+    }
+    if (packed.size() != 16) packed.clear();
   } else {
     q.u_idx = c.scratch(size_t(16 * q.O * q.C) * sizeof(float));
   }
@@ -212,8 +236,8 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   const bool has_epi = epilogue && !epilogue->ops.empty();
   const ConvEpilogue epi = has_epi ? *epilogue : ConvEpilogue{};
   KernelFn fallback = generic(c);  // its scratch follows ours
-  return [q, epi, has_epi, fallback, U](const void* const* in, void* const* out) {
-    if (!run(q, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]), U ? U->data() : nullptr,
+  return [q, epi, has_epi, fallback, U, packed](const void* const* in, void* const* out) {
+    if (!run(q, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]), U ? U->data() : nullptr, packed,
              static_cast<float*>(out[0]), out, has_epi ? &epi : nullptr, reinterpret_cast<const float* const*>(in + 2)))
       fallback(in, out);
   };

@@ -11,8 +11,9 @@
 // Depthwise forward convolutions accumulate shifted source rows (no columns); 3x3 ones in
 // float32 run one pass per output row (conv_depthwise.h) with a bias + clamp epilogue folded in.
 // A forward float32 convolution may carry an epilogue (conv_epilogue.h), applied to each block
-// of output rows right after it is written; with constant weights and products of many columns
-// the GEMM is conv_gemm_packed.h's (weights packed at compile). float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
+// of output rows right after it is written; with constant weights (one group) the GEMM is
+// conv_gemm_packed.h's (weights packed at compile, its bias and clamp folded into the store).
+// float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
 // project's pool as (image x group, tile) units with BLAS on the calling thread; large ones run
 // one image at a time with parallel gathers and BLAS's own threads.
 #include <algorithm>
@@ -33,7 +34,12 @@
 #include "backends/cpu/conv_gemm_packed.h"
 #include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/elementwise_util.h"
+#include "backends/cpu/isa_target.h"
 #include "core/ops/convolution_attrs.h"
+
+#if MG_CPU_X86
+#include <immintrin.h>
+#endif
 
 
 namespace mg::cpu {
@@ -60,7 +66,32 @@ constexpr int64_t kUnitWork = int64_t(1) << 20;
 // stay in cache between im2col and the GEMM
 constexpr int64_t kColumnBudget = int64_t(1) << 18;
 constexpr int64_t kWidePositions = 384;  // GEMM columns that batching images aims for
-constexpr int64_t kPackedMinColumns = 512;  // columns per product from which packed weights beat BLAS
+constexpr int64_t kPackedMinColumns = 512;  // columns from which the packed planes layout is used at any depth
+constexpr int64_t kPlanesMinColumns = 160, kPlanesMaxDepth = 1024;  // and from which at depths up to this
+
+// d[j] = s[2 * j] for j < n (stride-2 im2col rows: the stems). With AVX2, 8 at a time from two
+// loads and two shuffles instead of 8 scalar copies; the loads stop before reading past s[2n - 2].
+using Stride2Fn = void (*)(const float*, float*, int64_t);
+void stride2_generic(const float* s, float* d, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) d[j] = s[2 * j];
+}
+#if MG_CPU_X86
+MG_TARGET_AVX2 void stride2_avx2(const float* s, float* d, int64_t n) {
+  int64_t j = 0;
+  for (; j + 9 <= n; j += 8) {
+    const __m256 a = _mm256_loadu_ps(s + 2 * j), b = _mm256_loadu_ps(s + 2 * j + 8);
+    const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));  // a0 a2 b0 b2 | a4 a6 b4 b6
+    _mm256_storeu_ps(d + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
+  }
+  for (; j < n; ++j) d[j] = s[2 * j];
+}
+#endif
+Stride2Fn stride2_fn() {
+#if MG_CPU_X86
+  if (best_isa() != Isa::Generic) return stride2_avx2;
+#endif
+  return stride2_generic;
+}
 
 struct Plan {
   Kind kind = Kind::Forward;
@@ -89,6 +120,7 @@ struct Plan {
   int64_t col_elems = 0;   // per slot
   int64_t images = 1;      // > 1: forward products of this many images' columns side by side (few positions each)
   std::shared_ptr<const PackedWeights> packed;  // forward float32, constant weights, one group: packed at compile
+  Stride2Fn stride2 = nullptr;  // float32 im2col rows of innermost stride 2
   int64_t items() const { return N * G; }
   int64_t units() const { return tiles_parallel ? items() * ntiles : items(); }
 };
@@ -126,6 +158,7 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   p.Kouter = p.KL ? p.Ksz / p.KL : 0;
   p.R = p.OL ? p.P / p.OL : 0;
   p.sL = strides.back();
+  p.stride2 = stride2_fn();
   if (std::max({p.CK, p.P, p.Og, p.in_plane, p.O * p.CK}) > INT_MAX)
     raise(ErrorKind::NotImplemented, node.op->name, node.name, "convolution dims beyond 2**31-1 elements per matrix are not supported");
 
@@ -206,6 +239,11 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.tile = rows ? std::max<int64_t>(1, std::min(p.P, std::max<int64_t>(256, kColumnBudget / rows)))
                   : std::max<int64_t>(p.P, 1);
     p.ntiles = p.P > 0 ? (p.P + p.tile - 1) / p.tile : 0;
+    // tiles of equal width (a multiple of 16 columns): no narrow last tile of column tails
+    if (p.ntiles > 1) {
+      p.tile = std::min(p.P, ((p.P + p.ntiles - 1) / p.ntiles + 15) / 16 * 16);
+      p.ntiles = (p.P + p.tile - 1) / p.tile;
+    }
   }
   p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
   p.col_elems = p.direct || p.depthwise ? 0 : p.CK * p.tile;
@@ -242,6 +280,8 @@ void im2col(const Plan& p, const T* x, T* col, int64_t p0, int64_t p1, int64_t c
           const T* s = xc + base + st + (a - lo) * p.sL;
           T* da = d + (a - j0);
           if (p.sL == 1) std::memcpy(da, s, size_t(b - a) * sizeof(T));
+          else if (std::is_same_v<T, float> && p.sL == 2)  // (never taken for other T)
+            p.stride2(reinterpret_cast<const float*>(s), reinterpret_cast<float*>(da), b - a);
           else
             for (int64_t j = 0; j < b - a; ++j) da[j] = s[j * p.sL];
           std::fill(d + (b - j0), d + (j1 - j0), T(0));
@@ -287,14 +327,68 @@ void over_channels(const Plan& p, int64_t pt, F&& f) {
                  [&](int64_t c0, int64_t c1) { f(c0, c1); });
 }
 
-// An epilogue and its operands for one run (none: e is null).
+// The epilogue's leading ops in a form folded into the depthwise rows and the packed GEMM's
+// store: a bias add (per channel or scalar), then one clamp (relu, relu6, maximum and/or minimum
+// with a scalar). `folded` ops are covered; `fused` false: some are applied after.
+struct RowEpilogue {
+  bool fused = false;
+  size_t folded = 0;
+  int bias = -1, lo = -1, hi = -1;  // operand inputs, -1: none
+  bool bias_channel = false, relu = false;
+};
+
+RowEpilogue row_epilogue(const ConvEpilogue& e) {
+  using K = EpilogueOp::Kind;
+  using A = EpilogueOp::Arg;
+  RowEpilogue r;
+  size_t i = 0;
+  const auto& ops = e.ops;
+  if (i < ops.size() && ops[i].kind == K::Add && (ops[i].arg == A::Channel || ops[i].arg == A::Scalar)) {
+    r.bias = ops[i].input;
+    r.bias_channel = ops[i].arg == A::Channel;
+    ++i;
+  }
+  if (i < ops.size() && ops[i].kind == K::Relu) r.relu = true, ++i;
+  else if (i < ops.size() && ops[i].kind == K::Clamp) r.lo = ops[i].input, r.hi = ops[i].input + 1, ++i;
+  else {
+    // the operand second: the rows' comparisons (x <= lo, x >= hi) are the kernels' for that order
+    auto scalar = [&](K k) { return i < ops.size() && ops[i].kind == k && ops[i].arg == A::Scalar && !ops[i].other_first; };
+    if (scalar(K::Max)) r.lo = ops[i].input, ++i;
+    if (scalar(K::Min)) r.hi = ops[i].input, ++i;
+  }
+  r.folded = i;
+  r.fused = i == ops.size();
+  return r;
+}
+
+// An epilogue and its operands for one run (none: e is null); ops before `from` are done.
 struct Epi {
   const ConvEpilogue* e = nullptr;
   const float* const* in = nullptr;
+  size_t from = 0;
   template <class T>
   void operator()(T* y, int64_t n, int64_t o0, int64_t o1, int64_t p0, int64_t p1) const {
     if constexpr (std::is_same_v<T, float>)
-      if (e) e->apply(y, in, n, o0, o1, p0, p1);
+      if (e) e->apply(y, in, n, o0, o1, p0, p1, from);
+  }
+  // The leading bias and clamp as the packed GEMM's store (channels from o0); returns the
+  // epilogue left to apply after it. NaN clamp bounds stay unfolded (the clamp kernel's rules).
+  Epi fold(PackedStore& st, int64_t o0) const {
+    if (!e || e->ops.empty()) return *this;
+    const RowEpilogue re = row_epilogue(*e);
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    const float lo = re.relu ? 0.0f : re.lo >= 0 ? in[re.lo][0] : -inf, hi = re.hi >= 0 ? in[re.hi][0] : inf;
+    if (re.folded == 0 || std::isnan(lo) || std::isnan(hi)) return *this;
+    if (re.bias >= 0) {
+      st.bias = in[re.bias] + (re.bias_channel ? o0 : 0);
+      st.bias_stride = re.bias_channel ? 1 : 0;
+    }
+    st.clamp = re.relu || re.lo >= 0 || re.hi >= 0;
+    st.lo = lo;
+    st.hi = hi;
+    Epi rest = *this;
+    rest.from = re.folded;
+    return rest;
   }
 };
 
@@ -315,8 +409,13 @@ void run_images(const Plan& p, const T* x, const T* w, T* y, Scratch<T>& s, cons
     over_channels(p, p.P, [&](int64_t c0, int64_t c1) {
       for (int64_t i = 0; i < nb; ++i) im2col(p, x + (n0 + i) * p.C * p.in_plane, s.col + i * p.P, 0, p.P, c0, c1, ld);
     });
+    Epi rest = epi;
     if constexpr (std::is_same_v<T, float>)
-      if (p.packed) packed_gemm(*p.packed, s.col, ld, ld, s.wide, ld);
+      if (p.packed) {
+        PackedStore st;
+        rest = epi.fold(st, 0);
+        packed_gemm(*p.packed, s.col, ld, ld, s.wide, ld, &st);
+      }
     if (!p.packed) gemm(false, false, p.O, ld, p.CK, w, p.CK, s.col, ld, T(0), s.wide, ld);
     parallel_for(nb * p.O, std::max<int64_t>(1, 16384 / p.P), [&](int64_t b, int64_t e) {
       for (int64_t k = b; k < e; ++k) {
@@ -324,7 +423,7 @@ void run_images(const Plan& p, const T* x, const T* w, T* y, Scratch<T>& s, cons
         std::memcpy(y + ((n0 + i) * p.O + o) * p.P, s.wide + o * ld + i * p.P, size_t(p.P) * sizeof(T));
       }
     });
-    for (int64_t i = 0; i < nb; ++i) epi(y, n0 + i, 0, p.O, 0, p.P);
+    for (int64_t i = 0; i < nb; ++i) rest(y, n0 + i, 0, p.O, 0, p.P);
   }
 }
 
@@ -343,9 +442,11 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
       const T* b = p.direct ? x + p0 : col;  // (CK, pt), rows ldb apart
       const int64_t ldb = p.direct ? p.in_plane : pt;
       if constexpr (std::is_same_v<T, float>)
-        if (p.packed) {
-          packed_gemm(*p.packed, b, ldb, pt, y, p.P);
-          return epi(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
+        if (p.packed) {  // the bias and clamp in the store, while the block is in registers
+          PackedStore st;
+          const Epi rest = epi.fold(st, g * p.Og);
+          packed_gemm(*p.packed, b, ldb, pt, y, p.P, &st);
+          return rest(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
         }
       gemm(false, false, p.Og, pt, p.CK, w, p.CK, b, ldb, T(0), y, p.P);
       return epi(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
@@ -390,37 +491,6 @@ void depthwise_taps3(const Plan& p, T* yr, const T* b, const int64_t* off, const
   };
   for (int64_t j = 0; j < std::min(jlo, p.OL); ++j) edge(j);
   for (int64_t j = std::max(jhi, jlo); j < p.OL; ++j) edge(j);
-}
-
-// The epilogue folded into the depthwise rows: a bias add (per channel or scalar), then one
-// clamp (relu, relu6, maximum and/or minimum with a scalar). `fused` false: it is applied after.
-struct RowEpilogue {
-  bool fused = false;
-  int bias = -1, lo = -1, hi = -1;  // operand inputs, -1: none
-  bool bias_channel = false, relu = false;
-};
-
-RowEpilogue row_epilogue(const ConvEpilogue& e) {
-  using K = EpilogueOp::Kind;
-  using A = EpilogueOp::Arg;
-  RowEpilogue r;
-  size_t i = 0;
-  const auto& ops = e.ops;
-  if (i < ops.size() && ops[i].kind == K::Add && (ops[i].arg == A::Channel || ops[i].arg == A::Scalar)) {
-    r.bias = ops[i].input;
-    r.bias_channel = ops[i].arg == A::Channel;
-    ++i;
-  }
-  if (i < ops.size() && ops[i].kind == K::Relu) r.relu = true, ++i;
-  else if (i < ops.size() && ops[i].kind == K::Clamp) r.lo = ops[i].input, r.hi = ops[i].input + 1, ++i;
-  else {
-    // the operand second: the rows' comparisons (x <= lo, x >= hi) are the kernels' for that order
-    auto scalar = [&](K k) { return i < ops.size() && ops[i].kind == k && ops[i].arg == A::Scalar && !ops[i].other_first; };
-    if (scalar(K::Max)) r.lo = ops[i].input, ++i;
-    if (scalar(K::Min)) r.hi = ops[i].input, ++i;
-  }
-  r.fused = i == ops.size();
-  return r;
 }
 
 // Depthwise 3x3 (float32, innermost stride 1 or 2): each output row in one pass over its three
@@ -651,16 +721,24 @@ KernelFn via_float(const KernelCtx& c, const Plan& p, int64_t n0, int64_t n1, in
   };
 }
 
+// The packed layout of a product of `columns` columns and depth K: planes for many columns,
+// and for a few hundred at moderate depths (MobileNetV2's 14x14 1x1 layers); deep products of
+// fewer than 512 columns run best along the channels (their depth blocks stay in L1).
+bool planes_layout(int64_t columns, int64_t K) {
+  return columns >= kPackedMinColumns || (columns >= kPlanesMinColumns && K <= kPlanesMaxDepth);
+}
+
 // The forward float32 kernel of the generic path, with an epilogue (empty: none).
 KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape);
   // constant weights of one group: packed once here (BLAS would repack them on every call). Only
   // for products of many columns: with few (deep layers' small planes) the micro-kernel's column
   // tails waste lanes and BLAS, vectorised along the output channels, is faster.
+  // Few columns get the layout vectorised along the output channels instead (no column tails).
   const int64_t columns = p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
-  if (p.G == 1 && !p.depthwise && columns >= kPackedMinColumns && c.constants.size() > 1 && c.constants[1] &&
-      p.O > 0 && p.CK > 0)
-    p.packed = make_packed_weights(static_cast<const float*>(c.constants[1]->data()), p.O, p.CK, p.CK);
+  if (p.G == 1 && !p.depthwise && c.constants.size() > 1 && c.constants[1] && p.O > 0 && p.CK > 0)
+    p.packed = make_packed_weights(static_cast<const float*>(c.constants[1]->data()), p.O, p.CK, p.CK,
+                                   planes_layout(columns, p.CK) ? PackedLayout::Planes : PackedLayout::Channels);
   const int64_t out_elems = num_elements(c.out[0].shape);
   const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
   return [p, sp, out_elems, epilogue](const void* const* in, void* const* out) {

@@ -12,13 +12,16 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/elementwise_util.h"
+#include "backends/cpu/isa_target.h"
 #include "core/ops/pooling_attrs.h"
 
 namespace mg::cpu {
@@ -35,6 +38,8 @@ struct PoolPlan {
   // innermost dim, per tap t: outputs [tlo, thi) read source tsrc + j * sL (the row streams)
   std::vector<int64_t> tlo, thi, tsrc;
   int64_t sL = 1;
+  int64_t in_last = 1;      // innermost source extent
+  bool pool_rows = false;   // 2-d float32 max: pool_rows_fn's path (MPSGRAPH_CPU_POOL_ROWS=0: off)
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -77,6 +82,9 @@ PoolPlan make_plan(const KernelCtx& c, const Shape& src) {
   const size_t L = s.k() - 1;
   const int64_t K = s.kernel[L], st = s.stride[L], dl = s.dilation[L], n = in[L], before = dims[L].before;
   p.sL = st;
+  p.in_last = n;
+  const char* rows_env = std::getenv("MPSGRAPH_CPU_POOL_ROWS");
+  p.pool_rows = p.k == 2 && !(rows_env && std::string(rows_env) == "0");
   for (int64_t t = 0; t < K; ++t) {  // output j reads source j * st - before + t * dl when inside [0, n)
     const int64_t off = t * dl - before;
     const int64_t lo = std::min(p.out_last, off >= 0 ? 0 : ceil_div(-off, st));
@@ -208,6 +216,73 @@ KernelFn max_forward(std::shared_ptr<const PoolPlan> pp, bool with_indices, DTyp
   };
 }
 
+// 2-d float32 max pooling, one output row: the window's n source rows (step apart from x) are
+// reduced to one row m with elementwise maxima (contiguous: full vectors), then each innermost
+// tap takes its strided maxima from m alone, instead of from every source row. A NaN wins as in
+// the streaming loop (so does the first of equal values; a tie of -0 and +0 may pick the other).
+template <int SL>
+inline void pool_row_body(const PoolPlan& p, const float* x, int64_t step, int64_t n, float* __restrict m,
+                          float* __restrict y) {
+  const int64_t IL = p.in_last, OL = p.out_last, sl = SL > 0 ? SL : p.sL;
+  std::memcpy(m, x, size_t(IL) * sizeof(float));
+  for (int64_t q = 1; q < n; ++q) {
+    const float* __restrict xr = x + q * step;
+    for (int64_t i = 0; i < IL; ++i) {
+      const float v = xr[i], a = m[i];
+      m[i] = (v > a || v != v) ? v : a;
+    }
+  }
+  for (int64_t j = 0; j < OL; ++j) y[j] = -std::numeric_limits<float>::infinity();
+  for (size_t t = 0; t < p.tlo.size(); ++t) {
+    const float* __restrict src = m + p.tsrc[t];
+    for (int64_t j = p.tlo[t]; j < p.thi[t]; ++j) {
+      const float v = src[j * sl], a = y[j];
+      y[j] = (v > a || v != v) ? v : a;
+    }
+  }
+}
+
+using PoolRowFn = void (*)(const PoolPlan&, const float*, int64_t, int64_t, float*, float*);
+template <int SL>
+void pool_row_generic(const PoolPlan& p, const float* x, int64_t step, int64_t n, float* m, float* y) {
+  pool_row_body<SL>(p, x, step, n, m, y);
+}
+#if MG_CPU_X86
+template <int SL>
+MG_TARGET_AVX2 void pool_row_avx2(const PoolPlan& p, const float* x, int64_t step, int64_t n, float* m, float* y) {
+  pool_row_body<SL>(p, x, step, n, m, y);
+}
+#endif
+PoolRowFn pool_row_fn(int64_t sL) {
+#if MG_CPU_X86
+  if (best_isa() != Isa::Generic) return sL == 1 ? pool_row_avx2<1> : sL == 2 ? pool_row_avx2<2> : pool_row_avx2<0>;
+#endif
+  return sL == 1 ? pool_row_generic<1> : sL == 2 ? pool_row_generic<2> : pool_row_generic<0>;
+}
+
+template <class S>
+void pool_rows(const PoolPlan& p, const S* x, S* y) {
+  if constexpr (std::is_same_v<S, float>) {
+    const PoolRowFn row = pool_row_fn(p.sL);
+    const int64_t OL = p.out_last, rows_per_batch = p.out[0];
+    const int64_t grain =
+        std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.in_last) / std::max<int64_t>(1, p.window));
+    parallel_for(p.batch * rows_per_batch, grain, [&](int64_t rb, int64_t re) {
+      thread_local std::vector<float> m;
+      m.resize(size_t(p.in_last));
+      for (int64_t r = rb; r < re; ++r) {
+        const int64_t b = r / rows_per_batch, o = r % rows_per_batch, n = p.ntaps[0][size_t(o)];
+        float* yr = y + r * OL;
+        if (n <= 0) {
+          std::fill(yr, yr + OL, -std::numeric_limits<float>::infinity());
+          continue;
+        }
+        row(p, x + b * p.in_plane + p.first[0][size_t(o)], p.step[0], n, m.data(), yr);
+      }
+    });
+  }
+}
+
 // Max (MODE -1) or sum/average (MODE = linear_mode) pooling that streams whole source rows:
 // per output row, each outer window offset and each innermost tap adds one strided source row
 // into a tile of accumulators (vectorised), instead of walking every output's window.
@@ -219,6 +294,8 @@ KernelFn stream_forward(std::shared_ptr<const PoolPlan> pp) {
     const S* x = static_cast<const S*>(in[0]);
     S* y = static_cast<S*>(out[0]);
     if (p.batch == 0 || p.out_plane == 0) return;
+    if constexpr (MODE < 0 && std::is_same_v<S, float>)
+      if (p.pool_rows && p.in_last > 0) return pool_rows(p, x, y);
     const int64_t OL = p.out_last, rows_per_batch = p.out_plane / OL, K = int64_t(p.tlo.size());
     const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, OL) / p.window);
     parallel_for(p.batch * rows_per_batch, grain, [&](int64_t rb, int64_t re) {

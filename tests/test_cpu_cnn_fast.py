@@ -1,0 +1,69 @@
+"""CPU fast paths of the CNN layers around the convolutions, against PyTorch and against the
+same graph with the path's switch off (read at compile):
+  * 2-d float32 max pooling by rows (MPSGRAPH_CPU_POOL_ROWS=0 keeps the streaming loop): the
+    window's source rows reduced to one row with elementwise maxima, then the strided taps;
+    strides 1, 2 and 3, padding (symmetric and not), dilation, ceil mode, narrow planes, NaN
+    and infinities, batches, one and two threads."""
+import numpy as np
+import pytest
+
+import mpsgraph as mg
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def _pool(x, kw, env, monkeypatch):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    try:
+        g = mg.Graph()
+        px = g.placeholder(x.shape, mg.float32)
+        exe = g.compile({px: x}, [g.max_pooling_2d(px, data_layout="NCHW", **kw)], device="cpu")
+    finally:
+        for k in env:
+            monkeypatch.delenv(k)
+    return np.asarray(exe.run([mg.TensorData(x)])[0])
+
+
+# (N, C, H, W), kernel, stride, padding (top, bottom, left, right), dilation, ceil mode
+POOLS = [((2, 3, 16, 16), 2, 2, 0, 1, False), ((1, 4, 112, 112), 3, 2, 1, 1, False),  # small CNN, ResNet-18
+         ((2, 3, 15, 17), 3, 1, 1, 1, False), ((1, 2, 13, 11), 3, 2, 1, 1, True), ((1, 3, 19, 23), 2, 3, 0, 1, True),
+         ((1, 2, 14, 15), 3, 2, 1, 2, False), ((3, 2, 9, 1), (2, 1), (2, 1), 0, 1, False),
+         ((1, 2, 10, 12), (3, 2), 2, (1, 0, 0, 1), 1, False), ((1, 1, 5, 40), (1, 3), (1, 2), 0, 1, False)]
+
+
+@pytest.mark.parametrize("case", POOLS, ids=[f"pool{i}" for i in range(len(POOLS))])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_max_pool_rows_against_streaming_and_torch(case, threads, monkeypatch):
+    shape, k, s, pad, dil, ceil = case
+    rng = np.random.default_rng(41)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[rng.integers(0, x.size, 3)] = np.nan
+    x.flat[rng.integers(0, x.size, 2)] = np.inf
+    x.flat[rng.integers(0, x.size, 2)] = -np.inf
+    kw = dict(kernel_sizes=k, strides=s, dilation_rates=dil, padding=pad, ceil_mode=ceil)
+    before = mg.get_num_threads()
+    mg.set_num_threads(threads)
+    try:
+        y = _pool(x, kw, {}, monkeypatch)
+        stream = _pool(x, kw, {"MPSGRAPH_CPU_POOL_ROWS": "0"}, monkeypatch)
+    finally:
+        mg.set_num_threads(before)
+    np.testing.assert_array_equal(y, stream)  # NaN where NaN
+    if isinstance(pad, int):  # torch pads symmetrically (-inf)
+        ref = F.max_pool2d(torch.from_numpy(x), k, s, pad, dil, ceil_mode=ceil).numpy()
+        np.testing.assert_array_equal(y, ref)
+
+
+def test_max_pool_rows_finite_random(monkeypatch):
+    """Without special values, over many shapes: the same values as the streaming loop."""
+    rng = np.random.default_rng(42)
+    for _ in range(20):
+        h, w = rng.integers(1, 30, 2)
+        k = (int(rng.integers(1, min(h, 4) + 1)), int(rng.integers(1, min(w, 4) + 1)))
+        s = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        x = rng.standard_normal((2, 3, h, w)).astype(np.float32)
+        kw = dict(kernel_sizes=k, strides=s)
+        np.testing.assert_array_equal(_pool(x, kw, {}, monkeypatch),
+                                      _pool(x, kw, {"MPSGRAPH_CPU_POOL_ROWS": "0"}, monkeypatch))
