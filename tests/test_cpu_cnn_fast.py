@@ -8,22 +8,17 @@ import numpy as np
 import pytest
 
 import mpsgraph as mg
+from test_cpu_conv_fast import _compile, _run
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 
 def _pool(x, kw, env, monkeypatch):
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    try:
-        g = mg.Graph()
+    def build(g):
         px = g.placeholder(x.shape, mg.float32)
-        exe = g.compile({px: x}, [g.max_pooling_2d(px, data_layout="NCHW", **kw)], device="cpu")
-    finally:
-        for k in env:
-            monkeypatch.delenv(k)
-    return np.asarray(exe.run([mg.TensorData(x)])[0])
+        return [g.max_pooling_2d(px, data_layout="NCHW", **kw)], [px]
+    return _run(_compile(build, [x], env, monkeypatch), [x])[0]
 
 
 # (N, C, H, W), kernel, stride, padding (top, bottom, left, right), dilation, ceil mode
