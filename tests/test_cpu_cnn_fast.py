@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import mpsgraph as mg
-from test_cpu_conv_fast import _compile, _run
+from test_cpu_conv_fast import _compile, _run, _threads
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -38,13 +38,9 @@ def test_max_pool_rows_against_streaming_and_torch(case, threads, monkeypatch):
     x.flat[rng.integers(0, x.size, 2)] = np.inf
     x.flat[rng.integers(0, x.size, 2)] = -np.inf
     kw = dict(kernel_sizes=k, strides=s, dilation_rates=dil, padding=pad, ceil_mode=ceil)
-    before = mg.get_num_threads()
-    mg.set_num_threads(threads)
-    try:
+    with _threads(threads):
         y = _pool(x, kw, {}, monkeypatch)
         stream = _pool(x, kw, {"MPSGRAPH_CPU_POOL_ROWS": "0"}, monkeypatch)
-    finally:
-        mg.set_num_threads(before)
     np.testing.assert_array_equal(y, stream)  # NaN where NaN
     if isinstance(pad, int):  # torch pads symmetrically (-inf)
         ref = F.max_pool2d(torch.from_numpy(x), k, s, pad, dil, ceil_mode=ceil).numpy()

@@ -15,6 +15,7 @@ PyTorch in float64:
   * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
     a bias only before a residual add, NaN bounds left to the clamp kernel): the same bits as
     the epilogue ops applied to the product."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -38,6 +39,17 @@ def _compile(build, feeds, env, monkeypatch):
     finally:
         for k in env:
             monkeypatch.delenv(k)
+
+
+@contextlib.contextmanager
+def _threads(n):
+    """mpsgraph's pool limited to n threads inside the block."""
+    before = mg.get_num_threads()
+    mg.set_num_threads(n)
+    try:
+        yield
+    finally:
+        mg.set_num_threads(before)
 
 
 def _run(exe, feeds):
@@ -334,17 +346,13 @@ def test_packed_weights_against_blas_and_torch(shape, wshape, stride, pad, threa
     bias = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
     build = _packed_build(shape, w, bias, stride, pad)
     env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
-    before = mg.get_num_threads()
-    mg.set_num_threads(threads)
-    try:
+    with _threads(threads):
         packed = _compile(build, [x], env, monkeypatch)
         blas = _compile(build, [x], dict(env, MPSGRAPH_CPU_PACKED="0"), monkeypatch)
         y, yr6 = _run(packed, [x])
         yb, ybr6 = _run(blas, [x])
         x2 = rng.standard_normal(shape).astype(np.float32)  # a second run reads the same packed weights
         y2 = _run(packed, [x2])[0]
-    finally:
-        mg.set_num_threads(before)
     ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
     assert y.shape == ref.shape
     assert np.all(np.abs(y - ref) <= 2e-6 * scale)
@@ -428,9 +436,7 @@ def test_packed_channels_against_blas_and_torch(shape, wshape, stride, pad, thre
     b = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
     res = rng.standard_normal(ref.shape).astype(np.float32)
     env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
-    before = mg.get_num_threads()
-    mg.set_num_threads(threads)
-    try:
+    with _threads(threads):
         def run(epilogue, extra):
             build = _epilogue_build(shape, w, b, res, stride, pad, epilogue)
             return _run(_compile(build, [x, res], dict(env, **extra), monkeypatch), [x, res])[0]
@@ -443,8 +449,6 @@ def test_packed_channels_against_blas_and_torch(shape, wshape, stride, pad, thre
                 continue
             np.testing.assert_array_equal(fused, numpy_of(y, b, res), err_msg=name)
             np.testing.assert_array_equal(fused_blas, numpy_of(yb, b, res), err_msg=name)
-    finally:
-        mg.set_num_threads(before)
     assert y.shape == ref.shape
     assert np.all(np.abs(y - ref) <= 2e-6 * scale)
     assert np.all(np.abs(yb - ref) <= 2e-6 * scale)

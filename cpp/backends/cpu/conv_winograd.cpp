@@ -221,8 +221,9 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
     // and packed for the 16 products (BLAS would repack them on every call);
     // MPSGRAPH_CPU_WINOGRAD_PACKED=0 (read here) keeps BLAS
     const char* wp = std::getenv("MPSGRAPH_CPU_WINOGRAD_PACKED");
-    for (int xi = 0; xi < 16 && !(wp && std::string(wp) == "0"); ++xi) {
-      const PackedLayout layout = q.rows * q.tw >= kPackedPlanesTiles ? PackedLayout::Planes : PackedLayout::Channels;
+    const bool pack = !(wp && std::string(wp) == "0");
+    const PackedLayout layout = q.rows * q.tw >= kPackedPlanesTiles ? PackedLayout::Planes : PackedLayout::Channels;
+    for (int xi = 0; xi < 16 && pack; ++xi) {
       auto pw = make_packed_weights(U->data() + xi * q.O * q.C, q.O, q.C, q.C, layout);
       if (!pw) break;
       packed.push_back(std::move(pw));

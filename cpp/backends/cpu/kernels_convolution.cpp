@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/blas_gemm.h"
@@ -361,10 +362,19 @@ RowEpilogue row_epilogue(const ConvEpilogue& e) {
   return r;
 }
 
+// The clamp bounds of `re` from this run's operands (lo, hi; NaN: the clamp kernel's rules, so
+// the caller leaves the clamp unfolded).
+std::pair<float, float> row_bounds(const RowEpilogue& re, const float* const* in) {
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  return {re.relu ? 0.0f : re.lo >= 0 ? in[re.lo][0] : -inf, re.hi >= 0 ? in[re.hi][0] : inf};
+}
+
 // An epilogue and its operands for one run (none: e is null); ops before `from` are done.
+// `row`: the epilogue's foldable head, worked out once at compile.
 struct Epi {
   const ConvEpilogue* e = nullptr;
   const float* const* in = nullptr;
+  const RowEpilogue* row = nullptr;
   size_t from = 0;
   template <class T>
   void operator()(T* y, int64_t n, int64_t o0, int64_t o1, int64_t p0, int64_t p1) const {
@@ -374,11 +384,11 @@ struct Epi {
   // The leading bias and clamp as the packed GEMM's store (channels from o0); returns the
   // epilogue left to apply after it. NaN clamp bounds stay unfolded (the clamp kernel's rules).
   Epi fold(PackedStore& st, int64_t o0) const {
-    if (!e || e->ops.empty()) return *this;
-    const RowEpilogue re = row_epilogue(*e);
-    constexpr float inf = std::numeric_limits<float>::infinity();
-    const float lo = re.relu ? 0.0f : re.lo >= 0 ? in[re.lo][0] : -inf, hi = re.hi >= 0 ? in[re.hi][0] : inf;
-    if (re.folded == 0 || std::isnan(lo) || std::isnan(hi)) return *this;
+    if (!e || !row || row->folded == 0) return *this;
+    const RowEpilogue& re = *row;
+    const std::pair<float, float> bounds = row_bounds(re, in);
+    const float lo = bounds.first, hi = bounds.second;
+    if (std::isnan(lo) || std::isnan(hi)) return *this;
     if (re.bias >= 0) {
       st.bias = in[re.bias] + (re.bias_channel ? o0 : 0);
       st.bias_stride = re.bias_channel ? 1 : 0;
@@ -497,10 +507,10 @@ void depthwise_taps3(const Plan& p, T* yr, const T* b, const int64_t* off, const
 // source rows (conv_depthwise.h) with the bias and clamp of the epilogue, edges scalar.
 void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const Epi& epi) {
   const Dw3RowFn row = dw3_row_fn(p.sL);
-  const bool has_epi = epi.e && !epi.e->ops.empty();
-  RowEpilogue re = has_epi ? row_epilogue(*epi.e) : RowEpilogue{true};
+  RowEpilogue re = epi.e && epi.row ? *epi.row : RowEpilogue{true};
   constexpr float inf = std::numeric_limits<float>::infinity();
-  float lo = re.relu ? 0.0f : re.lo >= 0 ? epi.in[re.lo][0] : -inf, hi = re.hi >= 0 ? epi.in[re.hi][0] : inf;
+  const std::pair<float, float> bounds = row_bounds(re, epi.in);
+  float lo = bounds.first, hi = bounds.second;
   if (std::isnan(lo) || std::isnan(hi)) re.fused = false;  // the clamp kernel's NaN rules: unfused
   if (!re.fused) lo = -inf, hi = inf;
   const int64_t per_image = p.G * p.Og, grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.P * 9, 1));
@@ -731,19 +741,17 @@ bool planes_layout(int64_t columns, int64_t K) {
 // The forward float32 kernel of the generic path, with an epilogue (empty: none).
 KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape);
-  // constant weights of one group: packed once here (BLAS would repack them on every call). Only
-  // for products of many columns: with few (deep layers' small planes) the micro-kernel's column
-  // tails waste lanes and BLAS, vectorised along the output channels, is faster.
-  // Few columns get the layout vectorised along the output channels instead (no column tails).
+  // constant weights of one group: packed once here (BLAS would repack them on every call), in
+  // the layout planes_layout picks for the product's columns and depth.
   const int64_t columns = p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
   if (p.G == 1 && !p.depthwise && c.constants.size() > 1 && c.constants[1] && p.O > 0 && p.CK > 0)
     p.packed = make_packed_weights(static_cast<const float*>(c.constants[1]->data()), p.O, p.CK, p.CK,
                                    planes_layout(columns, p.CK) ? PackedLayout::Planes : PackedLayout::Channels);
   const int64_t out_elems = num_elements(c.out[0].shape);
   const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
-  return [p, sp, out_elems, epilogue](const void* const* in, void* const* out) {
+  return [p, sp, out_elems, epilogue, row = row_epilogue(epilogue)](const void* const* in, void* const* out) {
     Scratch<float> s = scratch_of<float>(sp, out);
-    const Epi epi{&epilogue, reinterpret_cast<const float* const*>(in + 2)};
+    const Epi epi{&epilogue, reinterpret_cast<const float* const*>(in + 2), &row};
     execute<float>(p, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]), static_cast<float*>(out[0]),
                    out_elems, s, epi);
   };
