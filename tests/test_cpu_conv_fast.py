@@ -66,8 +66,10 @@ def _ref(x, w, stride, pads, dil=1, groups=1, absolute=False):
 
 # (N, C, H, W), O, pads: the first two have too few tiles to pay a per-run transform (so
 # Winograd runs only with constant weights), the last is ResNet-18's layer-4 shape at batch 1.
+# At batch 1 with an odd number of tile rows, several threads split the output channels.
 CONST = [((1, 64, 14, 14), 24, (1, 1, 1, 1)), ((1, 80, 13, 11), 16, (1, 0, 2, 1)), ((1, 64, 14, 14), 64, (1, 1, 1, 1)),
-         ((2, 72, 20, 18), 20, (1, 1, 1, 1))]  # 90 tiles per unit: the packed planes layout (else channels)
+         ((2, 72, 20, 18), 20, (1, 1, 1, 1)),  # 90 tiles per unit: the packed planes layout (else channels)
+         ((1, 64, 18, 30), 40, (1, 1, 1, 1))]  # planes, the output channels split (7 panels of 6)
 
 
 @pytest.mark.parametrize("shape,o,pads", CONST)
