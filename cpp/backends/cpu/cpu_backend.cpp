@@ -52,7 +52,7 @@ namespace {
 constexpr std::chrono::microseconds kSpinFor{100};
 
 inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
   __builtin_ia32_pause();
 #else
   std::this_thread::yield();
