@@ -323,10 +323,11 @@ def test_images_side_by_side(shape, wshape, stride, pad, monkeypatch):
 
 # (N, C, H, W), (O, kh, kw), stride, pad: MobileNetV2's 1x1 layers (direct: the source planes are
 # the columns), its stem and ResNet-18's 7x7 (im2col), O not a multiple of the 8-row panels and
-# planes that leave column tails; then products of too few columns, which keep BLAS (deep
-# layers, images side by side).
+# planes that leave column tails, a strided layer of 3 images in 6 units of (image, tile); then
+# products of too few columns, which keep BLAS (deep layers, images side by side).
 PACKED = [((1, 32, 56, 56), (144, 1, 1), 1, 0), ((2, 24, 23, 25), (13, 1, 1), 1, 0),
           ((1, 3, 64, 70), (32, 3, 3), 2, 1), ((1, 3, 45, 47), (64, 7, 7), 2, 3), ((1, 40, 30, 29), (9, 3, 3), 1, 1),
+          ((3, 16, 33, 35), (100, 3, 3), 2, 1),
           ((1, 160, 7, 7), (960, 1, 1), 1, 0), ((4, 64, 7, 7), (20, 3, 3), 1, 1), ((3, 5, 9, 1), (7, 1, 1), 1, 0)]
 
 
