@@ -14,8 +14,9 @@
 // of output rows right after it is written; with constant weights (one group) the GEMM is
 // conv_gemm_packed.h's (weights packed at compile, its bias and clamp folded into the store).
 // float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
-// project's pool as (image x group, tile) units with BLAS on the calling thread; large ones run
-// one image at a time with parallel gathers and BLAS's own threads.
+// project's pool as (image x group, tile) units with BLAS on the calling thread, and so do large
+// ones with packed weights where there are units enough to share; others run one image at a
+// time, the gathers and then the product split over the pool.
 #include <algorithm>
 #include <atomic>
 #include <climits>
