@@ -66,8 +66,10 @@ def _ref(x, w, stride, pads, dil=1, groups=1, absolute=False):
 
 # (N, C, H, W), O, pads: the first two have too few tiles to pay a per-run transform (so
 # Winograd runs only with constant weights), the last is ResNet-18's layer-4 shape at batch 1.
+# At batch 1 with an odd number of tile rows, several threads split the output channels.
 CONST = [((1, 64, 14, 14), 24, (1, 1, 1, 1)), ((1, 80, 13, 11), 16, (1, 0, 2, 1)), ((1, 64, 14, 14), 64, (1, 1, 1, 1)),
-         ((2, 72, 20, 18), 20, (1, 1, 1, 1))]  # 90 tiles per unit: the packed planes layout (else channels)
+         ((2, 72, 20, 18), 20, (1, 1, 1, 1)),  # 90 tiles per unit: the packed planes layout (else channels)
+         ((1, 64, 18, 30), 40, (1, 1, 1, 1))]  # planes, the output channels split (7 panels of 6)
 
 
 @pytest.mark.parametrize("shape,o,pads", CONST)
@@ -321,10 +323,11 @@ def test_images_side_by_side(shape, wshape, stride, pad, monkeypatch):
 
 # (N, C, H, W), (O, kh, kw), stride, pad: MobileNetV2's 1x1 layers (direct: the source planes are
 # the columns), its stem and ResNet-18's 7x7 (im2col), O not a multiple of the 8-row panels and
-# planes that leave column tails; then products of too few columns, which keep BLAS (deep
-# layers, images side by side).
+# planes that leave column tails, a strided layer of 3 images in 6 units of (image, tile); then
+# products of too few columns, which keep BLAS (deep layers, images side by side).
 PACKED = [((1, 32, 56, 56), (144, 1, 1), 1, 0), ((2, 24, 23, 25), (13, 1, 1), 1, 0),
           ((1, 3, 64, 70), (32, 3, 3), 2, 1), ((1, 3, 45, 47), (64, 7, 7), 2, 3), ((1, 40, 30, 29), (9, 3, 3), 1, 1),
+          ((3, 16, 33, 35), (100, 3, 3), 2, 1),
           ((1, 160, 7, 7), (960, 1, 1), 1, 0), ((4, 64, 7, 7), (20, 3, 3), 1, 1), ((3, 5, 9, 1), (7, 1, 1), 1, 0)]
 
 

@@ -199,7 +199,8 @@ void pack_columns(const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr,
 // Columns [j0, j1) of C, in chunks whose slice of B (K x chunk) stays in L2 while every panel
 // passes over it.
 void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1,
-                 const PackedStore* s) {
+                 const PackedStore* s, int64_t r0 = 0, int64_t r1 = -1) {
+  if (r1 < 0) r1 = a.M;
 #if MG_CPU_X86
   const int64_t nr = a.nr, K = a.K;
   const int64_t chunk = std::max<int64_t>(nr, (int64_t(65536) / std::max<int64_t>(K, 1)) / nr * nr);
@@ -211,9 +212,9 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
       pack_columns(B + c0, ldb, K, c1 - c0, nr, packed.data());
     }
-    for (int64_t i0 = 0; i0 < a.M; i0 += a.mr) {
+    for (int64_t i0 = r0; i0 < r1; i0 += a.mr) {
       const float* panel = a.panels.data() + i0 * K;
-      const int64_t rows = std::min(a.mr, a.M - i0);
+      const int64_t rows = std::min(a.mr, r1 - i0);
       float* Ci = C + i0 * ldc;
       for (int64_t j = c0; j < c1; j += nr) {
         const int64_t n = std::min(nr, c1 - j);
@@ -236,14 +237,15 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
 // blocks whose slice of the panel (16 KiB at most) stays in L1 while every column block passes
 // over it: inside a network the weights come from memory once, not once per column block.
 void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int64_t ldc, int64_t q0, int64_t q1,
-                const PackedStore* s) {
+                const PackedStore* s, int64_t r1 = -1) {
+  if (r1 < 0) r1 = a.M;
 #if MG_CPU_X86
   const int64_t K = a.K, blocks = (N + kChanCols - 1) / kChanCols;
   thread_local std::vector<float> acc;  // partial sums between depth blocks
   if (K > kChanDepth && acc.size() < size_t(blocks * kChanCols * kChanRows))
     acc.resize(size_t(blocks * kChanCols * kChanRows));
   for (int64_t q = q0; q < q1; ++q) {
-    const int64_t i0 = q * kChanRows, rows = std::min(kChanRows, a.M - i0);
+    const int64_t i0 = q * kChanRows, rows = std::min(kChanRows, r1 - i0);
     const float* panel = a.panels.data() + i0 * K;
     float* Ci = C + i0 * ldc;
     for (int64_t k0 = 0; k0 < K; k0 += kChanDepth) {
@@ -284,6 +286,21 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   for (int64_t i = 0; i < M; ++i)
     for (int64_t k = 0; k < K; ++k) p->panels[size_t((i / pr * K + k) * pr + i % pr)] = w[i * ldw + k];
   return p;
+}
+
+int64_t packed_panel_rows(const PackedWeights& a) { return a.mr; }
+
+void packed_gemm_rows(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
+                      int64_t r0, int64_t r1) {
+  r1 = std::min(r1, a.M);
+  if (N <= 0 || r0 >= r1) return;
+  if (a.layout == PackedLayout::Channels) {
+    thread_local std::vector<float> packed;
+    packed.resize(size_t(a.K * ((N + kChanCols - 1) / kChanCols) * kChanCols));
+    pack_columns(B, ldb, a.K, N, kChanCols, packed.data());
+    return run_panels(a, packed.data(), N, C, ldc, r0 / kChanRows, (r1 + kChanRows - 1) / kChanRows, nullptr, r1);
+  }
+  run_columns(a, B, ldb, C, ldc, 0, N, nullptr, r0, r1);
 }
 
 void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,

@@ -43,4 +43,10 @@ struct PackedStore {
 void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
                  const PackedStore* store = nullptr);
 
+// Rows [r0, r1) of that product, no epilogue, on the calling thread (r0 a multiple of
+// packed_panel_rows): threads that split a convolution's output channels among them.
+int64_t packed_panel_rows(const PackedWeights& a);
+void packed_gemm_rows(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
+                      int64_t r0, int64_t r1);
+
 }  // namespace mg::cpu

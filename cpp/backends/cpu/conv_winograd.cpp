@@ -39,6 +39,7 @@ struct Wino {
   int64_t N = 0, C = 0, O = 0, H = 0, W = 0, pt = 0, pl = 0, OH = 0, OW = 0, th = 0, tw = 0;
   int64_t rows = 1, blocks = 1;  // tile rows per unit, units per image
   int slots = 1;
+  bool by_channels = false;  // units one at a time, split over source, then output channels
   int64_t v_elems = 0, m_elems = 0;  // per slot
   size_t u_idx = 0, v_idx = 0, m_idx = 0;
 };
@@ -72,12 +73,12 @@ bool transform_weights(const Wino& q, const float* w, float* U) {
   return finite;
 }
 
-// V[xi][c][t] = (B^T d B)[xi] for the tiles of tile rows [ty0, ty1) of one image. False when
-// a source value is not finite.
-bool transform_input(const Wino& q, const float* x, float* V, int64_t ty0, int64_t ty1) {
+// V[xi][c][t] = (B^T d B)[xi] for the tiles of tile rows [ty0, ty1) of one image, channels
+// [c0, c1). False when a source value is not finite.
+bool transform_input(const Wino& q, const float* x, float* V, int64_t ty0, int64_t ty1, int64_t c0, int64_t c1) {
   const int64_t T = (ty1 - ty0) * q.tw, CT = q.C * T;
   float z = 0.0f;
-  for (int64_t c = 0; c < q.C; ++c) {
+  for (int64_t c = c0; c < c1; ++c) {
     const float* xc = x + c * q.H * q.W;
     float* vc = V + c * T;
     for (int64_t ty = ty0; ty < ty1; ++ty) {
@@ -119,9 +120,9 @@ bool transform_input(const Wino& q, const float* x, float* V, int64_t ty0, int64
 }
 
 // y tiles of rows [ty0, ty1) from M[xi][o][t] = A^T m A.
-void transform_output(const Wino& q, const float* M, float* y, int64_t ty0, int64_t ty1) {
+void transform_output(const Wino& q, const float* M, float* y, int64_t ty0, int64_t ty1, int64_t o0, int64_t o1) {
   const int64_t T = (ty1 - ty0) * q.tw, OT = q.O * T;
-  for (int64_t o = 0; o < q.O; ++o) {
+  for (int64_t o = o0; o < o1; ++o) {
     float* yo = y + o * q.OH * q.OW;
     for (int64_t ty = ty0; ty < ty1; ++ty)
       for (int64_t tx = 0; tx < q.tw; ++tx) {
@@ -156,14 +157,43 @@ bool run(const Wino& q, const float* x, const float* w, const float* U_const, co
   }
   const int64_t units = q.N * q.blocks;
   std::atomic<bool> finite{true};
+  if (q.by_channels) {
+    // Too few units to share: per unit, the threads transform the tiles of their share of the
+    // source channels, then run the products and output transform of their share of the
+    // output channels, whole panels of the packed weights, which each alone reads.
+    const int64_t pr = packed_panel_rows(*packed[0]), panels = (q.O + pr - 1) / pr;
+    float* V = static_cast<float*>(out[q.v_idx]);
+    float* M = static_cast<float*>(out[q.m_idx]);
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t n = u / q.blocks, ty0 = u % q.blocks * q.rows, ty1 = std::min(q.th, ty0 + q.rows);
+      const int64_t T = (ty1 - ty0) * q.tw;
+      parallel_for(q.C, (q.C + q.slots - 1) / q.slots, [&](int64_t c0, int64_t c1) {
+        if (!transform_input(q, x + n * q.C * q.H * q.W, V, ty0, ty1, c0, c1)) finite = false;
+      });
+      if (!finite) return false;
+      parallel_for(q.slots, 1, [&](int64_t s0, int64_t s1) {
+        for (int64_t sl = s0; sl < s1; ++sl) {
+          const int64_t o0 = std::min(q.O, panels * sl / q.slots * pr);
+          const int64_t o1 = std::min(q.O, panels * (sl + 1) / q.slots * pr);
+          for (int xi = 0; xi < 16; ++xi)
+            packed_gemm_rows(*packed[size_t(xi)], V + xi * q.C * T, T, T, M + xi * q.O * T, T, o0, o1);
+          transform_output(q, M, y + n * q.O * q.OH * q.OW, ty0, ty1, o0, o1);
+          if (epi) epi->apply(y, epi_in, n, o0, o1, 2 * ty0 * q.OW, std::min(2 * ty1, q.OH) * q.OW);
+        }
+      });
+    }
+    return true;
+  }
+  // units are claimed, not dealt: a thread slowed by another process takes fewer
+  std::atomic<int64_t> next{0};
   parallel_for(q.slots, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t sl = s0; sl < s1; ++sl) {
       float* V = static_cast<float*>(out[q.v_idx]) + sl * q.v_elems;
       float* M = static_cast<float*>(out[q.m_idx]) + sl * q.m_elems;
-      for (int64_t u = sl; u < units; u += q.slots) {
+      for (int64_t u = next++; u < units; u = next++) {
         const int64_t n = u / q.blocks, ty0 = u % q.blocks * q.rows, ty1 = std::min(q.th, ty0 + q.rows);
         const int64_t T = (ty1 - ty0) * q.tw;
-        if (!transform_input(q, x + n * q.C * q.H * q.W, V, ty0, ty1)) finite = false;
+        if (!transform_input(q, x + n * q.C * q.H * q.W, V, ty0, ty1, 0, q.C)) finite = false;
         if (!finite) return;
         for (int xi = 0; xi < 16; ++xi) {
           if (!packed.empty()) {
@@ -173,7 +203,7 @@ bool run(const Wino& q, const float* x, const float* w, const float* U_const, co
           gemm_on_pool(false, false, q.O, T, q.C, U + xi * q.O * q.C, q.C, V + xi * q.C * T, T, 0.0f,
                        M + xi * q.O * T, T);
         }
-        transform_output(q, M, y + n * q.O * q.OH * q.OW, ty0, ty1);
+        transform_output(q, M, y + n * q.O * q.OH * q.OW, ty0, ty1, 0, q.O);
         if (epi) epi->apply(y, epi_in, n, 0, q.O, 2 * ty0 * q.OW, std::min(2 * ty1, q.OH) * q.OW);
       }
     }
@@ -205,14 +235,23 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   if (wconst && (wconst->dtype != DType::Float32 || wconst->size() != num_elements(ws) || !wconst->data()))
     wconst = nullptr;
   if (wconst ? q.th * q.tw < kMinTilesPerImage : q.N * q.th * q.tw < kMinTiles) return {};
-  q.rows = std::max<int64_t>(1, std::min(q.th, kTilesPerUnit / q.tw));
+  // Units of equal tile rows, as few as fit kTilesPerUnit (smaller units run their 16 products
+  // slower), their count a multiple of the threads where there are few: a unit left over would
+  // run on one thread while the others wait (at batch 1, 4 units of 9, 9, 9 and 1 rows over 2
+  // threads took 18 rows' time, 2 units of 14 take 14).
   const int threads = num_threads();
-  while (q.rows > 1 && q.N * ((q.th + q.rows - 1) / q.rows) < 2 * threads) q.rows = (q.rows + 1) / 2;
+  const int64_t max_rows = std::max<int64_t>(1, std::min(q.th, kTilesPerUnit / q.tw));
+  int64_t blocks = (q.th + max_rows - 1) / max_rows;
+  // Fewer units than threads and tile rows that do not split evenly (batch 1, 14x14: 7 rows,
+  // 4 and 3 took 1.13 ms, the channels split 0.79 ms): the source channels are split for the
+  // input transform and the output channels for the rest, at the cost of a meeting between
+  // and of every thread packing all the tiles for its products (where the rows split evenly,
+  // as 28x28's 14, that cost more than it saved: 0.97 against 0.91 ms). Needs packed weights.
+  q.by_channels = wconst && threads > 1 && q.N * blocks < threads && q.N * q.th % threads != 0;
+  while (!q.by_channels && blocks < q.th && q.N * blocks % threads != 0 && q.N * blocks < 4 * threads) ++blocks;
+  q.rows = (q.th + blocks - 1) / blocks;
   q.blocks = (q.th + q.rows - 1) / q.rows;
-  q.slots = int(std::min<int64_t>(threads, q.N * q.blocks));
-  const int64_t T = q.rows * q.tw;
-  q.v_elems = 16 * q.C * T;
-  q.m_elems = 16 * q.O * T;
+  q.slots = int(q.by_channels ? threads : std::min<int64_t>(threads, q.N * q.blocks));
   std::shared_ptr<std::vector<float>> U;  // the transformed constant weights (16/9 of their size)
   PackedU packed;
   if (wconst) {
@@ -229,11 +268,21 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
       packed.push_back(std::move(pw));
     }
     if (packed.size() != 16) packed.clear();
-  } else {
+  }
+  if (packed.empty() && q.by_channels) {  // back to units of tiles
+    q.by_channels = false;
+    while (blocks < q.th && q.N * blocks % threads != 0 && q.N * blocks < 4 * threads) ++blocks;
+    q.rows = (q.th + blocks - 1) / blocks;
+    q.blocks = (q.th + q.rows - 1) / q.rows;
+    q.slots = int(std::min<int64_t>(threads, q.N * q.blocks));
+  }
+  q.v_elems = 16 * q.C * q.rows * q.tw;
+  q.m_elems = 16 * q.O * q.rows * q.tw;
+  if (!wconst) {
     q.u_idx = c.scratch(size_t(16 * q.O * q.C) * sizeof(float));
   }
-  q.v_idx = c.scratch(size_t(q.slots * q.v_elems) * sizeof(float));
-  q.m_idx = c.scratch(size_t(q.slots * q.m_elems) * sizeof(float));
+  q.v_idx = c.scratch(size_t((q.by_channels ? 1 : q.slots) * q.v_elems) * sizeof(float));
+  q.m_idx = c.scratch(size_t((q.by_channels ? 1 : q.slots) * q.m_elems) * sizeof(float));
   const bool has_epi = epilogue && !epilogue->ops.empty();
   const ConvEpilogue epi = has_epi ? *epilogue : ConvEpilogue{};
   KernelFn fallback = generic(c);  // its scratch follows ours

@@ -14,9 +14,11 @@
 // of output rows right after it is written; with constant weights (one group) the GEMM is
 // conv_gemm_packed.h's (weights packed at compile, its bias and clamp folded into the store).
 // float16/bfloat16 compute in float32 scratch from the program's memory plan. Small products go over the
-// project's pool as (image x group, tile) units with BLAS on the calling thread; large ones run
-// one image at a time with parallel gathers and BLAS's own threads.
+// project's pool as (image x group, tile) units with BLAS on the calling thread, and so do large
+// ones with packed weights where there are units enough to share; others run one image at a
+// time, the gathers and then the product split over the pool.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -126,7 +128,8 @@ struct Plan {
   int64_t units() const { return tiles_parallel ? items() * ntiles : items(); }
 };
 
-Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, const Shape& dy) {
+// packed: forward weights that will be packed at compile (float32 graph constants, one group).
+Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, const Shape& dy, bool packed = false) {
   const ops::ConvolutionAttrs& a = typed_attrs<ops::ConvolutionAttrs>(node);
   const Ints& strides = a.strides;
   const Ints& dil = a.dilation_rates;
@@ -222,7 +225,26 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   const int64_t mk = std::max<int64_t>(p.Og * p.CK, 1);
   p.tiles_parallel = kind != Kind::Data || p.direct;
   p.ours = false;
-  if (threads > 1 && mk <= 8192 && p.P > 0) {
+  // units that are few and do not divide among the threads leave threads idle (7 tiles over 2
+  // threads run as 4): more tiles, down to 32 columns, until they do
+  auto balance = [&] {
+    int64_t nt = p.ntiles;
+    while (p.N * nt % threads != 0 && p.N * nt < 4 * threads && (p.P + nt) / (nt + 1) >= 32) ++nt;
+    p.tile = (p.P + nt - 1) / nt;
+    p.ntiles = (p.P + p.tile - 1) / p.tile;
+  };
+  if (threads > 1 && packed && kind == Kind::Forward && mk > 8192 && !p.direct && !p.depthwise && p.G == 1 &&
+      p.P > 0) {
+    // Packed weights are not repacked per call: (image, tile) units of the columns the shared
+    // path's products use, each unit's gather and product on one thread. The shared path
+    // meets twice per tile (the gather, then the product) and splits the gather over the
+    // source channels: the stem's 3 went 2 to 1.
+    p.tile = std::min(p.P, std::max<int64_t>(256, kColumnBudget / p.CK));
+    p.ntiles = (p.P + p.tile - 1) / p.tile;
+    balance();
+    p.ours = p.units() >= threads && (p.units() % threads == 0 || p.units() >= 4 * threads);
+  }
+  if (!p.ours && threads > 1 && mk <= 8192 && p.P > 0) {
     // tiles of about kUnitWork multiply-adds (a BLAS call per tile repacks the weights), cut
     // smaller only where there would be fewer than two units per thread
     p.tile = std::min(p.P, std::max<int64_t>(128, kUnitWork / mk));
@@ -232,6 +254,7 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
       p.tile = std::max<int64_t>(32, (p.P + per_item - 1) / per_item);
       p.ntiles = (p.P + p.tile - 1) / p.tile;
     }
+    if (kind == Kind::Forward && p.G == 1) balance();
     p.ours = p.units() >= 2;
   }
   if (!p.ours) {
@@ -663,9 +686,17 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
   }
   if (p.kind == Kind::Weights)
     std::fill(s.acc, s.acc + s.nacc * out_elems, T(0));
+  // units are claimed (a thread slowed by another process takes fewer), except the weights
+  // gradient's: its per-slot partial sums would then add up in a different order per run
+  std::atomic<int64_t> next{0};
+  const bool claim = p.kind != Kind::Weights;
   parallel_for(p.slots, 1, [&](int64_t s0, int64_t s1) {
-    for (int64_t sl = s0; sl < s1; ++sl)
-      for (int64_t u = sl; u < p.units(); u += p.slots) run_unit(u, int(sl));
+    for (int64_t sl = s0; sl < s1; ++sl) {
+      if (claim)
+        for (int64_t u = next++; u < p.units(); u = next++) run_unit(u, int(sl));
+      else
+        for (int64_t u = sl; u < p.units(); u += p.slots) run_unit(u, int(sl));
+    }
   });
   if (p.kind == Kind::Weights && s.nacc > 0) {
     parallel_for(out_elems, 65536, [&](int64_t b, int64_t e) {
@@ -740,13 +771,16 @@ bool planes_layout(int64_t columns, int64_t K) {
 
 // The forward float32 kernel of the generic path, with an epilogue (empty: none).
 KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
-  Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape);
+  const bool constant = c.constants.size() > 1 && c.constants[1];
+  Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape, constant);
   // constant weights of one group: packed once here (BLAS would repack them on every call), in
   // the layout planes_layout picks for the product's columns and depth.
   const int64_t columns = p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
-  if (p.G == 1 && !p.depthwise && c.constants.size() > 1 && c.constants[1] && p.O > 0 && p.CK > 0)
+  if (p.G == 1 && !p.depthwise && constant && p.O > 0 && p.CK > 0)
     p.packed = make_packed_weights(static_cast<const float*>(c.constants[1]->data()), p.O, p.CK, p.CK,
                                    planes_layout(columns, p.CK) ? PackedLayout::Planes : PackedLayout::Channels);
+  if (constant && !p.packed)  // not packed after all (MPSGRAPH_CPU_PACKED=0, no AVX2): BLAS's split
+    p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape, false);
   const int64_t out_elems = num_elements(c.out[0].shape);
   const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
   return [p, sp, out_elems, epilogue, row = row_epilogue(epilogue)](const void* const* in, void* const* out) {
