@@ -110,6 +110,8 @@ POOLS = [  # (shape, kernel, strides, dilation, padding, ceil_mode)
     ((4, 10), [3], [2], [1], [1, 1], True),                          # 1-d
     ((1, 2, 4, 5, 6), [2, 3, 2], [2, 1, 2], [1, 1, 2], [0, 1, 1, 0, 1, 1], False),  # 3-d
     ((0, 3, 6, 6), [2, 2], [2, 2], [1, 1], [0, 0, 0, 0], False),    # empty
+    ((1, 2, 11, 10), [9, 10], [1, 2], [1, 1], [1, 1, 0, 2], False),  # window dims past the unrolled size
+    ((2, 5, 6, 4), [3, 3, 1], [2, 2, 1], [1, 1, 1], [1, 1, 1, 1, 0, 0], True),  # NHWC as channels-last plans it
 ]
 
 
@@ -284,7 +286,9 @@ def test_nhwc_transposes_are_absorbed():
     want = g.run({x: xv, w: wv}, [y], device="cpu")[y].numpy().astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * 12)
     storage = [e["storage"] for e in exe.memory_plan() if e["op"] == "transpose"]
-    assert storage.count("view") == 2, exe.memory_plan()  # source and result; the weights' transpose runs
+    # source, result and the weights' HWIO-to-OIHW transpose (the convolution copies those
+    # weights into the order it runs in)
+    assert storage.count("view") == 3, exe.memory_plan()
     # the convolution's direct result as a target too
     z = g.convolution_2d(x, w, padding_style="same")
     r = g.run({x: xv, w: wv}, [z, y], device="cuda")

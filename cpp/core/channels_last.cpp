@@ -1,12 +1,16 @@
 #include "core/channels_last.h"
 
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
+#include "core/array.h"
 #include "core/registry.h"
 #include "core/shape.h"
 #include "core/typed_attrs.h"
@@ -24,6 +28,53 @@ struct Rep {
   bool last = false;
 };
 
+// 2-D pooling whose windows the NHWC value can take as 3-D windows over (H, W, C), one channel
+// wide: the same taps in the same order, so the same values (max, avg and sum; not the indices,
+// which count positions in a channel's plane)
+bool pools_channels_last(const Graph& g, const Node& n) {
+  const std::string& op = n.op->name;
+  if (op != "max_pooling_nd" && op != "avg_pooling_nd" && op != "sum_pooling_nd") return false;
+  const auto it = n.attrs.find("kernel_sizes");
+  return it != n.attrs.end() && std::get<std::vector<int64_t>>(it->second).size() == 2 && g.type(n.inputs[0]).shape.size() == 4;
+}
+
+Attrs with_channel_dim(Attrs a) {
+  auto grow = [&](const char* name, std::initializer_list<int64_t> more) {
+    auto it = a.find(name);
+    if (it == a.end()) return;
+    std::vector<int64_t> v = std::get<std::vector<int64_t>>(it->second);
+    v.insert(v.end(), more);
+    it->second = v;
+  };
+  grow("kernel_sizes", {1});
+  grow("strides", {1});
+  grow("dilation_rates", {1});
+  grow("padding", {0, 0});
+  return a;
+}
+
+// `a` transposed by `perm` (dim i of the result is dim perm[i] of a), on the host.
+std::shared_ptr<const Array> permuted(const Array& a, const Shape& perm) {
+  Shape shape;
+  for (int64_t p : perm) shape.push_back(a.shape[size_t(p)]);
+  auto r = Array::empty(a.dtype, shape);
+  const std::vector<int64_t> from = contiguous_strides(a.shape);
+  const size_t es = dtype_size(a.dtype), rank = shape.size();
+  std::vector<int64_t> idx(rank, 0);
+  const auto* s = static_cast<const unsigned char*>(a.data());
+  auto* d = static_cast<unsigned char*>(r->data());
+  for (int64_t i = 0, n = num_elements(shape); i < n; ++i) {
+    int64_t off = 0;
+    for (size_t k = 0; k < rank; ++k) off += idx[k] * from[size_t(perm[k])];
+    std::memcpy(d + size_t(i) * es, s + size_t(off) * es, es);
+    for (size_t k = rank; k-- > 0;) {
+      if (++idx[k] < shape[k]) break;
+      idx[k] = 0;
+    }
+  }
+  return r;
+}
+
 bool is_chosen(const Graph& g, const Node& n, const std::function<bool(const Node&)>& wants) {
   return n.op->name == "convolution" && n.outputs.size() == 1 && n.outputs[0].shape.size() == 4 &&
          g.type(n.inputs[0]).shape.size() == 4 && wants(n);
@@ -31,7 +82,8 @@ bool is_chosen(const Graph& g, const Node& n, const std::function<bool(const Nod
 
 }  // namespace
 
-Specialised plan_channels_last(const Specialised& sg, const std::function<bool(const Node&)>& wants) {
+Specialised plan_channels_last(const Specialised& sg, const std::function<bool(const Node&)>& wants,
+                               bool weights_ohwi) {
   const Graph& src = *sg.graph;
   if (!sg.complete()) return sg;
   bool any = false;
@@ -98,8 +150,40 @@ Specialised plan_channels_last(const Specialised& sg, const std::function<bool(c
       const Rep x = rep_of(s.inputs[0]);
       // a transpose of its own, so that the convolution is its only reader (and reads NHWC)
       const ValueRef xin = x.last ? transpose(x.v, kToFirst, s.name + "/from_nhwc") : x.v;
-      const std::vector<Rep> y = copy(s, {xin, canonical(rep_of(s.inputs[1]), s.name)}, false);
+      ValueRef w = canonical(rep_of(s.inputs[1]), s.name);
+      const Node& wn = dst.node(w.node);
+      if (weights_ohwi && wn.op->name == "constant" && wn.outputs.size() == 1 && wn.outputs[0].shape.size() == 4) {
+        Node c = wn;
+        c.name = s.name + "/weights_ohwi";
+        const auto value = permuted(*std::get<std::shared_ptr<const Array>>(wn.attrs.at("value")), kToLast);
+        c.attrs["value"] = value;
+        c.outputs = {{value->dtype, value->shape}};
+        w = transpose({dst.append(std::move(c)), 0}, kToFirst, s.name + "/weights_from_ohwi");
+      }
+      const std::vector<Rep> y = copy(s, {xin, w}, false);
       map[id] = {{transpose(y[0].v, kToLast, s.name + "/to_nhwc"), true}};
+      continue;
+    }
+    // an NHWC graph's own transposes around its convolutions: to NCHW from a plain value
+    // makes that value's NHWC holding, to NHWC from an NHWC holding is the holding itself
+    if (s.op->name == "transpose" && s.outputs.size() == 1 && s.outputs[0].shape.size() == 4) {
+      const Rep x = rep_of(s.inputs[0]);
+      const auto it = s.attrs.find("permutation");
+      const auto* perm = it == s.attrs.end() ? nullptr : std::get_if<std::vector<int64_t>>(&it->second);
+      if (perm && *perm == kToFirst && !x.last) {
+        map[id] = {{x.v, true}};
+        continue;
+      }
+      if (perm && *perm == kToLast && x.last) {
+        map[id] = {{x.v, false}};
+        continue;
+      }
+    }
+    if (pools_channels_last(src, s) && rep_of(s.inputs[0]).last) {
+      Node nhwc = s;
+      nhwc.attrs = with_channel_dim(s.attrs);
+      map[id] = copy(nhwc, {rep_of(s.inputs[0]).v}, true);
+      map[id][0].last = true;
       continue;
     }
     bool takes_last = s.op->family == "elementwise" && s.outputs.size() == 1 && s.outputs[0].shape.size() == 4;

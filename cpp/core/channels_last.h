@@ -17,6 +17,10 @@ namespace mg {
 
 // `wants` picks the convolutions (op "convolution", 4-D) to run channels-last; the graph is
 // returned unchanged when it picks none, or holds control flow or data-dependent nodes.
-Specialised plan_channels_last(const Specialised& sg, const std::function<bool(const Node&)>& wants);
+// `weights_ohwi`: the chosen convolutions' constant weights become (O, H, W, C) constants read
+// through a transpose, for a backend whose convolution absorbs it (its kernels then find the
+// weights in the order they want, not copied into it by every run).
+Specialised plan_channels_last(const Specialised& sg, const std::function<bool(const Node&)>& wants,
+                               bool weights_ohwi = false);
 
 }  // namespace mg

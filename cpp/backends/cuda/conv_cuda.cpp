@@ -704,7 +704,7 @@ void register_convolution_kernels() {
   register_kernel("convolution_weights_gradient", factory(Kind::Weights));
   // cuDNN reads and writes the data tensors in any layout (an NHWC graph's transposes are not
   // run); `like` (input 2 of the gradients) is never read
-  register_layout_inputs("convolution", {0}, true);
+  register_layout_inputs("convolution", {0, 1}, true);
   register_layout_inputs("convolution_data_gradient", {0, 2}, true);
   register_layout_inputs("convolution_weights_gradient", {0, 1, 2}, false);
 }
