@@ -61,7 +61,48 @@ def w_attention_train(device, b=1, h=8, L=2048, d=64):
             f"causal attention fwd+bwd (B, H, L, D) = {(b, h, L, d)} float32")
 
 
-WORKLOADS = {"attention_train": w_attention_train}
+def _nhwc_block_data(n, hw, c):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, hw, hw, c)).astype(np.float32)
+    w1, w2 = ((rng.standard_normal((3, 3, c, c)) / np.sqrt(9 * c)).astype(np.float32) for _ in range(2))
+    return x, w1, w2, rng.random(c).astype(np.float32), rng.random(c).astype(np.float32)
+
+
+def w_nhwc_block(device, n=8, hw=56, c=64):
+    """A residual block built the MPSGraph way, NHWC with HWIO weights: conv3x3 + bias + relu,
+    max pool 3x3/2, conv3x3 + bias + the pool's output, relu. Run it with
+    MPSGRAPH_CPU_CHANNELS_FIRST=0 and =1 to see what the CPU's NHWC transposes cost; torch runs
+    the same block in channels_last memory format."""
+    def mpsgraph_step():
+        x, w1, w2, b1, b2 = _nhwc_block_data(n, hw, c)
+        g = mg.Graph()
+        xp = g.placeholder(x.shape, mg.float32)
+        h = g.relu(g.convolution_2d(xp, g.constant(w1), padding=[1] * 4) + g.constant(b1))
+        p = g.max_pooling_2d(h, kernel_sizes=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1])
+        y = g.relu(g.convolution_2d(p, g.constant(w2), padding=[1] * 4) + g.constant(b2) + p)
+        exe = g.compile({xp: (x.shape, mg.float32)}, [y], device=device)
+        td = mg.TensorData(x)
+        return lambda: exe.run([td])
+
+    def torch_step():
+        import torch
+        import torch.nn.functional as F
+        x, w1, w2, b1, b2 = (torch.from_numpy(a) for a in _nhwc_block_data(n, hw, c))
+        x = x.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+        w1, w2 = (w.permute(3, 2, 0, 1).contiguous(memory_format=torch.channels_last) for w in (w1, w2))
+
+        def step():
+            with torch.inference_mode():
+                h = F.relu(F.conv2d(x, w1, b1, padding=1))
+                p = F.max_pool2d(h, 3, 2, 1)
+                return F.relu(F.conv2d(p, w2, b2, padding=1) + p)
+        return step
+
+    return ({"mpsgraph": _lazy(mpsgraph_step), "torch": _lazy(torch_step)},
+            f"NHWC residual block (conv3x3, max pool, conv3x3 + residual) on {(n, hw, hw, c)} float32")
+
+
+WORKLOADS = {"attention_train": w_attention_train, "nhwc_block": w_nhwc_block}
 
 
 def time_runs(fn, repeat, warmup=3):

@@ -69,14 +69,32 @@ def nhwc_net(g, x, dtype):
     return [g.relu(y + p), h]
 
 
+def nhwc_operand_net(g, x, r, dtype):
+    """An NHWC graph whose elementwise ops between convolutions meet every operand shape against
+    (N, H, W, C): per-channel (C,), per-position (H, W, 1), per-image (N, 1, 1, 1), a full-size
+    NHWC placeholder, a scalar; a select; a conv result, a pool result and an intermediate as
+    targets; a reduction reading an NCHW-held value."""
+    c = lambda a: g.constant(np.asarray(a, dtype))
+    n, hh, ww, _ = x.shape
+    hwio = lambda o, i: np.ascontiguousarray(_w(o, i, dtype=dtype).transpose(2, 3, 1, 0))
+    y = g.convolution_2d(x, c(hwio(6, 4)), padding=[1] * 4)
+    a = y * c(RNG.random(6)) + c(RNG.random((hh, ww, 1)))
+    b = g.select(a > c(0.25), a * c(RNG.random((n, 1, 1, 1))), a + r)
+    p = g.avg_pooling_2d(b, kernel_sizes=[2, 2], strides=[1, 1], padding=[0, 1, 0, 1])
+    d = g.depthwise_convolution_2d(g.maximum(p, c(-0.5)), c(RNG.random((3, 3, 6, 1)).astype(dtype)), padding=[1] * 4)
+    return [g.sigmoid(d) * c(2.0), y, b, g.reduction_sum(a, axes=[1, 2])]
+
+
 def _values(dtype):
     return {"residual": [RNG.standard_normal((2, 3, 17, 15)).astype(dtype)],
             "operands": [RNG.standard_normal((3, 4, 9, 11)).astype(dtype),
                          RNG.standard_normal((3, 6, 9, 11)).astype(dtype)],
-            "nhwc": [RNG.standard_normal((2, 9, 11, 3)).astype(dtype)]}
+            "nhwc": [RNG.standard_normal((2, 9, 11, 3)).astype(dtype)],
+            "nhwc_operands": [RNG.standard_normal((3, 9, 11, 4)).astype(dtype),
+                              RNG.standard_normal((3, 9, 11, 6)).astype(dtype)]}
 
 
-NETS = {"residual": residual_net, "operands": operand_net, "nhwc": nhwc_net}
+NETS = {"residual": residual_net, "operands": operand_net, "nhwc": nhwc_net, "nhwc_operands": nhwc_operand_net}
 
 
 def _run(name, dtype, device):
@@ -94,17 +112,40 @@ def _run(name, dtype, device):
 @pytest.mark.parametrize("name", sorted(NETS))
 def test_cpu_channels_last_plan_gives_the_same_bits(monkeypatch, name, dtype):
     monkeypatch.delenv("MPSGRAPH_CPU_CHANNELS_LAST", raising=False)
+    monkeypatch.setenv("MPSGRAPH_CPU_CHANNELS_FIRST", "0")  # the graph as built
     want, plan = _run(name, dtype, "cpu")
     before = [p for p in plan if p["op"] == "transpose"]
-    assert bool(before) == (name == "nhwc")  # only the NHWC front ends transpose in the usual plan
+    assert bool(before) == name.startswith("nhwc")  # only the NHWC front ends transpose in the usual plan
     monkeypatch.setenv("MPSGRAPH_CPU_CHANNELS_LAST", "1")
     got, plan = _run(name, dtype, "cpu")
     after = [p for p in plan if p["op"] == "transpose"]
     assert after, "the plan made no NHWC values"
-    if name == "nhwc":  # the graph's own transposes met the plan's and cancelled
+    if name.startswith("nhwc"):  # the graph's own transposes met the plan's and cancelled
         assert len(after) < len(before), (before, after)
     # pooling reads the NHWC values as they are
     assert not [p for p in plan if p["op"] == "transpose" and "pooling" in p["node"]]
+    for w, o in zip(want, got):
+        assert o.dtype == w.dtype and o.shape == w.shape
+        np.testing.assert_array_equal(o, w)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("name", ["nhwc", "nhwc_operands"])
+def test_cpu_channels_first_plan_cancels_nhwc_transposes(monkeypatch, name, dtype):
+    """The CPU's kernels run NCHW: an NHWC graph keeps its values NCHW between convolutions and
+    pools (on by default), bit for bit the graph as built, with only the edges transposed."""
+    monkeypatch.delenv("MPSGRAPH_CPU_CHANNELS_LAST", raising=False)
+    monkeypatch.setenv("MPSGRAPH_CPU_CHANNELS_FIRST", "0")
+    want, plan = _run(name, dtype, "cpu")
+    before = [p for p in plan if p["op"] == "transpose"]
+    monkeypatch.setenv("MPSGRAPH_CPU_CHANNELS_FIRST", "1")
+    got, plan = _run(name, dtype, "cpu")
+    after = [p for p in plan if p["op"] == "transpose"]
+    if name == "nhwc":  # (the other's many targets each need one back)
+        assert len(after) < len(before), (before, after)
+    # what stays: the source into NCHW, and each target (or NCHW-held operand) back to NHWC
+    own = [p for p in after if not p["node"].endswith(("/back_to_nhwc", "/operand_nchw"))]
+    assert len(own) == 1 and own[0]["node"].startswith("convolution_2d_0/"), after
     for w, o in zip(want, got):
         assert o.dtype == w.dtype and o.shape == w.shape
         np.testing.assert_array_equal(o, w)
@@ -131,6 +172,6 @@ def test_cuda_half_network_is_planned_channels_last(monkeypatch, name):
     assert not [p for p in plan if p["op"] == "transpose" and "pooling" in p["node"]]
     monkeypatch.setenv("MPSGRAPH_CUDA_CHANNELS_LAST", "0")
     plain, plan = _run(name, np.float16, DEVICE)
-    assert bool([p for p in plan if p["op"] == "transpose"]) == (name == "nhwc")
+    assert bool([p for p in plan if p["op"] == "transpose"]) == name.startswith("nhwc")
     for p_, o in zip(plain, got):
         np.testing.assert_allclose(o.astype(np.float32), p_.astype(np.float32), rtol=1e-2, atol=1e-2)

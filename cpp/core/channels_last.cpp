@@ -1,5 +1,6 @@
 #include "core/channels_last.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -21,12 +22,30 @@ namespace {
 
 const Shape kToLast{0, 2, 3, 1}, kToFirst{0, 3, 1, 2};
 
-// A source value in the planned graph: `v` itself, or (last) v holds it NHWC, i.e. the value
-// is transpose(v, kToFirst).
+// Which way a plan moves values: a held value is one whose buffer keeps it permuted, the value
+// being transpose(held buffer, back); fwd is the inverse permutation.
+struct Direction {
+  Shape fwd, back;
+  bool nhwc_kernels;  // channels-last: convolutions chosen to run NHWC, pools on NHWC values
+  const char* to_plain;  // name suffixes of the transposes the plan adds
+  const char* operand;
+};
+const Direction kChannelsLast{kToLast, kToFirst, true, "/to_nchw", "/operand_nhwc"};
+const Direction kChannelsFirst{kToFirst, kToLast, false, "/back_to_nhwc", "/operand_nchw"};
+
+// A source value in the planned graph: `v` itself, or (held) v holds it permuted, i.e. the
+// value is transpose(v, direction.back).
 struct Rep {
   ValueRef v;
-  bool last = false;
+  bool held = false;
 };
+
+bool is_transpose(const Node& n, const Shape& perm) {
+  if (n.op->name != "transpose" || n.outputs.size() != 1 || n.outputs[0].shape.size() != 4) return false;
+  const auto it = n.attrs.find("permutation");
+  const auto* p = it == n.attrs.end() ? nullptr : std::get_if<std::vector<int64_t>>(&it->second);
+  return p && *p == perm;
+}
 
 // 2-D pooling whose windows the NHWC value can take as 3-D windows over (H, W, C), one channel
 // wide: the same taps in the same order, so the same values (max, avg and sum; not the indices,
@@ -82,15 +101,17 @@ bool is_chosen(const Graph& g, const Node& n, const std::function<bool(const Nod
 
 }  // namespace
 
-Specialised plan_channels_last(const Specialised& sg, const std::function<bool(const Node&)>& wants,
-                               bool weights_ohwi) {
+namespace {
+
+Specialised plan(const Specialised& sg, const Direction& dir, const std::function<bool(const Node&)>& wants,
+                 bool weights_ohwi) {
   const Graph& src = *sg.graph;
   if (!sg.complete()) return sg;
   bool any = false;
   for (size_t id = 0; id < src.size(); ++id) {
     const Node& n = src.node(int32_t(id));
     if (!n.regions.empty()) return sg;
-    any = any || is_chosen(src, n, wants);
+    any = any || (dir.nhwc_kernels ? is_chosen(src, n, wants) : is_transpose(n, dir.back));
   }
   if (!any) return sg;
 
@@ -101,7 +122,7 @@ Specialised plan_channels_last(const Specialised& sg, const std::function<bool(c
   out.feeds.assign(sg.feeds.size(), -1);
   Graph& dst = *out.graph;
   std::vector<std::vector<Rep>> map(src.size());
-  std::map<ValueRef, ValueRef> first_of;  // an NHWC value -> the NCHW transpose made for its other readers
+  std::map<ValueRef, ValueRef> first_of;  // a held value -> the transpose made for its other readers
 
   auto transpose = [&](ValueRef v, const Shape& perm, const std::string& name) {
     return dst.add1("transpose", {v}, {{"permutation", perm}}, name);
@@ -110,10 +131,10 @@ Specialised plan_channels_last(const Specialised& sg, const std::function<bool(c
     return dst.add1("reshape", {v}, {{"shape", shape}}, name);
   };
   auto canonical = [&](const Rep& r, const std::string& name) {
-    if (!r.last) return r.v;
+    if (!r.held) return r.v;
     auto it = first_of.find(r.v);
     if (it != first_of.end()) return it->second;
-    const ValueRef t = transpose(r.v, kToFirst, name + "/to_nchw");
+    const ValueRef t = transpose(r.v, dir.back, name + dir.to_plain);
     first_of[r.v] = t;
     return t;
   };
@@ -146,10 +167,10 @@ Specialised plan_channels_last(const Specialised& sg, const std::function<bool(c
 
   for (size_t id = 0; id < src.size(); ++id) {
     const Node& s = src.node(int32_t(id));
-    if (is_chosen(src, s, wants)) {
+    if (dir.nhwc_kernels && is_chosen(src, s, wants)) {
       const Rep x = rep_of(s.inputs[0]);
       // a transpose of its own, so that the convolution is its only reader (and reads NHWC)
-      const ValueRef xin = x.last ? transpose(x.v, kToFirst, s.name + "/from_nhwc") : x.v;
+      const ValueRef xin = x.held ? transpose(x.v, kToFirst, s.name + "/from_nhwc") : x.v;
       ValueRef w = canonical(rep_of(s.inputs[1]), s.name);
       const Node& wn = dst.node(w.node);
       if (weights_ohwi && wn.op->name == "constant" && wn.outputs.size() == 1 && wn.outputs[0].shape.size() == 4) {
@@ -164,53 +185,53 @@ Specialised plan_channels_last(const Specialised& sg, const std::function<bool(c
       map[id] = {{transpose(y[0].v, kToLast, s.name + "/to_nhwc"), true}};
       continue;
     }
-    // an NHWC graph's own transposes around its convolutions: to NCHW from a plain value
-    // makes that value's NHWC holding, to NHWC from an NHWC holding is the holding itself
-    if (s.op->name == "transpose" && s.outputs.size() == 1 && s.outputs[0].shape.size() == 4) {
-      const Rep x = rep_of(s.inputs[0]);
-      const auto it = s.attrs.find("permutation");
-      const auto* perm = it == s.attrs.end() ? nullptr : std::get_if<std::vector<int64_t>>(&it->second);
-      if (perm && *perm == kToFirst && !x.last) {
-        map[id] = {{x.v, true}};
-        continue;
-      }
-      if (perm && *perm == kToLast && x.last) {
-        map[id] = {{x.v, false}};
-        continue;
-      }
+    // the graph's own transposes meet the plan's: `back` of a plain value is that value held,
+    // `fwd` of a held value is its buffer (e.g. an NHWC graph's transposes around convolutions)
+    if (is_transpose(s, dir.back) && !rep_of(s.inputs[0]).held) {
+      map[id] = {{rep_of(s.inputs[0]).v, true}};
+      continue;
     }
-    if (pools_channels_last(src, s) && rep_of(s.inputs[0]).last) {
+    if (is_transpose(s, dir.fwd) && rep_of(s.inputs[0]).held) {
+      map[id] = {{rep_of(s.inputs[0]).v, false}};
+      continue;
+    }
+    if (dir.nhwc_kernels && pools_channels_last(src, s) && rep_of(s.inputs[0]).held) {
       Node nhwc = s;
       nhwc.attrs = with_channel_dim(s.attrs);
       map[id] = copy(nhwc, {rep_of(s.inputs[0]).v}, true);
-      map[id][0].last = true;
+      map[id][0].held = true;
       continue;
     }
-    bool takes_last = s.op->family == "elementwise" && s.outputs.size() == 1 && s.outputs[0].shape.size() == 4;
-    bool reads_last = false;
+    bool takes_held = s.op->family == "elementwise" && s.outputs.size() == 1 && s.outputs[0].shape.size() == 4;
+    bool reads_held = false;
     for (auto& v : s.inputs) {
-      takes_last = takes_last && src.type(v).shape.size() <= 4;
-      reads_last = reads_last || rep_of(v).last;
+      takes_held = takes_held && src.type(v).shape.size() <= 4;
+      reads_held = reads_held || rep_of(v).held;
     }
-    if (takes_last && reads_last) {
-      // the op on NHWC values: each operand as it broadcasts against (N, H, W, C)
+    if (takes_held && reads_held) {
+      // the op on held values: each operand as it broadcasts against the held order
       std::vector<ValueRef> in;
       for (auto& v : s.inputs) {
         const Rep r = rep_of(v);
         const Shape& cs = src.type(v).shape;
-        if (r.last || num_elements(cs) == 1) {
+        if (r.held || num_elements(cs) == 1) {
           in.push_back(r.v);
           continue;
         }
         Shape s4(4 - cs.size(), 1);
         s4.insert(s4.end(), cs.begin(), cs.end());
-        const Shape last{s4[0], s4[2], s4[3], s4[1]};
-        // moving C behind H and W keeps the bytes' order when C is 1 or H and W are
-        if (s4[1] == 1 || (s4[2] == 1 && s4[3] == 1)) in.push_back(reshape(r.v, last, s.name + "/operand_nhwc"));
-        else in.push_back(transpose(cs.size() == 4 ? r.v : reshape(r.v, s4, s.name + "/operand_4d"), kToLast, s.name + "/operand_nhwc"));
+        Shape held;
+        std::vector<int64_t> order;  // the dims that are not 1, in held order
+        for (int64_t d : dir.fwd) {
+          held.push_back(s4[size_t(d)]);
+          if (s4[size_t(d)] != 1) order.push_back(d);
+        }
+        // a reshape where the permutation keeps the bytes' order (e.g. a per-channel row)
+        if (std::is_sorted(order.begin(), order.end())) in.push_back(reshape(r.v, held, s.name + dir.operand));
+        else in.push_back(transpose(cs.size() == 4 ? r.v : reshape(r.v, s4, s.name + "/operand_4d"), dir.fwd, s.name + dir.operand));
       }
       map[id] = copy(s, in, true);
-      map[id][0].last = true;
+      map[id][0].held = true;
       continue;
     }
     std::vector<ValueRef> in;
@@ -223,6 +244,17 @@ Specialised plan_channels_last(const Specialised& sg, const std::function<bool(c
   for (auto& t : sg.targets) out.targets.push_back(canonical(rep_of(t), src.node(t.node).name));
   for (int32_t t : sg.target_ops) out.target_ops.push_back(map[size_t(t)][0].v.node);
   return out;
+}
+
+}  // namespace
+
+Specialised plan_channels_last(const Specialised& sg, const std::function<bool(const Node&)>& wants,
+                               bool weights_ohwi) {
+  return plan(sg, kChannelsLast, wants, weights_ohwi);
+}
+
+Specialised plan_channels_first(const Specialised& sg) {
+  return plan(sg, kChannelsFirst, [](const Node&) { return false; }, false);
 }
 
 }  // namespace mg

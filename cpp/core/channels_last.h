@@ -23,4 +23,10 @@ namespace mg {
 Specialised plan_channels_last(const Specialised& sg, const std::function<bool(const Node&)>& wants,
                                bool weights_ohwi = false);
 
+// The mirror for backends whose kernels run NCHW (the CPU's): an NHWC graph's values stay NCHW
+// between the transposes its front ends put around convolutions and pools, the elementwise ops
+// between them run on the NCHW values, so those transposes cancel. Unchanged without such
+// transposes.
+Specialised plan_channels_first(const Specialised& sg);
+
 }  // namespace mg

@@ -708,6 +708,10 @@ class CpuBackend final : public Backend {
     // the CUDA backend makes for half-precision networks; on the CPU it checks that plan)
     const char* last = std::getenv("MPSGRAPH_CPU_CHANNELS_LAST");
     if (last && last[0] == '1') return std::make_unique<CpuProgram>(plan_channels_last(sg, [](const Node&) { return true; }));
+    // the kernels run NCHW: an NHWC graph keeps its values NCHW between convolutions and pools
+    // instead of transposing around each (MPSGRAPH_CPU_CHANNELS_FIRST=0: as built)
+    const char* first = std::getenv("MPSGRAPH_CPU_CHANNELS_FIRST");
+    if (!first || first[0] != '0') return std::make_unique<CpuProgram>(plan_channels_first(sg));
     return std::make_unique<CpuProgram>(sg);
   }
   ConstantEvaluator* constant_evaluator() override { return &evaluator_; }
