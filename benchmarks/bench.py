@@ -8,6 +8,7 @@ A workload is best added to python/mpsgraph/bench/workloads.py (one builder per 
 in that peer's own process). One being tried out can go here in the older form, a function
 w(device) -> ({framework: callable}, description) entered in WORKLOADS: each framework's
 process calls it and times its own entry ("mpsgraph", "numpy", "torch", "jax")."""
+import os
 import statistics
 import sys
 import time
@@ -102,7 +103,55 @@ def w_nhwc_block(device, n=8, hw=56, c=64):
             f"NHWC residual block (conv3x3, max pool, conv3x3 + residual) on {(n, hw, hw, c)} float32")
 
 
-WORKLOADS = {"attention_train": w_attention_train, "nhwc_block": w_nhwc_block}
+def _gpu_builders():
+    """benchmarks/gpu.py (its layer-list network builder), importable from a worker process."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import gpu
+    return gpu
+
+
+def w_convnet_nhwc(name, batch):
+    """A torchvision-layered network (mpsgraph.bench.models) built the MPSGraph way, NHWC, from
+    its layer list (benchmarks/gpu.py's builder, BatchNorm as scale/shift); torch runs the module
+    in channels_last memory format. Run with MPSGRAPH_CPU_CHANNELS_FIRST=0 and =1."""
+    def w(device):
+        def layers():
+            import torch
+
+            from mpsgraph.bench import models
+            gpu = _gpu_builders()
+            torch.manual_seed(0)
+            net = getattr(models, name)().eval()
+            return net, gpu._layers_of(net)
+
+        x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+
+        def mpsgraph_step():
+            gpu = _gpu_builders()
+            gpu.DEV = str(device)
+            exe = gpu._mg_net(layers()[1], batch, "float32", "NHWC")
+            td = mg.TensorData(np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
+            return lambda: exe.run([td])
+
+        def torch_step():
+            import torch
+            net = layers()[0].to(memory_format=torch.channels_last)
+            xt = torch.from_numpy(x).contiguous(memory_format=torch.channels_last)
+
+            def step():
+                with torch.inference_mode():
+                    return net(xt)
+            return step
+
+        return ({"mpsgraph": _lazy(mpsgraph_step), "torch": _lazy(torch_step)},
+                f"{name} inference built NHWC (MPSGraph's layout), batch {batch}, 224x224x3 float32")
+    return w
+
+
+WORKLOADS = {"attention_train": w_attention_train, "nhwc_block": w_nhwc_block,
+             "resnet18_b8_nhwc": w_convnet_nhwc("resnet18", 8), "mobilenetv2_b8_nhwc": w_convnet_nhwc("mobilenet_v2", 8)}
 
 
 def time_runs(fn, repeat, warmup=3):
