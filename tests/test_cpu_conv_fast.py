@@ -5,7 +5,8 @@ PyTorch in float64:
     the transformed weights packed for the 16 products (MPSGRAPH_CPU_WINOGRAD_PACKED=0: BLAS);
   * the depthwise 3x3 rows (MPSGRAPH_CPU_DW3=0 turns them off): strides 1 and 2, paddings,
     vertical dilation, odd sizes, channel multipliers, the fused bias + ReLU/ReLU6 epilogues,
-    every ISA path (MPSGRAPH_CPU_ISA), float16 through float32;
+    every ISA path (MPSGRAPH_CPU_ISA), float16 through float32; stride 2 on narrow planes
+    through the bordered plane's four phases (MPSGRAPH_CPU_DW3_PHASES=0: one flat loop);
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
     column tails, fused epilogues, multi-threaded splits, every ISA path;
@@ -156,6 +157,16 @@ DW = [((1, 8, 14, 14), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
       ((1, 4, 20, 75), 1, (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2 on rows of 38: AVX2's 8-wide loop and tail
       ((2, 3, 9, 64), 1, (2, 2), (1, 0, 1, 0), (1, 1))]
 
+# stride 2 on narrow planes (the bordered plane's four phases): MobileNetV2's 28x28 and 7x7
+# outputs, odd sizes, paddings 0 to 2 on either side, a multiplier, outputs that a source
+# row or column past the padding does not reach
+DW_PHASES = [((1, 12, 56, 56), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+             ((2, 9, 14, 14), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+             ((1, 5, 15, 13), 2, (2, 2), (0, 2, 1, 0), (1, 1)),
+             ((3, 4, 8, 11), 1, (2, 2), (2, 0, 0, 2), (1, 1)),
+             ((1, 3, 20, 9), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
+             ((1, 7, 4, 3), 1, (2, 2), (2, 2, 2, 2), (1, 1))]
+
 
 def _dw_setup(case, seed):
     shape, mult, _, _, _ = case
@@ -209,6 +220,22 @@ def test_depthwise3x3_against_generic_and_torch(case, chain, monkeypatch):
     assert y.shape == ref.shape == generic.shape
     assert np.all(np.abs(y - ref) <= 1e-6 * scale)
     assert np.all(np.abs(generic - ref) <= 1e-6 * scale)
+
+
+@pytest.mark.parametrize("case", DW_PHASES, ids=[f"ph{i}" for i in range(len(DW_PHASES))])
+@pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise3x3_stride2_phases(case, chain, threads, monkeypatch):
+    x, w, bias = _dw_setup(case, 11)
+    build = _dw_build(case, w, bias, chain)
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        flat = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_PHASES": "0"}, monkeypatch), [x])[0]
+    ref = _dw_ref(x, w, bias, case, chain)
+    scale = _ref(x, w, case[2], case[3], case[4], groups=x.shape[1], absolute=True) + 1
+    assert y.shape == ref.shape == flat.shape
+    assert np.all(np.abs(y - ref) <= 1e-6 * scale)
+    assert np.all(np.abs(flat - ref) <= 1e-6 * scale)
 
 
 @pytest.mark.parametrize("idx", [1, 0, 6])

@@ -113,6 +113,7 @@ struct Plan {
   bool dw3_flat = false;   // dw3 with unit strides and dilations and OL == IL: rows run as one
   bool dw3_border = false; // dw3 on narrow planes, equal strides: through a zero-bordered copy
   int64_t Wb = 0, Hb = 0;  // dw3_border: the bordered plane's width and height
+  bool dw3_phase = false;  // dw3_border at stride 2: the bordered plane's even rows, then its odd ones
   int64_t pbL = 0, pbT = 0;  // padding before, innermost and outer (2-d)
   std::shared_ptr<const std::vector<float>> zeros;  // dw3: a source row of zeros (rows in the padding)
   int64_t tile = 1;        // output positions per column tile
@@ -182,6 +183,14 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   if (p.dw3_border) {
     p.Wb = std::max(p.pbL + p.IL, p.sL * (p.OL - 1) + 3);
     p.Hb = std::max(p.pbT + src[2], p.sL * (p.R - 1) + 3);
+  }
+  // MPSGRAPH_CPU_DW3_PHASES=0 keeps stride 2's flat loop over the bordered plane (about half
+  // its outputs unused, between the rows)
+  const char* ph_env = std::getenv("MPSGRAPH_CPU_DW3_PHASES");
+  p.dw3_phase = p.dw3_border && p.sL == 2 && !(ph_env && std::string(ph_env) == "0");
+  if (p.dw3_phase) {  // B's width (even) and a phase's rows
+    p.Wb = 2 * std::max(p.OL + 1, (p.pbL + p.IL + 1) / 2);
+    p.Hb = p.R + 1;
   }
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
 
@@ -555,19 +564,40 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
   // dw3_border: the plane is copied into a zero-bordered one of width Wb; output (r, j) then
   // reads it at s * (r * Wb + j) + kt * Wb + t, so one flat loop makes every output (at row
   // stride Wb, with Wb - OL unused ones between rows), copied out after.
-  const int64_t Wb = p.Wb, Hb = p.Hb, IH = p.IL ? p.in_plane / p.IL : 0;
+  // dw3_phase: the bordered plane B (width Wb, even) as its even rows, then its odd ones: a
+  // pair of output rows of stride-2 taps is then Wb / 2 outputs apart (not Wb as in B, half of
+  // them unused), so one flat stride-2 loop makes them, in whole vectors: tap (kt, t) of output
+  // (r, j) reads phase kt & 1 at (r + kt / 2) * Wb + 2 * j + t = 2 * (r * Wb / 2 + j) + ...
+  const int64_t Wb = p.Wb, Hb = p.Hb, IH = p.IL ? p.in_plane / p.IL : 0, Wh = Wb / 2;
+  const int64_t nq = (p.R * Wh + 7) / 8 * 8, phase = 2 * nq + Wb + 18;  // phase: reads stay inside
   parallel_for(p.N * per_image, grain, [&](int64_t u0, int64_t u1) {
     thread_local std::vector<float> plane;  // bordered source, then the output rows at width Wb
-    if (p.dw3_border) plane.resize(size_t((Hb + p.R) * Wb));
+    if (p.dw3_phase) plane.resize(size_t(2 * phase + nq + 1));
+    else if (p.dw3_border) plane.resize(size_t((Hb + p.R) * Wb));
+    // the padding once per task: every channel then writes the same places
+    if (p.dw3_phase) std::fill(plane.begin(), plane.begin() + 2 * phase, 0.0f);
+    else if (p.dw3_border) std::fill(plane.begin(), plane.begin() + Hb * Wb, 0.0f);
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n = u / per_image, oc = u % per_image, g = oc / p.Og;
       const float* xc = x + (n * p.C + g) * p.in_plane - p.pbL;
       const float* wc = w + oc * 9;
       float* yc = y + (n * p.O + oc) * p.P;
       const float bias = re.fused && re.bias >= 0 ? epi.in[re.bias][re.bias_channel ? oc : 0] : 0.0f;
+      if (p.dw3_phase) {
+        float *f = plane.data(), *yb = f + 2 * phase;
+        for (int64_t i = 0; i < IH; ++i) {
+          const int64_t br = i + p.pbT;
+          if (br >> 1 >= Hb) break;
+          std::memcpy(f + (br & 1) * phase + (br >> 1) * Wb + p.pbL, xc + p.pbL + i * p.IL, size_t(p.IL) * sizeof(float));
+        }
+        const float* rows[3] = {f, f + phase, f + Wb};
+        row(rows, wc, yb, 0, nq + 1, bias, lo, hi);  // nq in vectors (the loop reads one ahead)
+        for (int64_t r = 0; r < p.R; ++r) std::memcpy(yc + r * p.OL, yb + r * Wh, size_t(p.OL) * sizeof(float));
+        if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
+        continue;
+      }
       if (p.dw3_border) {
         float *xb = plane.data(), *yb = xb + Hb * Wb;
-        std::fill(xb, yb, 0.0f);
         for (int64_t i = 0; i < IH; ++i)
           std::memcpy(xb + (i + p.pbT) * Wb + p.pbL, xc + p.pbL + i * p.IL, size_t(p.IL) * sizeof(float));
         const float* rows[3] = {xb, xb + Wb, xb + 2 * Wb};
