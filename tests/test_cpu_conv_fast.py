@@ -14,8 +14,9 @@ PyTorch in float64:
     (MPSGRAPH_CPU_PACKED_CHANNELS=0 keeps BLAS there): 7x7 and 14x14 planes, odd channel counts,
     column tails, stride 2 with padding, images side by side;
   * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
-    a bias only before a residual add, NaN bounds left to the clamp kernel): the same bits as
-    the epilogue ops applied to the product."""
+    a bias only before a residual add, NaN bounds left to the clamp kernel), and a residual add
+    after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
+    applied to the product."""
 import contextlib
 import os
 import subprocess
@@ -444,6 +445,12 @@ EPILOGUES = {
     "max_min": (lambda g, y, b, r: g.minimum(g.maximum(y, g.constant(np.float32(-0.5))), g.constant(np.float32(1.5))),
                 lambda y, b, r: np.minimum(np.maximum(y, np.float32(-0.5)), np.float32(1.5))),
     "bias_residual": (lambda g, y, b, r: g.relu(y + g.constant(b) + r), lambda y, b, r: np.maximum(y + b + r, 0)),
+    "bias_then_residual": (lambda g, y, b, r: y + g.constant(b) + r, lambda y, b, r: y + b + r),
+    "residual_first": (lambda g, y, b, r: r + (g.constant(b) + y), lambda y, b, r: r + (b + y)),
+    "residual": (lambda g, y, b, r: y + r, lambda y, b, r: y + r),
+    "relu6_residual": (lambda g, y, b, r: g.clamp(y + g.constant(b), g.constant(np.float32(0)),
+                                                  g.constant(np.float32(6))) + r,
+                       lambda y, b, r: np.clip(y + b, 0, 6) + r),
     "scalar_bias": (lambda g, y, b, r: y + g.constant(np.float32(0.25)), lambda y, b, r: y + np.float32(0.25)),
     "nan_bound": (lambda g, y, b, r: g.clamp(y + g.constant(b), g.constant(np.float32(np.nan)),
                                              g.constant(np.float32(6))), None),
@@ -484,6 +491,29 @@ def test_packed_channels_against_blas_and_torch(shape, wshape, stride, pad, thre
     assert y.shape == ref.shape
     assert np.all(np.abs(y - ref) <= 2e-6 * scale)
     assert np.all(np.abs(yb - ref) <= 2e-6 * scale)
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED + CHANNELS[:4])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_store_residual_against_its_own_pass(shape, wshape, stride, pad, threads, monkeypatch):
+    """The residual add read in the packed store (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass
+    over the output) gives the same bits, and agrees with PyTorch."""
+    rng = np.random.default_rng(33)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
+    b = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
+    res = rng.standard_normal(ref.shape).astype(np.float32)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        for name in ("bias_then_residual", "residual", "relu6_residual"):
+            build = _epilogue_build(shape, w, b, res, stride, pad, name)
+            fused = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+            apart = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_PACKED_RESIDUAL="0"), monkeypatch),
+                         [x, res])[0]
+            np.testing.assert_array_equal(fused, apart, err_msg=name)
+            want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64))
+            assert np.all(np.abs(fused - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
 
 
 @pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:5])

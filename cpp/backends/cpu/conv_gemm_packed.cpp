@@ -49,10 +49,13 @@ inline float finish(float v, const PackedStore& s, int64_t i) {
   return v;
 }
 
-// The store's epilogue on a block of C (rows x n), rows of the store from i0.
-void finish_block(float* C, int64_t ldc, int64_t rows, int64_t n, const PackedStore& s, int64_t i0) {
+// The store's epilogue on a block of C (rows x n), rows of the store from i0, its residual R.
+void finish_block(float* C, int64_t ldc, int64_t rows, int64_t n, const PackedStore& s, int64_t i0, const float* R) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < n; ++j) C[r * ldc + j] = finish(C[r * ldc + j], s, i0 + r);
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = finish(C[r * ldc + j], s, i0 + r);
+      C[r * ldc + j] = R ? v + R[r * s.ldr + j] : v;
+    }
 }
 
 #if MG_CPU_X86
@@ -93,9 +96,10 @@ MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __
 
 // 6 rows x 16 columns (12 accumulators of 16 registers): per k two loads of B and six
 // broadcasts feed 12 multiply-adds (8 x 8 would need 9 loads for 8).
+// R: the block's residual (rows s->ldr apart), or null.
 template <bool kFull>
 MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
-                                int64_t rows, int64_t n, const PackedStore* s, int64_t i0) {
+                                int64_t rows, int64_t n, const PackedStore* s, int64_t i0, const float* R) {
   alignas(32) int32_t lanes[16];
   for (int i = 0; i < 16; ++i) lanes[i] = i < n ? -1 : 0;
   const __m256i m0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
@@ -119,7 +123,12 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
   for (int r = 0; r < kAvx2Rows; ++r) {
     if (r >= rows) break;
     const __m256 b = has_bias ? _mm256_set1_ps(s->bias[(i0 + r) * s->bias_stride]) : _mm256_setzero_ps();
-    const __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi);
+    __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi);
+    if (R) {
+      const float* Rr = R + r * s->ldr;
+      v0 = _mm256_add_ps(v0, kFull ? _mm256_loadu_ps(Rr) : _mm256_maskload_ps(Rr, m0));
+      v1 = _mm256_add_ps(v1, kFull ? _mm256_loadu_ps(Rr + 8) : _mm256_maskload_ps(Rr + 8, m1));
+    }
     if (kFull) {  // masked stores are slow on AMD (microcoded): only for the tails
       _mm256_storeu_ps(C + r * ldc, v0);
       _mm256_storeu_ps(C + r * ldc + 8, v1);
@@ -136,7 +145,7 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
 template <int NC>
 MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* acc, bool first,
                                          bool last, float* C, int64_t ldc, int64_t rows, const PackedStore* s,
-                                         int64_t i0) {
+                                         int64_t i0, const float* R) {
   __m256 c0[NC], c1[NC];
 #pragma GCC unroll 6
   for (int j = 0; j < NC; ++j) {
@@ -173,13 +182,19 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
     _mm256_store_ps(t[j], finish8(c0[j], b0, has_bias, clamp, lo, hi));
     _mm256_store_ps(t[j] + 8, finish8(c1[j], b1, has_bias, clamp, lo, hi));
   }
+  if (R) {
+    for (int64_t r = 0; r < rows; ++r)
+#pragma GCC unroll 6
+      for (int j = 0; j < NC; ++j) C[r * ldc + j] = t[j][r] + R[r * s->ldr + j];
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r)
 #pragma GCC unroll 6
     for (int j = 0; j < NC; ++j) C[r * ldc + j] = t[j][r];
 }
 
 using ChannelsKernel = void (*)(int64_t, const float*, const float*, int64_t, float*, bool, bool, float*, int64_t,
-                                int64_t, const PackedStore*, int64_t);
+                                int64_t, const PackedStore*, int64_t, const float*);
 constexpr ChannelsKernel kChannelsKernels[kChanCols] = {kernel_channels_avx2<1>, kernel_channels_avx2<2>,
                                                         kernel_channels_avx2<3>, kernel_channels_avx2<4>,
                                                         kernel_channels_avx2<5>, kernel_channels_avx2<6>};
@@ -202,6 +217,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
                  const PackedStore* s, int64_t r0 = 0, int64_t r1 = -1) {
   if (r1 < 0) r1 = a.M;
 #if MG_CPU_X86
+  const float* R = s ? s->res : nullptr;
   const int64_t nr = a.nr, K = a.K;
   const int64_t chunk = std::max<int64_t>(nr, (int64_t(65536) / std::max<int64_t>(K, 1)) / nr * nr);
   thread_local std::vector<float> packed;  // AVX2: the chunk's columns by pack_columns
@@ -221,11 +237,12 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         if (a.isa == Isa::Avx512) {
           if (n == nr) kernel_avx512<true>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
           else kernel_avx512<false>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
-          if (s) finish_block(Ci + j, ldc, rows, n, *s, i0);  // still in L1
+          if (s) finish_block(Ci + j, ldc, rows, n, *s, i0, R ? R + i0 * s->ldr + j : nullptr);  // still in L1
         } else {
           const float* Bj = packed.data() + (j - c0) * K;
-          if (n == nr) kernel_avx2<true>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0);
-          else kernel_avx2<false>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0);
+          const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
+          if (n == nr) kernel_avx2<true>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0, Rj);
+          else kernel_avx2<false>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0, Rj);
         }
       }
     }
@@ -253,7 +270,8 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
       for (int64_t j = 0; j < N; j += kChanCols) {
         const int64_t n = std::min(kChanCols, N - j);
         kChannelsKernels[n - 1](kn, panel + k0 * kChanRows, B + (j * K + k0 * kChanCols), kChanCols,
-                                acc.data() + j * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0);
+                                acc.data() + j * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0,
+                                s && s->res ? s->res + i0 * s->ldr + j : nullptr);
       }
     }
   }

@@ -368,6 +368,8 @@ struct RowEpilogue {
   size_t folded = 0;
   int bias = -1, lo = -1, hi = -1;  // operand inputs, -1: none
   bool bias_channel = false, relu = false;
+  int res = -1;  // the op after those an add of a whole tensor (a residual): its operand, else -1;
+                 // only the packed store folds it (not counted in `folded`)
 };
 
 RowEpilogue row_epilogue(const ConvEpilogue& e) {
@@ -391,6 +393,10 @@ RowEpilogue row_epilogue(const ConvEpilogue& e) {
   }
   r.folded = i;
   r.fused = i == ops.size();
+  // MPSGRAPH_CPU_PACKED_RESIDUAL=0 (read at compile) leaves the residual add to its own pass
+  const char* env = std::getenv("MPSGRAPH_CPU_PACKED_RESIDUAL");
+  if (i < ops.size() && ops[i].kind == K::Add && ops[i].arg == A::Full && !(env && std::string(env) == "0"))
+    r.res = ops[i].input;
   return r;
 }
 
@@ -413,10 +419,12 @@ struct Epi {
     if constexpr (std::is_same_v<T, float>)
       if (e) e->apply(y, in, n, o0, o1, p0, p1, from);
   }
-  // The leading bias and clamp as the packed GEMM's store (channels from o0); returns the
-  // epilogue left to apply after it. NaN clamp bounds stay unfolded (the clamp kernel's rules).
-  Epi fold(PackedStore& st, int64_t o0) const {
-    if (!e || !row || row->folded == 0) return *this;
+  // The leading bias and clamp as the packed GEMM's store (channels from o0), and a residual
+  // add after them where `at` (the product's first element's flat index in the output) is given:
+  // the output's layout; returns the epilogue left to apply after it. NaN clamp bounds stay
+  // unfolded (the clamp kernel's rules).
+  Epi fold(PackedStore& st, int64_t o0, int64_t at = -1, int64_t ld = 0) const {
+    if (!e || !row || (row->folded == 0 && (row->res < 0 || at < 0))) return *this;
     const RowEpilogue& re = *row;
     const std::pair<float, float> bounds = row_bounds(re, in);
     const float lo = bounds.first, hi = bounds.second;
@@ -430,6 +438,11 @@ struct Epi {
     st.hi = hi;
     Epi rest = *this;
     rest.from = re.folded;
+    if (re.res >= 0 && at >= 0) {  // the residual read where the block is stored, not in another pass
+      st.res = in[re.res] + at;
+      st.ldr = ld;
+      rest.from += 1;
+    }
     return rest;
   }
 };
@@ -486,7 +499,7 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
       if constexpr (std::is_same_v<T, float>)
         if (p.packed) {  // the bias and clamp in the store, while the block is in registers
           PackedStore st;
-          const Epi rest = epi.fold(st, g * p.Og);
+          const Epi rest = epi.fold(st, g * p.Og, y_off + p0, p.P);
           packed_gemm(*p.packed, b, ldb, pt, y, p.P, &st);
           return rest(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
         }
