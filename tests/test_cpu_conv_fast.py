@@ -9,7 +9,8 @@ PyTorch in float64:
     through the bordered plane's four phases (MPSGRAPH_CPU_DW3_PHASES=0: one flat loop);
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
-    column tails, fused epilogues, multi-threaded splits, every ISA path;
+    column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
+    the columns in place (MPSGRAPH_CPU_PACKED_READ_B=0 copies them into blocks);
   * the packed layout vectorised along the output channels for products of few columns
     (MPSGRAPH_CPU_PACKED_CHANNELS=0 keeps BLAS there): 7x7 and 14x14 planes, odd channel counts,
     column tails, stride 2 with padding, images side by side;
@@ -393,6 +394,27 @@ def test_packed_weights_against_blas_and_torch(shape, wshape, stride, pad, threa
     # the epilogue sees the product as written: its float32 ops on y exactly
     np.testing.assert_array_equal(yr6, np.clip(y + bias, 0, 6))
     np.testing.assert_array_equal(ybr6, np.clip(yb + bias, 0, 6))
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:6] + [((2, 250, 9, 21), (14, 1, 1), 1, 0),
+                                                                   ((1, 29, 17, 19), (11, 3, 3), 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_planes_read_in_place_or_copied(shape, wshape, stride, pad, threads, monkeypatch):
+    """Depths up to 256 read the columns in place (MPSGRAPH_CPU_PACKED_READ_B=0 copies them into
+    blocks first, as deeper products do): the same sums, so the same bits."""
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+    bias = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
+    build = _packed_build(shape, w, bias, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        y, yr6 = _run(_compile(build, [x], env, monkeypatch), [x])
+        yc, ycr6 = _run(_compile(build, [x], dict(env, MPSGRAPH_CPU_PACKED_READ_B="0"), monkeypatch), [x])
+    np.testing.assert_array_equal(y, yc)
+    np.testing.assert_array_equal(yr6, ycr6)
+    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
+    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
 
 
 PACKED_ISA_SCRIPT = """

@@ -28,12 +28,17 @@ namespace mg::cpu {
 
 constexpr int64_t kPanelRows = 8, kAvx2Rows = 6;  // planes: rows per panel (AVX-512, AVX2)
 constexpr int64_t kChanRows = 16, kChanCols = 6, kChanDepth = 256;
+// AVX2 planes: depths up to this read B in place (measured on Zen 3: the copy cost more than the
+// strided rows at MobileNetV2's 1x1 layers of 16 to 192 source channels, 1.05 to 1.2x; at
+// 288 (3x3 im2col of 32 channels) and 576 the copy paid, 1.07 and 1.12x)
+constexpr int64_t kReadDepth = 256;
 
 struct PackedWeights {
   int64_t M = 0, K = 0;
   int64_t mr = 0, nr = 0;  // the micro-kernel's rows (a panel's) and columns
   Isa isa = Isa::Generic;
   PackedLayout layout = PackedLayout::Planes;
+  bool copy_b = true;  // AVX2 planes: B's columns copied into blocks (pack_columns), else read in place
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -212,7 +217,7 @@ void pack_columns(const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr,
 }
 
 // Columns [j0, j1) of C, in chunks whose slice of B (K x chunk) stays in L2 while every panel
-// passes over it.
+// passes over it; with AVX2 copied into column blocks first where the depth is large (copy_b).
 void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1,
                  const PackedStore* s, int64_t r0 = 0, int64_t r1 = -1) {
   if (r1 < 0) r1 = a.M;
@@ -223,7 +228,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
   thread_local std::vector<float> packed;  // AVX2: the chunk's columns by pack_columns
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
     const int64_t c1 = std::min(j1, c0 + chunk);
-    const bool pack = a.isa == Isa::Avx2;
+    const bool pack = a.isa == Isa::Avx2 && a.copy_b;
     if (pack) {
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
       pack_columns(B + c0, ldb, K, c1 - c0, nr, packed.data());
@@ -239,10 +244,11 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
           else kernel_avx512<false>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
           if (s) finish_block(Ci + j, ldc, rows, n, *s, i0, R ? R + i0 * s->ldr + j : nullptr);  // still in L1
         } else {
-          const float* Bj = packed.data() + (j - c0) * K;
+          const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
+          const int64_t lb = pack ? nr : ldb;
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          if (n == nr) kernel_avx2<true>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0, Rj);
-          else kernel_avx2<false>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0, Rj);
+          if (n == nr) kernel_avx2<true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
+          else kernel_avx2<false>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
         }
       }
     }
@@ -296,6 +302,8 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->K = K;
   p->isa = layout == PackedLayout::Channels ? Isa::Avx2 : isa;
   p->layout = layout;
+  // MPSGRAPH_CPU_PACKED_READ_B=0 (read here) copies B's columns at every depth
+  p->copy_b = K > kReadDepth || env_off("MPSGRAPH_CPU_PACKED_READ_B");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
