@@ -3,6 +3,7 @@ PyTorch in float64:
   * constant weights prepared at compile (MPSGRAPH_CPU_CONST_WEIGHTS=0 turns it off): Winograd's
     filter transform done once, used by every run, also for batches too small to pay per run;
     the transformed weights packed for the 16 products (MPSGRAPH_CPU_WINOGRAD_PACKED=0: BLAS);
+    the input and output transforms' AVX2 loops (MPSGRAPH_CPU_WINOGRAD_AVX2=0: scalar);
   * the depthwise 3x3 rows (MPSGRAPH_CPU_DW3=0 turns them off): strides 1 and 2, paddings,
     vertical dilation, odd sizes, channel multipliers, the fused bias + ReLU/ReLU6 epilogues,
     every ISA path (MPSGRAPH_CPU_ISA), float16 through float32; stride 2 on narrow planes
@@ -102,6 +103,57 @@ def test_constant_weights_winograd(shape, o, pads, monkeypatch):
     x2 = rng.standard_normal(shape).astype(np.float32)  # the transform is reused, not stale
     y2 = _run(fast, [x2])[0]
     assert np.all(np.abs(y2 - _ref(x2, w, 1, pads)) <= 2e-6 * _ref(x2, w, 1, pads, absolute=True))
+
+
+# (N, C, H, W), O, pads (top, bottom, left, right): tile rows of 8k tiles and of 8k + 1..7 (the
+# vector loops and the scalar rest), odd output sizes (a last tile half outside), paddings 0
+# to 2 and uneven, the small CNN's 16x16 layer and ResNet-18's 28x28 one
+WINO_AVX2 = [((2, 64, 16, 16), 24, (1, 1, 1, 1)), ((1, 64, 28, 28), 16, (1, 1, 1, 1)),
+             ((1, 64, 33, 37), 17, (1, 1, 1, 1)), ((1, 72, 21, 19), 18, (0, 2, 2, 0)),
+             ((2, 64, 18, 34), 16, (0, 0, 0, 0)), ((1, 64, 14, 45), 20, (2, 1, 1, 2))]
+
+
+@pytest.mark.parametrize("shape,o,pads", WINO_AVX2)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_winograd_avx2_transforms_same_bits_as_scalar(shape, o, pads, threads, monkeypatch):
+    """The transforms' AVX2 loops (MPSGRAPH_CPU_WINOGRAD_AVX2=0: the scalar ones) do the same
+    adds and subtracts: the same bits, and within Winograd's bound of PyTorch's result."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
+    bias = rng.standard_normal((o, 1, 1)).astype(np.float32)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        return [g.relu(g.convolution(px, g.constant(w), strides=1, padding=pads) + g.constant(bias))], [px]
+
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        scalar = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD_AVX2": "0"}, monkeypatch), [x])[0]
+        generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, scalar)
+    assert not np.array_equal(y, generic)  # Winograd ran, not im2col
+    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
+    assert np.all(np.abs(y - np.maximum(ref + bias, 0)) <= 2e-6 * scale + 1e-6)
+
+
+@pytest.mark.parametrize("where", [(0, 3, 0, 0), (1, 7, 15, 33), (0, 60, 8, 17)])
+def test_winograd_avx2_non_finite_source(where, monkeypatch):
+    """An infinity or NaN in the source (first column, last, inside) is seen by the vector
+    loops too: the run goes to the generic path, which keeps it to the outputs that read it."""
+    shape, o, pads = (2, 64, 16, 34), 16, (1, 1, 1, 1)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[where] = np.nan if where[1] % 2 else np.inf
+    w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        return [g.convolution(px, g.constant(w), strides=1, padding=pads)], [px]
+
+    y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+    generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, generic)
 
 
 def test_constant_non_finite_weights_take_the_generic_path(monkeypatch):
