@@ -216,7 +216,8 @@ DW = [((1, 8, 14, 14), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
       ((1, 4, 20, 75), 1, (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2 on rows of 38: AVX2's 8-wide loop and tail
       ((2, 3, 9, 64), 1, (2, 2), (1, 0, 1, 0), (1, 1)),
       ((1, 6, 40, 45), 1, (1, 1), (1, 1, 1, 1), (1, 1)),  # stride 1, 32 to 63 wide: bordered too
-      ((2, 5, 33, 50), 1, (1, 1), (0, 2, 2, 0), (1, 1))]
+      ((2, 5, 33, 50), 1, (1, 1), (0, 2, 2, 0), (1, 1)),
+      ((1, 3, 12, 131), 1, (2, 2), (1, 1, 1, 1), (1, 1))]  # stride 2, rows of 66: the last 8 redone
 
 # stride 2 on narrow planes (the bordered plane's four phases): MobileNetV2's 28x28 and 7x7
 # outputs, odd sizes, paddings 0 to 2 on either side, a multiplier, outputs that a source
