@@ -550,6 +550,20 @@ void depthwise_taps3(const Plan& p, T* yr, const T* b, const int64_t* off, const
   for (int64_t j = std::max(jhi, jlo); j < p.OL; ++j) edge(j);
 }
 
+// d[0, n) = s[0, n) for the bordered planes' rows: below 16 floats inline 4-wide moves, the
+// last one overlapping, instead of a memcpy call per row (MobileNetV2's 960 channels at 7x7 96
+// -> 82 us at 1 thread; at 56 wide memcpy's was faster, 292 against 330 us).
+inline void copy_row(float* d, const float* s, int64_t n) {
+#if MG_CPU_X86
+  if (n >= 4 && n < 16) {
+    for (int64_t k = 0; k + 4 <= n; k += 4) _mm_storeu_ps(d + k, _mm_loadu_ps(s + k));
+    _mm_storeu_ps(d + n - 4, _mm_loadu_ps(s + n - 4));
+    return;
+  }
+#endif
+  std::memcpy(d, s, size_t(n) * sizeof(float));
+}
+
 // Depthwise 3x3 (float32, innermost stride 1 or 2): each output row in one pass over its three
 // source rows (conv_depthwise.h) with the bias and clamp of the epilogue, edges scalar.
 void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const Epi& epi) {
@@ -603,21 +617,21 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
         for (int64_t i = 0; i < IH; ++i) {
           const int64_t br = i + p.pbT;
           if (br >> 1 >= Hb) break;
-          std::memcpy(f + (br & 1) * phase + (br >> 1) * Wb + p.pbL, xc + p.pbL + i * p.IL, size_t(p.IL) * sizeof(float));
+          copy_row(f + (br & 1) * phase + (br >> 1) * Wb + p.pbL, xc + p.pbL + i * p.IL, p.IL);
         }
         const float* rows[3] = {f, f + phase, f + Wb};
         row(rows, wc, yb, 0, nq + 1, bias, lo, hi);  // nq in vectors (the loop reads one ahead)
-        for (int64_t r = 0; r < p.R; ++r) std::memcpy(yc + r * p.OL, yb + r * Wh, size_t(p.OL) * sizeof(float));
+        for (int64_t r = 0; r < p.R; ++r) copy_row(yc + r * p.OL, yb + r * Wh, p.OL);
         if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
         continue;
       }
       if (p.dw3_border) {
         float *xb = plane.data(), *yb = xb + Hb * Wb;
         for (int64_t i = 0; i < IH; ++i)
-          std::memcpy(xb + (i + p.pbT) * Wb + p.pbL, xc + p.pbL + i * p.IL, size_t(p.IL) * sizeof(float));
+          copy_row(xb + (i + p.pbT) * Wb + p.pbL, xc + p.pbL + i * p.IL, p.IL);
         const float* rows[3] = {xb, xb + Wb, xb + 2 * Wb};
         row(rows, wc, yb, 0, (p.R - 1) * Wb + p.OL, bias, lo, hi);
-        for (int64_t r = 0; r < p.R; ++r) std::memcpy(yc + r * p.OL, yb + r * Wb, size_t(p.OL) * sizeof(float));
+        for (int64_t r = 0; r < p.R; ++r) copy_row(yc + r * p.OL, yb + r * Wb, p.OL);
         if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
         continue;
       }
