@@ -3,7 +3,9 @@ same graph with the path's switch off (read at compile):
   * 2-d float32 max pooling by rows (MPSGRAPH_CPU_POOL_ROWS=0 keeps the streaming loop): the
     window's source rows reduced to one row with elementwise maxima, then the strided taps;
     strides 1, 2 and 3, padding (symmetric and not), dilation, ceil mode, narrow planes, NaN
-    and infinities, batches, one and two threads."""
+    and infinities, batches, one and two threads; 2x2 windows at stride 2 along the row in one
+    pass over each pair of rows (MPSGRAPH_CPU_POOL_PAIRS=0 keeps the general row): the same bits,
+    signed zeros included."""
 import numpy as np
 import pytest
 
@@ -58,3 +60,31 @@ def test_max_pool_rows_finite_random(monkeypatch):
         kw = dict(kernel_sizes=k, strides=s)
         np.testing.assert_array_equal(_pool(x, kw, {}, monkeypatch),
                                       _pool(x, kw, {"MPSGRAPH_CPU_POOL_ROWS": "0"}, monkeypatch))
+
+
+# (N, C, H, W), kernel, stride, ceil mode: the small CNN's pools, rows of 8k and 8k + 1..7
+# outputs (the vector loop and its tail), odd heights and widths (ceil mode: a last window of
+# one row or one column), strides 2 along the row only
+PAIRS = [((2, 3, 64, 64), 2, 2, False), ((1, 2, 9, 34), 2, 2, False), ((1, 3, 11, 37), 2, 2, True),
+         ((2, 2, 7, 31), 2, 2, True), ((1, 2, 6, 17), (3, 2), (1, 2), False), ((1, 1, 2, 2), 2, 2, False)]
+
+
+@pytest.mark.parametrize("case", PAIRS, ids=[f"pairs{i}" for i in range(len(PAIRS))])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_max_pool_pairs_against_general_row_and_torch(case, threads, monkeypatch):
+    shape, k, s, ceil = case
+    rng = np.random.default_rng(43)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[rng.integers(0, x.size, 4)] = np.nan
+    x.flat[rng.integers(0, x.size, 2)] = np.inf
+    x.flat[rng.integers(0, x.size, 2)] = -np.inf
+    z = rng.integers(0, x.size, x.size // 8)  # signed zeros: the first of equal values wins
+    x.flat[z] = np.where(rng.random(z.size) < 0.5, np.float32(0.0), np.float32(-0.0))
+    kw = dict(kernel_sizes=k, strides=s, ceil_mode=ceil)
+    with _threads(threads):
+        y = _pool(x, kw, {}, monkeypatch)
+        row = _pool(x, kw, {"MPSGRAPH_CPU_POOL_PAIRS": "0"}, monkeypatch)
+    np.testing.assert_array_equal(y, row)
+    np.testing.assert_array_equal(np.signbit(y), np.signbit(row))
+    ref = F.max_pool2d(torch.from_numpy(x), k, s, ceil_mode=ceil).numpy()
+    np.testing.assert_array_equal(y, ref)

@@ -3,18 +3,22 @@ PyTorch in float64:
   * constant weights prepared at compile (MPSGRAPH_CPU_CONST_WEIGHTS=0 turns it off): Winograd's
     filter transform done once, used by every run, also for batches too small to pay per run;
     the transformed weights packed for the 16 products (MPSGRAPH_CPU_WINOGRAD_PACKED=0: BLAS);
+    the input and output transforms' AVX2 loops (MPSGRAPH_CPU_WINOGRAD_AVX2=0: scalar);
   * the depthwise 3x3 rows (MPSGRAPH_CPU_DW3=0 turns them off): strides 1 and 2, paddings,
     vertical dilation, odd sizes, channel multipliers, the fused bias + ReLU/ReLU6 epilogues,
-    every ISA path (MPSGRAPH_CPU_ISA), float16 through float32;
+    every ISA path (MPSGRAPH_CPU_ISA), float16 through float32; stride 2 on narrow planes
+    through the bordered plane's four phases (MPSGRAPH_CPU_DW3_PHASES=0: one flat loop);
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
-    column tails, fused epilogues, multi-threaded splits, every ISA path;
+    column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
+    the columns in place (MPSGRAPH_CPU_PACKED_READ_B=0 copies them into blocks);
   * the packed layout vectorised along the output channels for products of few columns
     (MPSGRAPH_CPU_PACKED_CHANNELS=0 keeps BLAS there): 7x7 and 14x14 planes, odd channel counts,
     column tails, stride 2 with padding, images side by side;
   * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
-    a bias only before a residual add, NaN bounds left to the clamp kernel): the same bits as
-    the epilogue ops applied to the product."""
+    a bias only before a residual add, NaN bounds left to the clamp kernel), and a residual add
+    after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
+    applied to the product."""
 import contextlib
 import os
 import subprocess
@@ -101,6 +105,62 @@ def test_constant_weights_winograd(shape, o, pads, monkeypatch):
     assert np.all(np.abs(y2 - _ref(x2, w, 1, pads)) <= 2e-6 * _ref(x2, w, 1, pads, absolute=True))
 
 
+# (N, C, H, W), O, pads (top, bottom, left, right): tile rows of 8k tiles and of 8k + 1..7 (the
+# vector loops and the scalar rest), odd output sizes (a last tile half outside), paddings 0
+# to 2 and uneven, the small CNN's 16x16 layer and ResNet-18's 28x28 one
+WINO_AVX2 = [((2, 64, 16, 16), 24, (1, 1, 1, 1)), ((1, 64, 28, 28), 16, (1, 1, 1, 1)),
+             ((1, 64, 33, 37), 17, (1, 1, 1, 1)), ((1, 72, 21, 19), 18, (0, 2, 2, 0)),
+             ((2, 64, 18, 34), 16, (0, 0, 0, 0)), ((1, 64, 14, 45), 20, (2, 1, 1, 2)),
+             ((2, 32, 32, 32), 64, (1, 1, 1, 1)), ((1, 41, 15, 23), 19, (1, 1, 1, 1))]  # < 64 channels
+
+
+@pytest.mark.parametrize("shape,o,pads", WINO_AVX2)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_winograd_avx2_transforms_same_bits_as_scalar(shape, o, pads, threads, monkeypatch):
+    """The transforms' AVX2 loops (MPSGRAPH_CPU_WINOGRAD_AVX2=0: the scalar ones) do the same
+    adds and subtracts: the same bits, and within Winograd's bound of PyTorch's result. From 32
+    to 63 source channels only the AVX2 loops take Winograd (the switch off: im2col)."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
+    bias = rng.standard_normal((o, 1, 1)).astype(np.float32)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        return [g.relu(g.convolution(px, g.constant(w), strides=1, padding=pads) + g.constant(bias))], [px]
+
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        scalar = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD_AVX2": "0"}, monkeypatch), [x])[0]
+        generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
+    if shape[1] >= 64:
+        np.testing.assert_array_equal(y, scalar)
+    else:
+        np.testing.assert_array_equal(scalar, generic)
+    assert not np.array_equal(y, generic)  # Winograd ran, not im2col
+    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
+    assert np.all(np.abs(y - np.maximum(ref + bias, 0)) <= 2e-6 * scale + 1e-6)
+
+
+@pytest.mark.parametrize("where", [(0, 3, 0, 0), (1, 7, 15, 33), (0, 60, 8, 17)])
+def test_winograd_avx2_non_finite_source(where, monkeypatch):
+    """An infinity or NaN in the source (first column, last, inside) is seen by the vector
+    loops too: the run goes to the generic path, which keeps it to the outputs that read it."""
+    shape, o, pads = (2, 64, 16, 34), 16, (1, 1, 1, 1)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[where] = np.nan if where[1] % 2 else np.inf
+    w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        return [g.convolution(px, g.constant(w), strides=1, padding=pads)], [px]
+
+    y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+    generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, generic)
+
+
 def test_constant_non_finite_weights_take_the_generic_path(monkeypatch):
     shape, o, pads = CONST[2]
     rng = np.random.default_rng(4)
@@ -154,7 +214,20 @@ DW = [((1, 8, 14, 14), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
       ((1, 3, 10, 12), 2, (1, 1), (2, 0, 0, 2), (1, 1)),
       ((3, 5, 7, 7), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
       ((1, 4, 20, 75), 1, (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2 on rows of 38: AVX2's 8-wide loop and tail
-      ((2, 3, 9, 64), 1, (2, 2), (1, 0, 1, 0), (1, 1))]
+      ((2, 3, 9, 64), 1, (2, 2), (1, 0, 1, 0), (1, 1)),
+      ((1, 6, 40, 45), 1, (1, 1), (1, 1, 1, 1), (1, 1)),  # stride 1, 32 to 63 wide: bordered too
+      ((2, 5, 33, 50), 1, (1, 1), (0, 2, 2, 0), (1, 1)),
+      ((1, 3, 12, 131), 1, (2, 2), (1, 1, 1, 1), (1, 1))]  # stride 2, rows of 66: the last 8 redone
+
+# stride 2 on narrow planes (the bordered plane's four phases): MobileNetV2's 28x28 and 7x7
+# outputs, odd sizes, paddings 0 to 2 on either side, a multiplier, outputs that a source
+# row or column past the padding does not reach
+DW_PHASES = [((1, 12, 56, 56), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+             ((2, 9, 14, 14), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+             ((1, 5, 15, 13), 2, (2, 2), (0, 2, 1, 0), (1, 1)),
+             ((3, 4, 8, 11), 1, (2, 2), (2, 0, 0, 2), (1, 1)),
+             ((1, 3, 20, 9), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
+             ((1, 7, 4, 3), 1, (2, 2), (2, 2, 2, 2), (1, 1))]
 
 
 def _dw_setup(case, seed):
@@ -209,6 +282,22 @@ def test_depthwise3x3_against_generic_and_torch(case, chain, monkeypatch):
     assert y.shape == ref.shape == generic.shape
     assert np.all(np.abs(y - ref) <= 1e-6 * scale)
     assert np.all(np.abs(generic - ref) <= 1e-6 * scale)
+
+
+@pytest.mark.parametrize("case", DW_PHASES, ids=[f"ph{i}" for i in range(len(DW_PHASES))])
+@pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise3x3_stride2_phases(case, chain, threads, monkeypatch):
+    x, w, bias = _dw_setup(case, 11)
+    build = _dw_build(case, w, bias, chain)
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        flat = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_PHASES": "0"}, monkeypatch), [x])[0]
+    ref = _dw_ref(x, w, bias, case, chain)
+    scale = _ref(x, w, case[2], case[3], case[4], groups=x.shape[1], absolute=True) + 1
+    assert y.shape == ref.shape == flat.shape
+    assert np.all(np.abs(y - ref) <= 1e-6 * scale)
+    assert np.all(np.abs(flat - ref) <= 1e-6 * scale)
 
 
 @pytest.mark.parametrize("idx", [1, 0, 6])
@@ -367,6 +456,27 @@ def test_packed_weights_against_blas_and_torch(shape, wshape, stride, pad, threa
     np.testing.assert_array_equal(ybr6, np.clip(yb + bias, 0, 6))
 
 
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:6] + [((2, 250, 9, 21), (14, 1, 1), 1, 0),
+                                                                   ((1, 29, 17, 19), (11, 3, 3), 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_planes_read_in_place_or_copied(shape, wshape, stride, pad, threads, monkeypatch):
+    """Depths up to 256 read the columns in place (MPSGRAPH_CPU_PACKED_READ_B=0 copies them into
+    blocks first, as deeper products do): the same sums, so the same bits."""
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+    bias = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
+    build = _packed_build(shape, w, bias, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        y, yr6 = _run(_compile(build, [x], env, monkeypatch), [x])
+        yc, ycr6 = _run(_compile(build, [x], dict(env, MPSGRAPH_CPU_PACKED_READ_B="0"), monkeypatch), [x])
+    np.testing.assert_array_equal(y, yc)
+    np.testing.assert_array_equal(yr6, ycr6)
+    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
+    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+
+
 PACKED_ISA_SCRIPT = """
 import os, sys
 import numpy as np, mpsgraph as mg, torch
@@ -417,6 +527,12 @@ EPILOGUES = {
     "max_min": (lambda g, y, b, r: g.minimum(g.maximum(y, g.constant(np.float32(-0.5))), g.constant(np.float32(1.5))),
                 lambda y, b, r: np.minimum(np.maximum(y, np.float32(-0.5)), np.float32(1.5))),
     "bias_residual": (lambda g, y, b, r: g.relu(y + g.constant(b) + r), lambda y, b, r: np.maximum(y + b + r, 0)),
+    "bias_then_residual": (lambda g, y, b, r: y + g.constant(b) + r, lambda y, b, r: y + b + r),
+    "residual_first": (lambda g, y, b, r: r + (g.constant(b) + y), lambda y, b, r: r + (b + y)),
+    "residual": (lambda g, y, b, r: y + r, lambda y, b, r: y + r),
+    "relu6_residual": (lambda g, y, b, r: g.clamp(y + g.constant(b), g.constant(np.float32(0)),
+                                                  g.constant(np.float32(6))) + r,
+                       lambda y, b, r: np.clip(y + b, 0, 6) + r),
     "scalar_bias": (lambda g, y, b, r: y + g.constant(np.float32(0.25)), lambda y, b, r: y + np.float32(0.25)),
     "nan_bound": (lambda g, y, b, r: g.clamp(y + g.constant(b), g.constant(np.float32(np.nan)),
                                              g.constant(np.float32(6))), None),
@@ -457,6 +573,29 @@ def test_packed_channels_against_blas_and_torch(shape, wshape, stride, pad, thre
     assert y.shape == ref.shape
     assert np.all(np.abs(y - ref) <= 2e-6 * scale)
     assert np.all(np.abs(yb - ref) <= 2e-6 * scale)
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED + CHANNELS[:4])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_store_residual_against_its_own_pass(shape, wshape, stride, pad, threads, monkeypatch):
+    """The residual add read in the packed store (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass
+    over the output) gives the same bits, and agrees with PyTorch."""
+    rng = np.random.default_rng(33)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
+    b = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
+    res = rng.standard_normal(ref.shape).astype(np.float32)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        for name in ("bias_then_residual", "residual", "relu6_residual"):
+            build = _epilogue_build(shape, w, b, res, stride, pad, name)
+            fused = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+            apart = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_PACKED_RESIDUAL="0"), monkeypatch),
+                         [x, res])[0]
+            np.testing.assert_array_equal(fused, apart, err_msg=name)
+            want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64))
+            assert np.all(np.abs(fused - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
 
 
 @pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:5])

@@ -58,28 +58,35 @@ MG_TARGET_AVX2 inline __m256 pick(const float* p, int even) {  // p[0, 2, ..., 1
   return even ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)) : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
 }
 
+// The third tap's sources (2j + 2) are the odd ones from 2j + 1, so 8 outputs read up to
+// source 2j + 16, no further than the scalar loop; a last group of fewer than 8 is redone as
+// the row's last 8 outputs (the same sums: the same values).
+MG_TARGET_AVX2 inline void s2_eight(const float* const* rows, const __m256* wv, float* y, int64_t j, __m256 vb,
+                                     __m256 vlo, __m256 vhi) {
+  const int64_t i = 2 * j;
+  __m256 v = _mm256_mul_ps(wv[0], pick(rows[0] + i, 1));
+  v = _mm256_fmadd_ps(wv[1], pick(rows[0] + i, 0), v);
+  v = _mm256_fmadd_ps(wv[2], pick(rows[0] + i + 1, 0), v);
+  v = _mm256_fmadd_ps(wv[3], pick(rows[1] + i, 1), v);
+  v = _mm256_fmadd_ps(wv[4], pick(rows[1] + i, 0), v);
+  v = _mm256_fmadd_ps(wv[5], pick(rows[1] + i + 1, 0), v);
+  v = _mm256_fmadd_ps(wv[6], pick(rows[2] + i, 1), v);
+  v = _mm256_fmadd_ps(wv[7], pick(rows[2] + i, 0), v);
+  v = _mm256_fmadd_ps(wv[8], pick(rows[2] + i + 1, 0), v);
+  v = _mm256_add_ps(v, vb);
+  v = _mm256_blendv_ps(v, vlo, _mm256_cmp_ps(v, vlo, _CMP_LE_OQ));
+  v = _mm256_blendv_ps(v, vhi, _mm256_cmp_ps(v, vhi, _CMP_GE_OQ));
+  _mm256_storeu_ps(y + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0))));
+}
+
 MG_TARGET_AVX2 void row_avx2_s2(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,
                                 float lo, float hi) {
   const __m256 vb = _mm256_set1_ps(bias), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
   __m256 wv[9];
   for (int t = 0; t < 9; ++t) wv[t] = _mm256_set1_ps(w[t]);
   int64_t j = j0;
-  for (; j + 9 <= j1; j += 8) {  // reads up to source 2j + 17 <= 2 * j1 - 1, inside the row
-    const int64_t i = 2 * j;
-    __m256 v = _mm256_mul_ps(wv[0], pick(rows[0] + i, 1));
-    v = _mm256_fmadd_ps(wv[1], pick(rows[0] + i, 0), v);
-    v = _mm256_fmadd_ps(wv[2], pick(rows[0] + i + 2, 1), v);
-    v = _mm256_fmadd_ps(wv[3], pick(rows[1] + i, 1), v);
-    v = _mm256_fmadd_ps(wv[4], pick(rows[1] + i, 0), v);
-    v = _mm256_fmadd_ps(wv[5], pick(rows[1] + i + 2, 1), v);
-    v = _mm256_fmadd_ps(wv[6], pick(rows[2] + i, 1), v);
-    v = _mm256_fmadd_ps(wv[7], pick(rows[2] + i, 0), v);
-    v = _mm256_fmadd_ps(wv[8], pick(rows[2] + i + 2, 1), v);
-    v = _mm256_add_ps(v, vb);
-    v = _mm256_blendv_ps(v, vlo, _mm256_cmp_ps(v, vlo, _CMP_LE_OQ));
-    v = _mm256_blendv_ps(v, vhi, _mm256_cmp_ps(v, vhi, _CMP_GE_OQ));
-    _mm256_storeu_ps(y + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0))));
-  }
+  for (; j + 8 <= j1; j += 8) s2_eight(rows, wv, y, j, vb, vlo, vhi);
+  if (j < j1 && j1 - j0 >= 8) return s2_eight(rows, wv, y, j1 - 8, vb, vlo, vhi);
   row_body<2>(rows, w, y, j, j1, bias, lo, hi);
 }
 

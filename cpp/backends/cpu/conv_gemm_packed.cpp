@@ -28,12 +28,17 @@ namespace mg::cpu {
 
 constexpr int64_t kPanelRows = 8, kAvx2Rows = 6;  // planes: rows per panel (AVX-512, AVX2)
 constexpr int64_t kChanRows = 16, kChanCols = 6, kChanDepth = 256;
+// AVX2 planes: depths up to this read B in place (measured on Zen 3: the copy cost more than the
+// strided rows at MobileNetV2's 1x1 layers of 16 to 192 source channels, 1.05 to 1.2x; at
+// 288 (3x3 im2col of 32 channels) and 576 the copy paid, 1.07 and 1.12x)
+constexpr int64_t kReadDepth = 256;
 
 struct PackedWeights {
   int64_t M = 0, K = 0;
   int64_t mr = 0, nr = 0;  // the micro-kernel's rows (a panel's) and columns
   Isa isa = Isa::Generic;
   PackedLayout layout = PackedLayout::Planes;
+  bool copy_b = true;  // AVX2 planes: B's columns copied into blocks (pack_columns), else read in place
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -49,10 +54,13 @@ inline float finish(float v, const PackedStore& s, int64_t i) {
   return v;
 }
 
-// The store's epilogue on a block of C (rows x n), rows of the store from i0.
-void finish_block(float* C, int64_t ldc, int64_t rows, int64_t n, const PackedStore& s, int64_t i0) {
+// The store's epilogue on a block of C (rows x n), rows of the store from i0, its residual R.
+void finish_block(float* C, int64_t ldc, int64_t rows, int64_t n, const PackedStore& s, int64_t i0, const float* R) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < n; ++j) C[r * ldc + j] = finish(C[r * ldc + j], s, i0 + r);
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = finish(C[r * ldc + j], s, i0 + r);
+      C[r * ldc + j] = R ? v + R[r * s.ldr + j] : v;
+    }
 }
 
 #if MG_CPU_X86
@@ -93,9 +101,10 @@ MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __
 
 // 6 rows x 16 columns (12 accumulators of 16 registers): per k two loads of B and six
 // broadcasts feed 12 multiply-adds (8 x 8 would need 9 loads for 8).
+// R: the block's residual (rows s->ldr apart), or null.
 template <bool kFull>
 MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
-                                int64_t rows, int64_t n, const PackedStore* s, int64_t i0) {
+                                int64_t rows, int64_t n, const PackedStore* s, int64_t i0, const float* R) {
   alignas(32) int32_t lanes[16];
   for (int i = 0; i < 16; ++i) lanes[i] = i < n ? -1 : 0;
   const __m256i m0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
@@ -119,7 +128,12 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
   for (int r = 0; r < kAvx2Rows; ++r) {
     if (r >= rows) break;
     const __m256 b = has_bias ? _mm256_set1_ps(s->bias[(i0 + r) * s->bias_stride]) : _mm256_setzero_ps();
-    const __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi);
+    __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi);
+    if (R) {
+      const float* Rr = R + r * s->ldr;
+      v0 = _mm256_add_ps(v0, kFull ? _mm256_loadu_ps(Rr) : _mm256_maskload_ps(Rr, m0));
+      v1 = _mm256_add_ps(v1, kFull ? _mm256_loadu_ps(Rr + 8) : _mm256_maskload_ps(Rr + 8, m1));
+    }
     if (kFull) {  // masked stores are slow on AMD (microcoded): only for the tails
       _mm256_storeu_ps(C + r * ldc, v0);
       _mm256_storeu_ps(C + r * ldc + 8, v1);
@@ -136,7 +150,7 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
 template <int NC>
 MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* acc, bool first,
                                          bool last, float* C, int64_t ldc, int64_t rows, const PackedStore* s,
-                                         int64_t i0) {
+                                         int64_t i0, const float* R) {
   __m256 c0[NC], c1[NC];
 #pragma GCC unroll 6
   for (int j = 0; j < NC; ++j) {
@@ -173,13 +187,19 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
     _mm256_store_ps(t[j], finish8(c0[j], b0, has_bias, clamp, lo, hi));
     _mm256_store_ps(t[j] + 8, finish8(c1[j], b1, has_bias, clamp, lo, hi));
   }
+  if (R) {
+    for (int64_t r = 0; r < rows; ++r)
+#pragma GCC unroll 6
+      for (int j = 0; j < NC; ++j) C[r * ldc + j] = t[j][r] + R[r * s->ldr + j];
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r)
 #pragma GCC unroll 6
     for (int j = 0; j < NC; ++j) C[r * ldc + j] = t[j][r];
 }
 
 using ChannelsKernel = void (*)(int64_t, const float*, const float*, int64_t, float*, bool, bool, float*, int64_t,
-                                int64_t, const PackedStore*, int64_t);
+                                int64_t, const PackedStore*, int64_t, const float*);
 constexpr ChannelsKernel kChannelsKernels[kChanCols] = {kernel_channels_avx2<1>, kernel_channels_avx2<2>,
                                                         kernel_channels_avx2<3>, kernel_channels_avx2<4>,
                                                         kernel_channels_avx2<5>, kernel_channels_avx2<6>};
@@ -197,17 +217,18 @@ void pack_columns(const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr,
 }
 
 // Columns [j0, j1) of C, in chunks whose slice of B (K x chunk) stays in L2 while every panel
-// passes over it.
+// passes over it; with AVX2 copied into column blocks first where the depth is large (copy_b).
 void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1,
                  const PackedStore* s, int64_t r0 = 0, int64_t r1 = -1) {
   if (r1 < 0) r1 = a.M;
 #if MG_CPU_X86
+  const float* R = s ? s->res : nullptr;
   const int64_t nr = a.nr, K = a.K;
   const int64_t chunk = std::max<int64_t>(nr, (int64_t(65536) / std::max<int64_t>(K, 1)) / nr * nr);
   thread_local std::vector<float> packed;  // AVX2: the chunk's columns by pack_columns
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
     const int64_t c1 = std::min(j1, c0 + chunk);
-    const bool pack = a.isa == Isa::Avx2;
+    const bool pack = a.isa == Isa::Avx2 && a.copy_b;
     if (pack) {
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
       pack_columns(B + c0, ldb, K, c1 - c0, nr, packed.data());
@@ -221,11 +242,13 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         if (a.isa == Isa::Avx512) {
           if (n == nr) kernel_avx512<true>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
           else kernel_avx512<false>(K, panel, B + j, ldb, Ci + j, ldc, rows, n);
-          if (s) finish_block(Ci + j, ldc, rows, n, *s, i0);  // still in L1
+          if (s) finish_block(Ci + j, ldc, rows, n, *s, i0, R ? R + i0 * s->ldr + j : nullptr);  // still in L1
         } else {
-          const float* Bj = packed.data() + (j - c0) * K;
-          if (n == nr) kernel_avx2<true>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0);
-          else kernel_avx2<false>(K, panel, Bj, nr, Ci + j, ldc, rows, n, s, i0);
+          const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
+          const int64_t lb = pack ? nr : ldb;
+          const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
+          if (n == nr) kernel_avx2<true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
+          else kernel_avx2<false>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
         }
       }
     }
@@ -253,7 +276,8 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
       for (int64_t j = 0; j < N; j += kChanCols) {
         const int64_t n = std::min(kChanCols, N - j);
         kChannelsKernels[n - 1](kn, panel + k0 * kChanRows, B + (j * K + k0 * kChanCols), kChanCols,
-                                acc.data() + j * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0);
+                                acc.data() + j * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0,
+                                s && s->res ? s->res + i0 * s->ldr + j : nullptr);
       }
     }
   }
@@ -278,6 +302,8 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->K = K;
   p->isa = layout == PackedLayout::Channels ? Isa::Avx2 : isa;
   p->layout = layout;
+  // MPSGRAPH_CPU_PACKED_READ_B=0 (read here) copies B's columns at every depth
+  p->copy_b = K > kReadDepth || env_off("MPSGRAPH_CPU_PACKED_READ_B");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;

@@ -28,12 +28,15 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
 
 // An epilogue folded into the store, computed as the epilogue ops compute it: row i gets
 // v + bias[i * bias_stride] (with a bias), then v <= lo ? lo : v, then v >= hi ? hi : v (with
-// clamp; lo and hi not NaN).
+// clamp; lo and hi not NaN), then element (i, j) v + res[i * ldr + j] (with res: a residual
+// laid out as C).
 struct PackedStore {
   const float* bias = nullptr;
   int64_t bias_stride = 0;
   bool clamp = false;
   float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
+  const float* res = nullptr;
+  int64_t ldr = 0;
 };
 
 // C (M, N), rows ldc apart, = the packed weights (M, K) @ B (K, N), rows ldb apart, then the

@@ -113,6 +113,7 @@ struct Plan {
   bool dw3_flat = false;   // dw3 with unit strides and dilations and OL == IL: rows run as one
   bool dw3_border = false; // dw3 on narrow planes, equal strides: through a zero-bordered copy
   int64_t Wb = 0, Hb = 0;  // dw3_border: the bordered plane's width and height
+  bool dw3_phase = false;  // dw3_border at stride 2: the bordered plane's even rows, then its odd ones
   int64_t pbL = 0, pbT = 0;  // padding before, innermost and outer (2-d)
   std::shared_ptr<const std::vector<float>> zeros;  // dw3: a source row of zeros (rows in the padding)
   int64_t tile = 1;        // output positions per column tile
@@ -177,11 +178,21 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   p.pbL = pads[2 * (k - 1)];
   p.pbT = k == 2 ? pads[0] : 0;
   p.dw3_flat = p.dw3 && strides[0] == 1 && dil[0] == 1 && p.sL == 1 && p.OL == p.IL;
-  // narrow planes: the edge columns would cost as much as the rest
-  p.dw3_border = p.dw3 && strides[0] == p.sL && dil[0] == 1 && p.pbL >= 0 && p.pbT >= 0 && p.OL < 32;
+  // narrow planes: the edge columns would cost as much as the rest (at stride 1 up to 56 wide:
+  // MobileNetV2's 144 channels at 56x56 335 -> 272 us; at 112 the copies cost more, 1.07x)
+  p.dw3_border = p.dw3 && strides[0] == p.sL && dil[0] == 1 && p.pbL >= 0 && p.pbT >= 0 &&
+                 (p.OL < 32 || (p.sL == 1 && p.OL < 64));
   if (p.dw3_border) {
     p.Wb = std::max(p.pbL + p.IL, p.sL * (p.OL - 1) + 3);
     p.Hb = std::max(p.pbT + src[2], p.sL * (p.R - 1) + 3);
+  }
+  // MPSGRAPH_CPU_DW3_PHASES=0 keeps stride 2's flat loop over the bordered plane (about half
+  // its outputs unused, between the rows)
+  const char* ph_env = std::getenv("MPSGRAPH_CPU_DW3_PHASES");
+  p.dw3_phase = p.dw3_border && p.sL == 2 && !(ph_env && std::string(ph_env) == "0");
+  if (p.dw3_phase) {  // B's width (even) and a phase's rows
+    p.Wb = 2 * std::max(p.OL + 1, (p.pbL + p.IL + 1) / 2);
+    p.Hb = p.R + 1;
   }
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
 
@@ -359,6 +370,8 @@ struct RowEpilogue {
   size_t folded = 0;
   int bias = -1, lo = -1, hi = -1;  // operand inputs, -1: none
   bool bias_channel = false, relu = false;
+  int res = -1;  // the op after those an add of a whole tensor (a residual): its operand, else -1;
+                 // only the packed store folds it (not counted in `folded`)
 };
 
 RowEpilogue row_epilogue(const ConvEpilogue& e) {
@@ -382,6 +395,10 @@ RowEpilogue row_epilogue(const ConvEpilogue& e) {
   }
   r.folded = i;
   r.fused = i == ops.size();
+  // MPSGRAPH_CPU_PACKED_RESIDUAL=0 (read at compile) leaves the residual add to its own pass
+  const char* env = std::getenv("MPSGRAPH_CPU_PACKED_RESIDUAL");
+  if (i < ops.size() && ops[i].kind == K::Add && ops[i].arg == A::Full && !(env && std::string(env) == "0"))
+    r.res = ops[i].input;
   return r;
 }
 
@@ -404,10 +421,12 @@ struct Epi {
     if constexpr (std::is_same_v<T, float>)
       if (e) e->apply(y, in, n, o0, o1, p0, p1, from);
   }
-  // The leading bias and clamp as the packed GEMM's store (channels from o0); returns the
-  // epilogue left to apply after it. NaN clamp bounds stay unfolded (the clamp kernel's rules).
-  Epi fold(PackedStore& st, int64_t o0) const {
-    if (!e || !row || row->folded == 0) return *this;
+  // The leading bias and clamp as the packed GEMM's store (channels from o0), and a residual
+  // add after them where `at` (the product's first element's flat index in the output) is given:
+  // the output's layout; returns the epilogue left to apply after it. NaN clamp bounds stay
+  // unfolded (the clamp kernel's rules).
+  Epi fold(PackedStore& st, int64_t o0, int64_t at = -1, int64_t ld = 0) const {
+    if (!e || !row || (row->folded == 0 && (row->res < 0 || at < 0))) return *this;
     const RowEpilogue& re = *row;
     const std::pair<float, float> bounds = row_bounds(re, in);
     const float lo = bounds.first, hi = bounds.second;
@@ -421,6 +440,11 @@ struct Epi {
     st.hi = hi;
     Epi rest = *this;
     rest.from = re.folded;
+    if (re.res >= 0 && at >= 0) {  // the residual read where the block is stored, not in another pass
+      st.res = in[re.res] + at;
+      st.ldr = ld;
+      rest.from += 1;
+    }
     return rest;
   }
 };
@@ -477,7 +501,7 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
       if constexpr (std::is_same_v<T, float>)
         if (p.packed) {  // the bias and clamp in the store, while the block is in registers
           PackedStore st;
-          const Epi rest = epi.fold(st, g * p.Og);
+          const Epi rest = epi.fold(st, g * p.Og, y_off + p0, p.P);
           packed_gemm(*p.packed, b, ldb, pt, y, p.P, &st);
           return rest(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
         }
@@ -526,6 +550,20 @@ void depthwise_taps3(const Plan& p, T* yr, const T* b, const int64_t* off, const
   for (int64_t j = std::max(jhi, jlo); j < p.OL; ++j) edge(j);
 }
 
+// d[0, n) = s[0, n) for the bordered planes' rows: below 16 floats inline 4-wide moves, the
+// last one overlapping, instead of a memcpy call per row (MobileNetV2's 960 channels at 7x7 96
+// -> 82 us at 1 thread; at 56 wide memcpy's was faster, 292 against 330 us).
+inline void copy_row(float* d, const float* s, int64_t n) {
+#if MG_CPU_X86
+  if (n >= 4 && n < 16) {
+    for (int64_t k = 0; k + 4 <= n; k += 4) _mm_storeu_ps(d + k, _mm_loadu_ps(s + k));
+    _mm_storeu_ps(d + n - 4, _mm_loadu_ps(s + n - 4));
+    return;
+  }
+#endif
+  std::memcpy(d, s, size_t(n) * sizeof(float));
+}
+
 // Depthwise 3x3 (float32, innermost stride 1 or 2): each output row in one pass over its three
 // source rows (conv_depthwise.h) with the bias and clamp of the epilogue, edges scalar.
 void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const Epi& epi) {
@@ -555,24 +593,45 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
   // dw3_border: the plane is copied into a zero-bordered one of width Wb; output (r, j) then
   // reads it at s * (r * Wb + j) + kt * Wb + t, so one flat loop makes every output (at row
   // stride Wb, with Wb - OL unused ones between rows), copied out after.
-  const int64_t Wb = p.Wb, Hb = p.Hb, IH = p.IL ? p.in_plane / p.IL : 0;
+  // dw3_phase: the bordered plane B (width Wb, even) as its even rows, then its odd ones: a
+  // pair of output rows of stride-2 taps is then Wb / 2 outputs apart (not Wb as in B, half of
+  // them unused), so one flat stride-2 loop makes them, in whole vectors: tap (kt, t) of output
+  // (r, j) reads phase kt & 1 at (r + kt / 2) * Wb + 2 * j + t = 2 * (r * Wb / 2 + j) + ...
+  const int64_t Wb = p.Wb, Hb = p.Hb, IH = p.IL ? p.in_plane / p.IL : 0, Wh = Wb / 2;
+  const int64_t nq = (p.R * Wh + 7) / 8 * 8, phase = 2 * nq + Wb + 18;  // phase: reads stay inside
   parallel_for(p.N * per_image, grain, [&](int64_t u0, int64_t u1) {
     thread_local std::vector<float> plane;  // bordered source, then the output rows at width Wb
-    if (p.dw3_border) plane.resize(size_t((Hb + p.R) * Wb));
+    if (p.dw3_phase) plane.resize(size_t(2 * phase + nq + 1));
+    else if (p.dw3_border) plane.resize(size_t((Hb + p.R) * Wb));
+    // the padding once per task: every channel then writes the same places
+    if (p.dw3_phase) std::fill(plane.begin(), plane.begin() + 2 * phase, 0.0f);
+    else if (p.dw3_border) std::fill(plane.begin(), plane.begin() + Hb * Wb, 0.0f);
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n = u / per_image, oc = u % per_image, g = oc / p.Og;
       const float* xc = x + (n * p.C + g) * p.in_plane - p.pbL;
       const float* wc = w + oc * 9;
       float* yc = y + (n * p.O + oc) * p.P;
       const float bias = re.fused && re.bias >= 0 ? epi.in[re.bias][re.bias_channel ? oc : 0] : 0.0f;
+      if (p.dw3_phase) {
+        float *f = plane.data(), *yb = f + 2 * phase;
+        for (int64_t i = 0; i < IH; ++i) {
+          const int64_t br = i + p.pbT;
+          if (br >> 1 >= Hb) break;
+          copy_row(f + (br & 1) * phase + (br >> 1) * Wb + p.pbL, xc + p.pbL + i * p.IL, p.IL);
+        }
+        const float* rows[3] = {f, f + phase, f + Wb};
+        row(rows, wc, yb, 0, nq + 1, bias, lo, hi);  // nq in vectors (the loop reads one ahead)
+        for (int64_t r = 0; r < p.R; ++r) copy_row(yc + r * p.OL, yb + r * Wh, p.OL);
+        if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
+        continue;
+      }
       if (p.dw3_border) {
         float *xb = plane.data(), *yb = xb + Hb * Wb;
-        std::fill(xb, yb, 0.0f);
         for (int64_t i = 0; i < IH; ++i)
-          std::memcpy(xb + (i + p.pbT) * Wb + p.pbL, xc + p.pbL + i * p.IL, size_t(p.IL) * sizeof(float));
+          copy_row(xb + (i + p.pbT) * Wb + p.pbL, xc + p.pbL + i * p.IL, p.IL);
         const float* rows[3] = {xb, xb + Wb, xb + 2 * Wb};
         row(rows, wc, yb, 0, (p.R - 1) * Wb + p.OL, bias, lo, hi);
-        for (int64_t r = 0; r < p.R; ++r) std::memcpy(yc + r * p.OL, yb + r * Wb, size_t(p.OL) * sizeof(float));
+        for (int64_t r = 0; r < p.R; ++r) copy_row(yc + r * p.OL, yb + r * Wb, p.OL);
         if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
         continue;
       }

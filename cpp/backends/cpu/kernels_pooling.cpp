@@ -24,6 +24,10 @@
 #include "backends/cpu/isa_target.h"
 #include "core/ops/pooling_attrs.h"
 
+#if MG_CPU_X86
+#include <immintrin.h>
+#endif
+
 namespace mg::cpu {
 
 namespace {
@@ -40,6 +44,7 @@ struct PoolPlan {
   int64_t sL = 1;
   int64_t in_last = 1;      // innermost source extent
   bool pool_rows = false;   // 2-d float32 max: pool_rows_fn's path (MPSGRAPH_CPU_POOL_ROWS=0: off)
+  bool pairs = false;       // pool_rows with 2 taps at stride 2 unpadded: rows of 2 by pool_pairs_fn
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -93,6 +98,10 @@ PoolPlan make_plan(const KernelCtx& c, const Shape& src) {
     p.thi.push_back(hi);
     p.tsrc.push_back(off);
   }
+  // MPSGRAPH_CPU_POOL_PAIRS=0 (read here) keeps pool_rows' general row
+  const char* pairs_env = std::getenv("MPSGRAPH_CPU_POOL_PAIRS");
+  p.pairs = p.pool_rows && st == 2 && K == 2 && p.tsrc[0] == 0 && p.tsrc[1] == 1 && p.tlo[0] == 0 && p.tlo[1] == 0 &&
+            p.thi[0] == p.out_last && p.thi[1] == p.out_last && !(pairs_env && std::string(pairs_env) == "0");
   return p;
 }
 
@@ -260,10 +269,45 @@ PoolRowFn pool_row_fn(int64_t sL) {
   return sL == 1 ? pool_row_generic<1> : sL == 2 ? pool_row_generic<2> : pool_row_generic<0>;
 }
 
+// 2x2 windows at stride 2 along the row (the small CNN's pools): y[j] = the maximum of x0[2j],
+// x0[2j + 1], x1[2j], x1[2j + 1] chosen as pool_row_body chooses (the two rows first, then the
+// two columns; a NaN wins, so does the first of equal values): the same bits in one pass.
+inline float pick_max(float a, float v) { return (v > a || v != v) ? v : a; }
+using PoolPairsFn = void (*)(const float*, const float*, float*, int64_t);
+void pool_pairs_generic(const float* x0, const float* x1, float* y, int64_t OL) {
+  for (int64_t j = 0; j < OL; ++j)
+    y[j] = pick_max(pick_max(x0[2 * j], x1[2 * j]), pick_max(x0[2 * j + 1], x1[2 * j + 1]));
+}
+#if MG_CPU_X86
+MG_TARGET_AVX2 inline __m256 pick_max8(__m256 a, __m256 v) {
+  const __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, a, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  return _mm256_blendv_ps(a, v, take);
+}
+MG_TARGET_AVX2 void pool_pairs_avx2(const float* x0, const float* x1, float* y, int64_t OL) {
+  int64_t j = 0;
+  for (; j + 8 <= OL; j += 8) {  // reads up to x[2j + 15] <= x[2 OL - 1]
+    const __m256 a = pick_max8(_mm256_loadu_ps(x0 + 2 * j), _mm256_loadu_ps(x1 + 2 * j));
+    const __m256 b = pick_max8(_mm256_loadu_ps(x0 + 2 * j + 8), _mm256_loadu_ps(x1 + 2 * j + 8));
+    // even and odd columns, lanes in the order (0 1 4 5 2 3 6 7); one permute puts them back
+    const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), o = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m256 m = pick_max8(e, o);
+    _mm256_storeu_ps(y + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(m), _MM_SHUFFLE(3, 1, 2, 0))));
+  }
+  pool_pairs_generic(x0 + 2 * j, x1 + 2 * j, y + j, OL - j);
+}
+#endif
+PoolPairsFn pool_pairs_fn() {
+#if MG_CPU_X86
+  if (best_isa() != Isa::Generic) return pool_pairs_avx2;
+#endif
+  return pool_pairs_generic;
+}
+
 template <class S>
 void pool_rows(const PoolPlan& p, const S* x, S* y) {
   if constexpr (std::is_same_v<S, float>) {
     const PoolRowFn row = pool_row_fn(p.sL);
+    const PoolPairsFn pairs = pool_pairs_fn();
     const int64_t OL = p.out_last, rows_per_batch = p.out[0];
     const int64_t grain =
         std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.in_last) / std::max<int64_t>(1, p.window));
@@ -277,7 +321,9 @@ void pool_rows(const PoolPlan& p, const S* x, S* y) {
           std::fill(yr, yr + OL, -std::numeric_limits<float>::infinity());
           continue;
         }
-        row(p, x + b * p.in_plane + p.first[0][size_t(o)], p.step[0], n, m.data(), yr);
+        const float* xr = x + b * p.in_plane + p.first[0][size_t(o)];
+        if (p.pairs && n == 2) pairs(xr, xr + p.step[0], yr, OL);
+        else row(p, xr, p.step[0], n, m.data(), yr);
       }
     });
   }
