@@ -76,12 +76,17 @@ CONST = [((1, 64, 14, 14), 24, (1, 1, 1, 1)), ((1, 80, 13, 11), 16, (1, 0, 2, 1)
          ((1, 64, 18, 30), 40, (1, 1, 1, 1))]  # planes, the output channels split (7 panels of 6)
 
 
-@pytest.mark.parametrize("shape,o,pads", CONST)
-def test_constant_weights_winograd(shape, o, pads, monkeypatch):
-    rng = np.random.default_rng(3)
+def _conv3x3_case(seed, shape, o):
+    """The generator (for later draws), a source, 3x3 weights to o channels and a bias."""
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal(shape).astype(np.float32)
     w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
-    bias = rng.standard_normal((o, 1, 1)).astype(np.float32)
+    return rng, x, w, rng.standard_normal((o, 1, 1)).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape,o,pads", CONST)
+def test_constant_weights_winograd(shape, o, pads, monkeypatch):
+    rng, x, w, bias = _conv3x3_case(3, shape, o)
 
     def build(g):
         px = g.placeholder(shape, mg.float32)
@@ -120,10 +125,7 @@ def test_winograd_avx2_transforms_same_bits_as_scalar(shape, o, pads, threads, m
     """The transforms' AVX2 loops (MPSGRAPH_CPU_WINOGRAD_AVX2=0: the scalar ones) do the same
     adds and subtracts: the same bits, and within Winograd's bound of PyTorch's result. From 32
     to 63 source channels only the AVX2 loops take Winograd (the switch off: im2col)."""
-    rng = np.random.default_rng(6)
-    x = rng.standard_normal(shape).astype(np.float32)
-    w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
-    bias = rng.standard_normal((o, 1, 1)).astype(np.float32)
+    rng, x, w, bias = _conv3x3_case(6, shape, o)
 
     def build(g):
         px = g.placeholder(shape, mg.float32)
@@ -142,6 +144,18 @@ def test_winograd_avx2_transforms_same_bits_as_scalar(shape, o, pads, threads, m
     assert np.all(np.abs(y - np.maximum(ref + bias, 0)) <= 2e-6 * scale + 1e-6)
 
 
+def _as_generic_path(shape, w, pads, x, monkeypatch):
+    """The convolution's result, checked bit for bit against the generic (im2col) path's."""
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        return [g.convolution(px, g.constant(w), strides=1, padding=pads)], [px]
+
+    y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+    generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, generic)
+    return y
+
+
 @pytest.mark.parametrize("where", [(0, 3, 0, 0), (1, 7, 15, 33), (0, 60, 8, 17)])
 def test_winograd_avx2_non_finite_source(where, monkeypatch):
     """An infinity or NaN in the source (first column, last, inside) is seen by the vector
@@ -151,14 +165,7 @@ def test_winograd_avx2_non_finite_source(where, monkeypatch):
     x = rng.standard_normal(shape).astype(np.float32)
     x[where] = np.nan if where[1] % 2 else np.inf
     w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
-
-    def build(g):
-        px = g.placeholder(shape, mg.float32)
-        return [g.convolution(px, g.constant(w), strides=1, padding=pads)], [px]
-
-    y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
-    generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
-    np.testing.assert_array_equal(y, generic)
+    _as_generic_path(shape, w, pads, x, monkeypatch)
 
 
 def test_constant_non_finite_weights_take_the_generic_path(monkeypatch):
@@ -167,14 +174,7 @@ def test_constant_non_finite_weights_take_the_generic_path(monkeypatch):
     x = rng.standard_normal(shape).astype(np.float32)
     w = rng.standard_normal((o, shape[1], 3, 3)).astype(np.float32)
     w[3, 5, 1, 1] = np.inf
-
-    def build(g):
-        px = g.placeholder(shape, mg.float32)
-        return [g.convolution(px, g.constant(w), strides=1, padding=pads)], [px]
-
-    y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
-    generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
-    np.testing.assert_array_equal(y, generic)
+    y = _as_generic_path(shape, w, pads, x, monkeypatch)
     with np.errstate(invalid="ignore"):
         ref = _ref(x, w, 1, pads)
     np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
@@ -270,6 +270,15 @@ def _dw_ref(x, w, bias, case, chain):
     return y
 
 
+def _dw_agree(case, x, w, bias, chain, *outs):
+    """Each result agrees with PyTorch's depthwise convolution and the chain after it."""
+    ref = _dw_ref(x, w, bias, case, chain)
+    scale = _ref(x, w, case[2], case[3], case[4], groups=x.shape[1], absolute=True) + 1
+    for out in outs:
+        assert out.shape == ref.shape
+        assert np.all(np.abs(out - ref) <= 1e-6 * scale)
+
+
 @pytest.mark.parametrize("case", DW, ids=[f"dw{i}" for i in range(len(DW))])
 @pytest.mark.parametrize("chain", ["none", "bias_relu", "bias_relu6", "bias_max_min", "bias_res"])
 def test_depthwise3x3_against_generic_and_torch(case, chain, monkeypatch):
@@ -277,11 +286,7 @@ def test_depthwise3x3_against_generic_and_torch(case, chain, monkeypatch):
     build = _dw_build(case, w, bias, chain)
     y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
     generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3": "0"}, monkeypatch), [x])[0]
-    ref = _dw_ref(x, w, bias, case, chain)
-    scale = _ref(x, w, case[2], case[3], case[4], groups=x.shape[1], absolute=True) + 1
-    assert y.shape == ref.shape == generic.shape
-    assert np.all(np.abs(y - ref) <= 1e-6 * scale)
-    assert np.all(np.abs(generic - ref) <= 1e-6 * scale)
+    _dw_agree(case, x, w, bias, chain, y, generic)
 
 
 @pytest.mark.parametrize("case", DW_PHASES, ids=[f"ph{i}" for i in range(len(DW_PHASES))])
@@ -293,11 +298,7 @@ def test_depthwise3x3_stride2_phases(case, chain, threads, monkeypatch):
     with _threads(threads):
         y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
         flat = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_PHASES": "0"}, monkeypatch), [x])[0]
-    ref = _dw_ref(x, w, bias, case, chain)
-    scale = _ref(x, w, case[2], case[3], case[4], groups=x.shape[1], absolute=True) + 1
-    assert y.shape == ref.shape == flat.shape
-    assert np.all(np.abs(y - ref) <= 1e-6 * scale)
-    assert np.all(np.abs(flat - ref) <= 1e-6 * scale)
+    _dw_agree(case, x, w, bias, chain, y, flat)
 
 
 @pytest.mark.parametrize("idx", [1, 0, 6])
@@ -430,14 +431,19 @@ def _packed_build(shape, w, bias, stride, pad):
     return build
 
 
-@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED)
-@pytest.mark.parametrize("threads", [1, 2])
-def test_packed_weights_against_blas_and_torch(shape, wshape, stride, pad, threads, monkeypatch):
-    rng = np.random.default_rng(21)
+def _packed_case(seed, shape, wshape, stride, pad):
+    """The generator (for later draws), source, weights, bias and the product + ReLU6 graph."""
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal(shape).astype(np.float32)
     w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
     bias = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
-    build = _packed_build(shape, w, bias, stride, pad)
+    return rng, x, w, bias, _packed_build(shape, w, bias, stride, pad)
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_weights_against_blas_and_torch(shape, wshape, stride, pad, threads, monkeypatch):
+    rng, x, w, bias, build = _packed_case(21, shape, wshape, stride, pad)
     env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
     with _threads(threads):
         packed = _compile(build, [x], env, monkeypatch)
@@ -462,11 +468,7 @@ def test_packed_weights_against_blas_and_torch(shape, wshape, stride, pad, threa
 def test_packed_planes_read_in_place_or_copied(shape, wshape, stride, pad, threads, monkeypatch):
     """Depths up to 256 read the columns in place (MPSGRAPH_CPU_PACKED_READ_B=0 copies them into
     blocks first, as deeper products do): the same sums, so the same bits."""
-    rng = np.random.default_rng(22)
-    x = rng.standard_normal(shape).astype(np.float32)
-    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
-    bias = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
-    build = _packed_build(shape, w, bias, stride, pad)
+    rng, x, w, bias, build = _packed_case(22, shape, wshape, stride, pad)
     env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
     with _threads(threads):
         y, yr6 = _run(_compile(build, [x], env, monkeypatch), [x])
@@ -547,15 +549,21 @@ def _epilogue_build(shape, w, b, res, stride, pad, epilogue):
     return build
 
 
-@pytest.mark.parametrize("shape,wshape,stride,pad", CHANNELS)
-@pytest.mark.parametrize("threads", [1, 2])
-def test_packed_channels_against_blas_and_torch(shape, wshape, stride, pad, threads, monkeypatch):
-    rng = np.random.default_rng(31)
+def _epilogue_case(seed, shape, wshape, stride, pad):
+    """Source, weights, per-channel bias, residual, the PyTorch reference and its magnitude."""
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal(shape).astype(np.float32)
     w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
     ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
     b = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
     res = rng.standard_normal(ref.shape).astype(np.float32)
+    return x, w, b, res, ref, scale
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", CHANNELS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_channels_against_blas_and_torch(shape, wshape, stride, pad, threads, monkeypatch):
+    x, w, b, res, ref, scale = _epilogue_case(31, shape, wshape, stride, pad)
     env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
     with _threads(threads):
         def run(epilogue, extra):
@@ -580,12 +588,7 @@ def test_packed_channels_against_blas_and_torch(shape, wshape, stride, pad, thre
 def test_packed_store_residual_against_its_own_pass(shape, wshape, stride, pad, threads, monkeypatch):
     """The residual add read in the packed store (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass
     over the output) gives the same bits, and agrees with PyTorch."""
-    rng = np.random.default_rng(33)
-    x = rng.standard_normal(shape).astype(np.float32)
-    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
-    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
-    b = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
-    res = rng.standard_normal(ref.shape).astype(np.float32)
+    x, w, b, res, ref, scale = _epilogue_case(33, shape, wshape, stride, pad)
     env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
     with _threads(threads):
         for name in ("bias_then_residual", "residual", "relu6_residual"):
@@ -601,12 +604,7 @@ def test_packed_store_residual_against_its_own_pass(shape, wshape, stride, pad, 
 @pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:5])
 def test_packed_planes_fused_store(shape, wshape, stride, pad, monkeypatch):
     """The planes layout's store folds the same epilogues (same bits as the ops on the product)."""
-    rng = np.random.default_rng(32)
-    x = rng.standard_normal(shape).astype(np.float32)
-    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
-    ref = _ref(x, w, stride, (pad,) * 4)
-    b = rng.standard_normal((wshape[0], 1, 1)).astype(np.float32)
-    res = rng.standard_normal(ref.shape).astype(np.float32)
+    x, w, b, res, ref, _ = _epilogue_case(32, shape, wshape, stride, pad)
     env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
 
     def run(epilogue):
