@@ -284,17 +284,12 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
 #endif
 }
 
-bool env_off(const char* name) {
-  const char* env = std::getenv(name);
-  return env && std::string(env) == "0";
-}
-
 }  // namespace
 
 std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t M, int64_t K, int64_t ldw,
                                                          PackedLayout layout) {
-  if (env_off("MPSGRAPH_CPU_PACKED")) return nullptr;
-  if (layout == PackedLayout::Channels && env_off("MPSGRAPH_CPU_PACKED_CHANNELS")) return nullptr;
+  if (switched_off("MPSGRAPH_CPU_PACKED")) return nullptr;
+  if (layout == PackedLayout::Channels && switched_off("MPSGRAPH_CPU_PACKED_CHANNELS")) return nullptr;
   const Isa isa = best_isa();
   if (isa == Isa::Generic || M <= 0 || K <= 0) return nullptr;
   auto p = std::make_shared<PackedWeights>();
@@ -303,7 +298,7 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->isa = layout == PackedLayout::Channels ? Isa::Avx2 : isa;
   p->layout = layout;
   // MPSGRAPH_CPU_PACKED_READ_B=0 (read here) copies B's columns at every depth
-  p->copy_b = K > kReadDepth || env_off("MPSGRAPH_CPU_PACKED_READ_B");
+  p->copy_b = K > kReadDepth || switched_off("MPSGRAPH_CPU_PACKED_READ_B");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;

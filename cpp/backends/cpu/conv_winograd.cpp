@@ -354,7 +354,7 @@ bool run(const Wino& q, const float* x, const float* w, const float* U_const, co
 
 KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, const KernelFactory& generic) {
   // MPSGRAPH_CPU_WINOGRAD=0 keeps the generic path (read at compile: tests and benchmarks compare)
-  if (const char* env = std::getenv("MPSGRAPH_CPU_WINOGRAD"); env && std::string(env) == "0") return {};
+  if (switched_off("MPSGRAPH_CPU_WINOGRAD")) return {};
   const Shape &xs = c.in[0].shape, &ws = c.in[1].shape, &ys = c.out[0].shape;
   if (c.out[0].dtype != DType::Float32 || xs.size() != 4 || ws.size() != 4 || ws[2] != 3 || ws[3] != 3) return {};
   const ops::ConvolutionAttrs& a = typed_attrs<ops::ConvolutionAttrs>(c.node);
@@ -365,8 +365,7 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   q.N = xs[0], q.C = xs[1], q.H = xs[2], q.W = xs[3], q.O = ws[0], q.OH = ys[2], q.OW = ys[3];
   q.pt = a.padding[0], q.pl = a.padding[2];
 #if MG_CPU_X86
-  const char* vx = std::getenv("MPSGRAPH_CPU_WINOGRAD_AVX2");
-  q.avx2 = best_isa() != Isa::Generic && q.pt >= 0 && q.pl >= 0 && !(vx && std::string(vx) == "0");
+  q.avx2 = best_isa() != Isa::Generic && q.pt >= 0 && q.pl >= 0 && !switched_off("MPSGRAPH_CPU_WINOGRAD_AVX2");
 #endif
   // pays where the channel products are deep enough (their depth is C) and there are tiles to
   // share them. With the AVX2 transforms from 32 source channels (Zen 3, 1 thread: 32 and 48
@@ -404,8 +403,7 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
     if (!transform_weights(q, static_cast<const float*>(wconst->data()), U->data())) return {};  // not finite
     // and packed for the 16 products (BLAS would repack them on every call);
     // MPSGRAPH_CPU_WINOGRAD_PACKED=0 (read here) keeps BLAS
-    const char* wp = std::getenv("MPSGRAPH_CPU_WINOGRAD_PACKED");
-    const bool pack = !(wp && std::string(wp) == "0");
+    const bool pack = !switched_off("MPSGRAPH_CPU_WINOGRAD_PACKED");
     const PackedLayout layout = q.rows * q.tw >= kPackedPlanesTiles ? PackedLayout::Planes : PackedLayout::Channels;
     for (int xi = 0; xi < 16 && pack; ++xi) {
       auto pw = make_packed_weights(U->data() + xi * q.O * q.C, q.O, q.C, q.C, layout);

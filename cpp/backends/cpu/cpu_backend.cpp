@@ -243,6 +243,11 @@ void set_num_threads(int n) {
   g_thread_cap.store(n > 0 ? std::min(n, pool().size()) : 0);
 }
 
+bool switched_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env && std::string(env) == "0";
+}
+
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   int threads = num_threads();
@@ -387,8 +392,7 @@ class CpuProgram final : public Program {
     for (size_t id = 0; id < g.size(); ++id) unfused[id] |= char(epilogues.chain_of[id] >= 0);
     const FusionPlan fusion = plan_fusion(g, sg.targets, unfused);
     // MPSGRAPH_CPU_CONST_WEIGHTS=0: kernels see no constants (read at compile; tests compare both)
-    const char* const_env = std::getenv("MPSGRAPH_CPU_CONST_WEIGHTS");
-    const bool constants_known = !(const_env && std::string(const_env) == "0");
+    const bool constants_known = !switched_off("MPSGRAPH_CPU_CONST_WEIGHTS");
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
@@ -710,8 +714,7 @@ class CpuBackend final : public Backend {
     if (last && last[0] == '1') return std::make_unique<CpuProgram>(plan_channels_last(sg, [](const Node&) { return true; }));
     // the kernels run NCHW: an NHWC graph keeps its values NCHW between convolutions and pools
     // instead of transposing around each (MPSGRAPH_CPU_CHANNELS_FIRST=0: as built)
-    const char* first = std::getenv("MPSGRAPH_CPU_CHANNELS_FIRST");
-    if (!first || first[0] != '0') return std::make_unique<CpuProgram>(plan_channels_first(sg));
+    if (!switched_off("MPSGRAPH_CPU_CHANNELS_FIRST")) return std::make_unique<CpuProgram>(plan_channels_first(sg));
     return std::make_unique<CpuProgram>(sg);
   }
   ConstantEvaluator* constant_evaluator() override { return &evaluator_; }

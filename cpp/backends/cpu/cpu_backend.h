@@ -46,6 +46,8 @@ void register_dynamic_kernel(const std::string& op, DynamicKernelFactory factory
 
 // Splits [0, n) into chunks of at least `grain` over the pool; runs inline when small.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+// A kill switch: the environment variable `name` is "0" (read where a kernel is compiled).
+bool switched_off(const char* name);
 int num_threads();
 
 // Family registration (one per kernel file).

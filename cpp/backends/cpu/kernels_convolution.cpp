@@ -172,9 +172,8 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
 
   p.depthwise = kind == Kind::Forward && p.Cg == 1 && p.G > 1 && !p.direct;
   // MPSGRAPH_CPU_DW3=0 keeps the generic depthwise loop (read at compile: tests compare both)
-  const char* dw3_env = std::getenv("MPSGRAPH_CPU_DW3");
   p.dw3 = p.depthwise && k == 2 && p.KL == 3 && p.Kouter == 3 && dil.back() == 1 && dw3_row_fn(p.sL) &&
-          !(dw3_env && std::string(dw3_env) == "0");
+          !switched_off("MPSGRAPH_CPU_DW3");
   p.pbL = pads[2 * (k - 1)];
   p.pbT = k == 2 ? pads[0] : 0;
   p.dw3_flat = p.dw3 && strides[0] == 1 && dil[0] == 1 && p.sL == 1 && p.OL == p.IL;
@@ -188,8 +187,7 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   }
   // MPSGRAPH_CPU_DW3_PHASES=0 keeps stride 2's flat loop over the bordered plane (about half
   // its outputs unused, between the rows)
-  const char* ph_env = std::getenv("MPSGRAPH_CPU_DW3_PHASES");
-  p.dw3_phase = p.dw3_border && p.sL == 2 && !(ph_env && std::string(ph_env) == "0");
+  p.dw3_phase = p.dw3_border && p.sL == 2 && !switched_off("MPSGRAPH_CPU_DW3_PHASES");
   if (p.dw3_phase) {  // B's width (even) and a phase's rows
     p.Wb = 2 * std::max(p.OL + 1, (p.pbL + p.IL + 1) / 2);
     p.Hb = p.R + 1;
@@ -396,8 +394,7 @@ RowEpilogue row_epilogue(const ConvEpilogue& e) {
   r.folded = i;
   r.fused = i == ops.size();
   // MPSGRAPH_CPU_PACKED_RESIDUAL=0 (read at compile) leaves the residual add to its own pass
-  const char* env = std::getenv("MPSGRAPH_CPU_PACKED_RESIDUAL");
-  if (i < ops.size() && ops[i].kind == K::Add && ops[i].arg == A::Full && !(env && std::string(env) == "0"))
+  if (i < ops.size() && ops[i].kind == K::Add && ops[i].arg == A::Full && !switched_off("MPSGRAPH_CPU_PACKED_RESIDUAL"))
     r.res = ops[i].input;
   return r;
 }

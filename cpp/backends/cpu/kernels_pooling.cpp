@@ -88,8 +88,7 @@ PoolPlan make_plan(const KernelCtx& c, const Shape& src) {
   const int64_t K = s.kernel[L], st = s.stride[L], dl = s.dilation[L], n = in[L], before = dims[L].before;
   p.sL = st;
   p.in_last = n;
-  const char* rows_env = std::getenv("MPSGRAPH_CPU_POOL_ROWS");
-  p.pool_rows = p.k == 2 && !(rows_env && std::string(rows_env) == "0");
+  p.pool_rows = p.k == 2 && !switched_off("MPSGRAPH_CPU_POOL_ROWS");
   for (int64_t t = 0; t < K; ++t) {  // output j reads source j * st - before + t * dl when inside [0, n)
     const int64_t off = t * dl - before;
     const int64_t lo = std::min(p.out_last, off >= 0 ? 0 : ceil_div(-off, st));
@@ -99,9 +98,8 @@ PoolPlan make_plan(const KernelCtx& c, const Shape& src) {
     p.tsrc.push_back(off);
   }
   // MPSGRAPH_CPU_POOL_PAIRS=0 (read here) keeps pool_rows' general row
-  const char* pairs_env = std::getenv("MPSGRAPH_CPU_POOL_PAIRS");
   p.pairs = p.pool_rows && st == 2 && K == 2 && p.tsrc[0] == 0 && p.tsrc[1] == 1 && p.tlo[0] == 0 && p.tlo[1] == 0 &&
-            p.thi[0] == p.out_last && p.thi[1] == p.out_last && !(pairs_env && std::string(pairs_env) == "0");
+            p.thi[0] == p.out_last && p.thi[1] == p.out_last && !switched_off("MPSGRAPH_CPU_POOL_PAIRS");
   return p;
 }
 

@@ -4,8 +4,9 @@
 // ops::pool_dims, windows are walked over their taps inside the input in row-major order, the
 // first maximum wins and a NaN sticks, an empty window gives -inf (max, index -1) or 0.
 //
-// Forward ops: one thread per output, from kernels specialised to the geometry. Gradients gather instead of scattering (no atomics, the
-// same order as the CPU's scatter): one thread per source element visits the outputs whose
+// Forward ops: one thread per output, from kernels specialised to the geometry. Gradients
+// gather instead of scattering (no atomics, the same order as the CPU's scatter): one thread
+// per source element visits the outputs whose
 // windows hold it in row-major order; the max gradient first stores each window's argmax in
 // scratch. float16/bfloat16 compute in float32, the gradients round to the storage type after
 // each addition as the CPU's scatter does.
