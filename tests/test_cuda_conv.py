@@ -340,3 +340,86 @@ def test_algorithm_search_times_every_candidate():
     # both layouts were searched and at least one channels-last candidate got a finite time
     last = r.stderr.split("layout last")[-1]
     assert re.search(r"algo \d+ math \d+: [0-9.]+ ms", last), r.stderr
+
+
+# A pool computes the elementwise group before it at each window tap when it is that group's
+# only reader and its windows overlap little (MPSGRAPH_CUDA_POOL_PROLOGUES=0: never): the group
+# then has no buffer in the memory plan. (shape, operand shape, pool, kernel, strides, padding, fused)
+PROLOGUES = [
+    ((2, 8, 13, 12), (8, 1, 1), "max", [3, 3], [2, 2], [1, 1, 1, 1], True),       # ResNet's stem, NCHW
+    ((2, 13, 12, 8), (8,), "max", [3, 3, 1], [2, 2, 1], [1, 1, 1, 1, 0, 0], True),  # NHWC, as planned
+    ((3, 5, 9, 10), (5, 1, 1), "avg", [2, 2], [2, 2], [0, 0, 0, 0], True),
+    ((3, 5, 9, 10), (1,), "sum", [3, 3], [3, 3], [0, 1, 1, 0], True),
+    ((2, 4, 7, 7), (4, 1, 1), "avg", [7, 7], [1, 1], [0, 0, 0, 0], True),           # global: one window
+    ((2, 4, 9, 9), (4, 1, 1), "max", [3, 3], [1, 1], [1, 1, 1, 1], False),          # 9 windows a tap: reads memory
+]
+
+
+def _prologue_graph(shape, operand, pool, k, s, p, dtype, also_target=False, lone=False):
+    g = mg.Graph()
+    x = g.placeholder(shape, mg.as_dtype(dtype))
+    sc = g.placeholder(operand, mg.as_dtype(dtype))
+    sh = g.placeholder(operand, mg.as_dtype(dtype))
+    act = g.relu(x if lone else x * sc + sh, name="act")
+    kw = dict(kernel_sizes=k, strides=s, dilation_rates=[1] * len(k), padding=p)
+    y = getattr(g, f"{pool}_pooling_nd")(act, **kw)
+    rng = np.random.default_rng(5)
+    feeds = {x: _np(rng.standard_normal(shape), dtype), sc: _np(rng.standard_normal(operand), dtype),
+             sh: _np(rng.standard_normal(operand), dtype)}
+    feeds[x].reshape(-1)[7] = np.nan  # a NaN computed at a tap still wins its windows
+    return g, feeds, [y, act] if also_target else [y]
+
+
+@pytest.mark.parametrize("case", PROLOGUES, ids=range(len(PROLOGUES)))
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_pool_computes_the_group_before_it(case, dtype):
+    shape, operand, pool, k, s, p, fused = case
+    g, feeds, targets = _prologue_graph(shape, operand, pool, k, s, p, dtype)
+    exe = g.compile({t: (v.shape, mg.as_dtype(v.dtype)) for t, v in feeds.items()}, targets, device="cuda")
+    got = np.asarray(exe.run([feeds[t] for t in feeds])[0])
+    want = g.run(feeds, targets, device="cpu")[targets[0]].numpy()
+    if pool == "max":
+        np.testing.assert_array_equal(got, want)  # the same elementwise bits, the same maximum
+    else:
+        rtol, atol = TOL[dtype]
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
+    planned = {e["node"] for e in exe.memory_plan()}
+    assert ("act" not in planned) == fused, exe.memory_plan()
+
+
+@pytest.mark.parametrize("lone,also_target", [(True, False), (False, True)])
+def test_pool_prologue_lone_node_and_shared_value(lone, also_target):
+    g, feeds, targets = _prologue_graph((2, 6, 10, 11), (6, 1, 1), "max", [2, 2], [2, 2], [0, 0, 0, 0], "float16",
+                                        also_target=also_target, lone=lone)
+    exe = g.compile({t: (v.shape, mg.as_dtype(v.dtype)) for t, v in feeds.items()}, targets, device="cuda")
+    got = [np.asarray(r) for r in exe.run([feeds[t] for t in feeds])]
+    want = g.run(feeds, targets, device="cpu")
+    for t, r in zip(targets, got):
+        np.testing.assert_array_equal(r, want[t].numpy())
+    planned = {e["node"] for e in exe.memory_plan()}
+    assert ("act" in planned) == also_target  # a target is computed once, into its buffer
+
+
+def test_pool_prologue_gives_the_bits_of_the_unfused_kernels(tmp_path):
+    script = (
+        "import sys, numpy as np, mpsgraph as mg\n"
+        "g = mg.Graph()\n"
+        "x = g.placeholder((2, 6, 15, 14), mg.float16); s = g.placeholder((6, 1, 1), mg.float16)\n"
+        "a = g.sigmoid(x * s) * x\n"
+        "ys = [g.max_pooling_nd(a, kernel_sizes=[3, 3], strides=[2, 2], dilation_rates=[1, 1], padding=[1, 1, 1, 1]),\n"
+        "      g.avg_pooling_nd(g.relu(x - s), kernel_sizes=[2, 2], strides=[2, 2], dilation_rates=[1, 1], padding=[0, 0, 0, 0])]\n"
+        "rng = np.random.default_rng(1)\n"
+        "r = g.run({x: rng.standard_normal((2, 6, 15, 14)).astype(np.float16), s: rng.standard_normal((6, 1, 1)).astype(np.float16)},\n"
+        "          ys, device='cuda')\n"
+        "np.save(sys.argv[1], np.concatenate([np.asarray(r[y]).ravel() for y in ys]))\n")
+    import os
+    import subprocess
+    import sys
+    outs = []
+    for flag in ("1", "0"):
+        path = str(tmp_path / f"pool{flag}.npy")
+        p = subprocess.run([sys.executable, "-c", script, path], env=dict(os.environ, MPSGRAPH_CUDA_POOL_PROLOGUES=flag),
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        outs.append(np.load(path))
+    np.testing.assert_array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))

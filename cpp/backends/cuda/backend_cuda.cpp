@@ -175,6 +175,11 @@ DeviceScope::~DeviceScope() {
   if (restore_ >= 0 && cudaSetDevice(restore_) != cudaSuccess) cudaGetLastError();
 }
 
+bool switched_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env && std::string(env) == "0";
+}
+
 bool is_device_pointer(const void* p) {
   if (!p) return false;
   cudaPointerAttributes a{};
@@ -231,6 +236,39 @@ const LayoutOp* layout_op(const std::string& op) {
   find_kernel(op);  // registers the families
   auto it = layout_ops().find(op);
   return it == layout_ops().end() ? nullptr : &it->second;
+}
+
+// Elementwise groups (or lone elementwise nodes) whose result only a forward pool reads run
+// inside the pool's kernel, computed at each window tap (pool_takes_prologue): the pool's
+// input never goes to memory. Per pool node the nodes it computes; `in_prologue` marks them.
+// MPSGRAPH_CUDA_POOL_PROLOGUES=0 turns this off.
+std::map<int32_t, std::vector<int32_t>> pool_prologues(const Graph& g, const std::vector<ValueRef>& targets, const FusionPlan& fusion,
+                                                       const std::vector<char>& unfused, const std::vector<char>& absorbed,
+                                                       const std::vector<int32_t>& written_by, std::vector<char>& in_prologue) {
+  std::map<int32_t, std::vector<int32_t>> r;
+  in_prologue.assign(g.size(), 0);
+  static const bool off = switched_off("MPSGRAPH_CUDA_POOL_PROLOGUES");
+  if (off) return r;
+  std::map<ValueRef, int> readers;
+  for (size_t id = 0; id < g.size(); ++id)
+    for (const ValueRef& v : g.node(int32_t(id)).inputs) ++readers[v];
+  for (const ValueRef& t : targets) readers[t] += 2;
+  for (size_t id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(int32_t(id));
+    if (n.inputs.empty() || absorbed[id] || unfused[id]) continue;
+    const ValueRef src = n.inputs[0];
+    if (src.index != 0 || readers[src] != 1 || !pool_takes_prologue(n, g.type(src))) continue;
+    const int32_t p = src.node;
+    if (unfused[size_t(p)] || absorbed[size_t(p)] || written_by[size_t(p)] >= 0 || in_prologue[size_t(p)]) continue;
+    std::vector<int32_t> members;
+    const int32_t grp = fusion.group_of[size_t(p)];
+    if (grp >= 0 && fusion.groups[size_t(grp)].back() == p) members = fusion.groups[size_t(grp)];
+    else if (grp < 0 && cuda_fusible(g, p)) members = {p};
+    else continue;
+    for (int32_t m : members) in_prologue[size_t(m)] = 1;
+    r[int32_t(id)] = std::move(members);
+  }
+  return r;
 }
 
 // Transposes that layout-taking kernels absorb (register_layout_inputs): per node, 1 where
@@ -377,6 +415,8 @@ class CudaProgram final : public Program, public AsyncProgram {
     std::vector<int32_t> written_by(g.size(), -1);     // producer -> the absorbed transpose it writes for
     for (size_t id = 0; id < g.size(); ++id)
       if (absorbed[id] == 2) written_by[size_t(g.node(int32_t(id)).inputs[0].node)] = int32_t(id);
+    std::vector<char> in_prologue;
+    const std::map<int32_t, std::vector<int32_t>> prologue_of = pool_prologues(g, sg.targets, fusion, unfused, absorbed, written_by, in_prologue);
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
@@ -386,7 +426,7 @@ class CudaProgram final : public Program, public AsyncProgram {
         views_.push_back({n.name, op, slot_of.at(n.inputs[0])});
         continue;
       }
-      if (epi.absorbed[id]) continue;
+      if (epi.absorbed[id] || in_prologue[id]) continue;
       const int32_t group = fusion.group_of[id];
       if (group >= 0 && fusion.groups[size_t(group)].back() != int32_t(id)) continue;  // runs in its group's step
       if (n.op->view && untaken_target({int32_t(id), 0}) < 0) {
@@ -422,6 +462,9 @@ class CudaProgram final : public Program, public AsyncProgram {
       const KernelFactory* f = fused != epi.fused.end() ? &fused->second.factory : find_kernel(op);
       // an epilogue's or a group's inputs replace its root's
       std::vector<ValueRef> inputs = fused != epi.fused.end() ? fused->second.inputs : n.inputs;
+      const auto prologue = prologue_of.find(int32_t(id));
+      ElementFn prologue_fn;
+      if (prologue != prologue_of.end()) prologue_fn = fused_group_fn(g, prologue->second, inputs);
       if (!f)
         raise(ErrorKind::NotImplemented, op, n.name,
               "has no kernel on the cuda backend yet (it runs on the cpu: device='cpu')");
@@ -436,7 +479,9 @@ class CudaProgram final : public Program, public AsyncProgram {
         for (size_t i = 0; i < p.size(); ++i) kctx.out_perm[size_t(p[i])] = int64_t(i);
       }
       Step st;
-      st.fn = group >= 0 ? make_fused_group(g, fusion.groups[size_t(group)], inputs) : (*f)(kctx);
+      st.fn = group >= 0                       ? make_fused_group(g, fusion.groups[size_t(group)], inputs)
+              : prologue != prologue_of.end() ? pool_with_prologue(kctx, g.type(n.inputs[0]).shape, prologue_fn)
+                                              : (*f)(kctx);
       for (auto& chk : kctx.checks) checks_->push_back(std::move(chk));
       direct_ = direct_ || kctx.host_driven;
       for (auto& v : inputs) st.in.push_back(slot_of.at(v));
@@ -668,7 +713,7 @@ class CudaProgram final : public Program, public AsyncProgram {
   }
 
   void launch_steps(const std::vector<const void*>& key, const std::vector<void*>& copy_dst) {
-    static const bool no_graphs = std::getenv("MPSGRAPH_CUDA_GRAPHS") && std::string(std::getenv("MPSGRAPH_CUDA_GRAPHS")) == "0";
+    static const bool no_graphs = switched_off("MPSGRAPH_CUDA_GRAPHS");
     if (no_graphs || direct_ || capture_failures_ >= kMaxCaptureMisses || steps_.empty()) {
       enqueue(copy_dst);
       return;

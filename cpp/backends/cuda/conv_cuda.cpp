@@ -628,8 +628,7 @@ std::string plan_key(const Setup& su) {
 // MPSGRAPH_CUDNN_SEARCH=0 keeps cuDNN's heuristic choice.
 Plan choose_plan(const Setup& su) {
   if (!dnn_takes(su)) return Plan{};
-  const char* env = std::getenv("MPSGRAPH_CUDNN_SEARCH");
-  if (env && std::string(env) == "0") return heuristic_plan(su);
+  if (switched_off("MPSGRAPH_CUDNN_SEARCH")) return heuristic_plan(su);
   static std::mutex mu;
   static std::map<std::string, Plan> cache;
   const std::string key = plan_key(su);

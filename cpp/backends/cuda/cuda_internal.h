@@ -153,6 +153,9 @@ std::string compute_type(DType t);
 std::string load_expr(DType t, const std::string& ptr_elem);   // ptr_elem e.g. "a[i]"
 std::string store_expr(DType t, const std::string& value);     // value of compute type
 
+// Whether the environment variable `name` is "0": each fast path's kill switch.
+bool switched_off(const char* name);
+
 // Strides of up to kMaxRank dims, passed by value to generated kernels.
 constexpr int kMaxRank = 8;
 struct IndexSpace {

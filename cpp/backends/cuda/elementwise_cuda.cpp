@@ -375,6 +375,38 @@ std::string element_function(const std::vector<EwNode>& nodes, const std::vector
 
 }  // namespace
 
+ElementFn element_fn(const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs, const Shape& shape) {
+  const int64_t n = num_elements(shape);
+  std::vector<Access> acc;
+  std::vector<int> bslot;
+  std::vector<DType> in_dt;
+  std::vector<Shape> bshapes;
+  for (const TensorType& t : inputs) {
+    const int64_t m = num_elements(t.shape);
+    const Access a = m == 1 ? Access::Scalar : m == n ? Access::Direct : Access::Broadcast;
+    in_dt.push_back(t.dtype);
+    acc.push_back(a);
+    bslot.push_back(a == Access::Broadcast ? int(bshapes.size()) : -1);
+    if (a == Access::Broadcast) bshapes.push_back(t.shape);
+  }
+  Collapsed bc;
+  if (!bshapes.empty()) bc = collapse_dims(shape, bshapes);
+  ElementFn r;
+  r.source = element_function(nodes, in_dt, acc, bslot, bc, false);
+  r.out = nodes.back().out;
+  r.call = [acc, in_dt](const std::string& idx) {
+    std::string c = "f(" + idx + ", 0";
+    for (size_t k = 0; k < in_dt.size(); ++k) {
+      const std::string a = "a" + num(int64_t(k));
+      if (acc[k] == Access::Direct) c += ", " + a + "[" + idx + "]";
+      else if (acc[k] == Access::Scalar) c += ", " + load_expr(in_dt[k], a + "[0]");
+      else c += ", " + a;
+    }
+    return c + ")";
+  };
+  return r;
+}
+
 LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs, const Shape& shape) {
   const int64_t n = num_elements(shape);
   const DType out_dt = nodes.back().out;

@@ -3,6 +3,7 @@
 // a fused group of them (fusion_cuda.cpp), so fusing never changes a result.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,10 +42,34 @@ constexpr int kMaxFusedInputs = 128;  // kernel parameters stay well under CUDA'
 // shape that broadcasts to it. float16/bfloat16 values are rounded after every node.
 LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs, const Shape& shape);
 
+// The value of `nodes` (as make_elementwise computes it) at any index of `shape`, for kernels
+// that read a fused group's result where they need it (a pooling window's taps) instead of
+// from memory: `source` defines `f` (after prelude() and `typedef ... I;`), `call(idx)` is its
+// value in storage form at index expression `idx`, reading input k through pointer `a<k>`.
+struct ElementFn {
+  std::string source;
+  std::function<std::string(const std::string&)> call;
+  DType out = DType::Float32;
+};
+ElementFn element_fn(const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs, const Shape& shape);
+
+// Forward pools (max/avg/sum_pooling_nd, pooling_cuda.cpp) that compute their input at each
+// window tap with an ElementFn: pool_takes_prologue says whether `pool`'s windows overlap little
+// enough (each input element computed 4 times or fewer, on average) and the
+// specialised kernels run it; pool_with_prologue's launch reads fn's inputs (c.in) and writes
+// the pool's result. `input_shape` is the pool's input's.
+bool pool_takes_prologue(const Node& pool, const TensorType& input);
+LaunchFn pool_with_prologue(const KernelCtx& c, const Shape& input_shape, const ElementFn& fn);
+
 // Fusion groups of the CUDA backend (MPSGRAPH_CUDA_FUSION=0 at compile time: none); nodes
 // marked in `skip` (claimed by matmul epilogues) stay out of groups.
 FusionPlan plan_cuda_fusion(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip);
 // The kernel of one group; `inputs` receives the values it reads, in the kernel's input order.
 LaunchFn make_fused_group(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs);
+// The same group's value as an ElementFn; `inputs` as above.
+ElementFn fused_group_fn(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs);
+// Whether node `id` can be computed by an element function (an elementwise node of a dtype the
+// generated kernels take): a lone such node is a group of one.
+bool cuda_fusible(const Graph& g, int32_t id);
 
 }  // namespace mg::cuda

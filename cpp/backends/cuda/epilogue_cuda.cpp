@@ -27,8 +27,7 @@ bool is_bias_for(const Shape& b, const Shape& out) {
 EpiloguePlan plan_epilogues(const Graph& g, const std::vector<ValueRef>& targets) {
   EpiloguePlan plan;
   plan.absorbed.assign(g.size(), 0);
-  const char* env = std::getenv("MPSGRAPH_CUDA_EPILOGUES");
-  if (env && std::strcmp(env, "0") == 0) return plan;
+  if (switched_off("MPSGRAPH_CUDA_EPILOGUES")) return plan;
   std::map<ValueRef, int> uses;       // readers, targets counted as readers
   std::map<ValueRef, int32_t> reader;  // the last node reading the value
   for (size_t id = 0; id < g.size(); ++id)

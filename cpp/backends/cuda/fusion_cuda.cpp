@@ -23,8 +23,7 @@ constexpr size_t kMaxNodes = 128;     // per group: the 100-op dispatch chain is
 constexpr size_t kMaxBroadcast = 16;  // operands read through broadcast strides (kernel parameters)
 
 bool fusion_enabled() {
-  const char* e = std::getenv("MPSGRAPH_CUDA_FUSION");
-  return !(e && e[0] == '0');
+  return !switched_off("MPSGRAPH_CUDA_FUSION");
 }
 
 std::vector<DType> input_dtypes(const Graph& g, const Node& n) {
@@ -72,7 +71,10 @@ FusionPlan plan_cuda_fusion(const Graph& g, const std::vector<ValueRef>& targets
   return plan_fusion_groups(g, targets, skip, rules);
 }
 
-LaunchFn make_fused_group(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs) {
+namespace {
+
+std::vector<EwNode> group_nodes(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs,
+                                std::vector<TensorType>& types) {
   inputs = outside_inputs(g, nodes);
   std::map<int32_t, int> index_of;  // member node -> its position in the kernel
   std::vector<EwNode> ew;
@@ -86,9 +88,25 @@ LaunchFn make_fused_group(const Graph& g, const std::vector<int32_t>& nodes, std
     index_of[id] = int(ew.size());
     ew.push_back(std::move(e));
   }
-  std::vector<TensorType> types;
+  types.clear();
   for (const ValueRef& v : inputs) types.push_back(g.type(v));
+  return ew;
+}
+
+}  // namespace
+
+LaunchFn make_fused_group(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs) {
+  std::vector<TensorType> types;
+  const std::vector<EwNode> ew = group_nodes(g, nodes, inputs, types);
   return make_elementwise(ew, types, g.node(nodes.back()).outputs[0].shape);
 }
+
+ElementFn fused_group_fn(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs) {
+  std::vector<TensorType> types;
+  const std::vector<EwNode> ew = group_nodes(g, nodes, inputs, types);
+  return element_fn(ew, types, g.node(nodes.back()).outputs[0].shape);
+}
+
+bool cuda_fusible(const Graph& g, int32_t id) { return fusion_enabled() && fusible(g, g.node(id)) && fits(g, {id}); }
 
 }  // namespace mg::cuda

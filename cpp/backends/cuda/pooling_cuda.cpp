@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/elementwise_cuda.h"
 #include "core/error.h"
 #include "core/ops/pooling_attrs.h"
 #include "core/registry.h"
@@ -141,7 +142,7 @@ PoolGeom make_geom(const KernelCtx& c, const Shape& src) {
 // MPSGRAPH_CUDA_FAST_POOLING=0 keeps the generic forward kernels (the reference the tests
 // compare the specialised ones with)
 bool fast_pooling() {
-  static const bool on = !std::getenv("MPSGRAPH_CUDA_FAST_POOLING") || std::string(std::getenv("MPSGRAPH_CUDA_FAST_POOLING")) != "0";
+  static const bool on = !switched_off("MPSGRAPH_CUDA_FAST_POOLING");
   return on;
 }
 
@@ -223,17 +224,28 @@ std::string linear_gradient_src(DType dt, int mode) {
 // -1 max, else linear_mode's divisor.
 constexpr int64_t kUnrollTaps = 8;  // larger window dims loop (global pooling's would blow up the code)
 
-std::string fast_forward_src(DType dt, const PoolGeom& g, int mode, const std::string& index_type) {
+// With `fn`, the input is not read from memory: each tap computes it (the elementwise group
+// before the pool, fused into it; the inputs are fn's, a0...).
+std::string fast_forward_src(DType dt, const PoolGeom& g, int mode, const std::string& index_type, const ElementFn* fn = nullptr,
+                             const std::vector<TensorType>* fn_inputs = nullptr) {
   const bool wide = g.batch * std::max(g.in_plane, g.out_plane) >= (int64_t(1) << 31);
   auto L = [](int64_t v) { return std::to_string(v); };
   const std::string I = wide ? "i64" : "i32";
-  std::string src = header(dt) + "typedef " + I + " I;\nextern \"C\" __global__ void k(const S* __restrict__ x, S* __restrict__ y";
+  std::string src = header(dt) + "typedef " + I + " I;\n";
+  if (fn) {
+    src += fn->source + "extern \"C\" __global__ void k(";
+    for (size_t a = 0; a < fn_inputs->size(); ++a)
+      src += "const " + storage_type((*fn_inputs)[a].dtype) + "* __restrict__ a" + L(int64_t(a)) + ", ";
+    src += "S* __restrict__ y";
+  } else {
+    src += "extern \"C\" __global__ void k(const S* __restrict__ x, S* __restrict__ y";
+  }
   if (!index_type.empty()) src += ", " + index_type + "* __restrict__ ind";
   src += ") {\n  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)" + L(g.batch * g.out_plane) +
          "; i += (I)gridDim.x * blockDim.x) {\n    I q = i;\n";
   for (int d = g.k - 1; d >= 0; --d)
     src += "    const I o" + L(d) + " = q % " + L(g.out[d]) + "; q /= " + L(g.out[d]) + ";\n";
-  src += "    const S* xb = x + q * (I)" + L(g.in_plane) + ";\n";
+  src += fn ? "    const I base = q * (I)" + L(g.in_plane) + ";\n" : "    const S* xb = x + q * (I)" + L(g.in_plane) + ";\n";
   for (int d = 0; d < g.k; ++d) src += "    const I s" + L(d) + " = o" + L(d) + " * " + L(g.st[d]) + " - " + L(g.pb[d]) + ";\n";
   if (mode >= 1) {  // the divisor: per dim the taps inside the input (1) or the padded input (2)
     src += "    float div = 1.f;\n";
@@ -250,7 +262,7 @@ std::string fast_forward_src(DType dt, const PoolGeom& g, int mode, const std::s
     src += std::string(g.ker[d] <= kUnrollTaps ? "#pragma unroll\n" : "#pragma unroll 1\n") + "    for (int t" + L(d) +
            " = 0; t" + L(d) + " < " + L(g.ker[d]) + "; ++t" + L(d) + ") {\n      const I p" + L(d) + " = s" + L(d) + " + t" +
            L(d) + " * " + L(g.dil[d]) + ";\n      if (p" + L(d) + " < 0 || p" + L(d) + " >= " + L(g.in[d]) + ") continue;\n";
-  src += "      const I off = " + off + ";\n      const float v = LD(xb[off]);\n";
+  src += "      const I off = " + off + ";\n      const float v = LD(" + (fn ? fn->call("(base + off)") : std::string("xb[off]")) + ");\n";
   src += mode < 0 ? "      if (first || v > best || v != v) { best = v; arg = off; } first = false;\n"
                   : "      acc += v; any = true;\n";
   for (int d = 0; d < g.k; ++d) src += "    }\n";
@@ -278,6 +290,48 @@ LaunchFn fast_forward(const KernelCtx& c, const PoolGeom& g, int mode, const std
     launch(kern, std::min<int64_t>((n + 255) / 256, int64_t(1) << 20), 256, 0, s, args);
   };
 }
+
+bool is_forward_pool(const std::string& op) {
+  return op == "max_pooling_nd" || op == "avg_pooling_nd" || op == "sum_pooling_nd";
+}
+
+}  // namespace
+
+bool pool_takes_prologue(const Node& node, const TensorType& input) {
+  if (!fast_pooling() || !is_forward_pool(node.op->name)) return false;
+  if (input.dtype != DType::Float32 && input.dtype != DType::Float16 && input.dtype != DType::BFloat16) return false;
+  const ops::PoolSpec& s = typed_attrs<ops::PoolingAttrs>(node).window;
+  const int64_t n_in = num_elements(input.shape);
+  if (n_in <= 0 || node.outputs.empty()) return false;
+  double taps = 1;  // per window
+  for (size_t d = 0; d < s.k(); ++d) taps *= double(s.kernel[d]);
+  // how often each input element is computed, on average (a global pool's: once)
+  return taps * double(num_elements(node.outputs[0].shape)) / double(n_in) <= 4.0;
+}
+
+LaunchFn pool_with_prologue(const KernelCtx& c, const Shape& input_shape, const ElementFn& fn) {
+  const PoolGeom g = make_geom(c, input_shape);
+  const int mode = c.node.op->name == "max_pooling_nd" ? -1 : linear_mode(c.node);
+  // uncontracted, as the group's own kernel is compiled: fusing changes no bit
+  Kernel kern = nvrtc_kernel(fast_forward_src(fn.out, g, mode, "", &fn, &c.in), "k", {"--fmad=false"});
+  const int64_t n = g.batch * g.out_plane;
+  const size_t nin = c.in.size();
+  if (nin > size_t(kMaxFusedInputs)) raise(ErrorKind::Runtime, c.node.op->name, c.node.name, "too many fused inputs");
+  return [kern, n, nin](cudaStream_t s, const void* const* in, void* const* out) {
+    if (n == 0) return;
+    const void* ptrs[kMaxFusedInputs];
+    void* args[kMaxFusedInputs + 1];
+    for (size_t k = 0; k < nin; ++k) {
+      ptrs[k] = in[k];
+      args[k] = &ptrs[k];
+    }
+    void* y = out[0];
+    args[nin] = &y;
+    launch(kern, std::min<int64_t>((n + 255) / 256, int64_t(1) << 20), 256, 0, s, args);
+  };
+}
+
+namespace {
 
 LaunchFn max_forward(const KernelCtx& c) {
   const DType dt = c.in[0].dtype;
