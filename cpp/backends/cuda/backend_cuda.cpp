@@ -463,8 +463,7 @@ class CudaProgram final : public Program, public AsyncProgram {
       // an epilogue's or a group's inputs replace its root's
       std::vector<ValueRef> inputs = fused != epi.fused.end() ? fused->second.inputs : n.inputs;
       const auto prologue = prologue_of.find(int32_t(id));
-      ElementFn prologue_fn;
-      if (prologue != prologue_of.end()) prologue_fn = fused_group_fn(g, prologue->second, inputs);
+      if (prologue != prologue_of.end()) inputs = fused_group_inputs(g, prologue->second);
       if (!f)
         raise(ErrorKind::NotImplemented, op, n.name,
               "has no kernel on the cuda backend yet (it runs on the cpu: device='cpu')");
@@ -480,7 +479,7 @@ class CudaProgram final : public Program, public AsyncProgram {
       }
       Step st;
       st.fn = group >= 0                       ? make_fused_group(g, fusion.groups[size_t(group)], inputs)
-              : prologue != prologue_of.end() ? pool_with_prologue(kctx, g.type(n.inputs[0]).shape, prologue_fn)
+              : prologue != prologue_of.end() ? pool_with_prologue(kctx, g.type(n.inputs[0]).shape, g, prologue->second)
                                               : (*f)(kctx);
       for (auto& chk : kctx.checks) checks_->push_back(std::move(chk));
       direct_ = direct_ || kctx.host_driven;

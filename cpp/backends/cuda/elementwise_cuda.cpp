@@ -375,7 +375,7 @@ std::string element_function(const std::vector<EwNode>& nodes, const std::vector
 
 }  // namespace
 
-ElementFn element_fn(const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs, const Shape& shape) {
+ElementFn element_fn(const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs, const Shape& shape, int lanes) {
   const int64_t n = num_elements(shape);
   std::vector<Access> acc;
   std::vector<int> bslot;
@@ -392,13 +392,19 @@ ElementFn element_fn(const std::vector<EwNode>& nodes, const std::vector<TensorT
   Collapsed bc;
   if (!bshapes.empty()) bc = collapse_dims(shape, bshapes);
   ElementFn r;
-  r.source = element_function(nodes, in_dt, acc, bslot, bc, false);
+  // lanes share the broadcast offsets of their first element where the innermost collapsed dim
+  // holds whole vectors
+  r.lanes = lanes > 1 && (bshapes.empty() || bc.shape.back() % lanes == 0) ? lanes : 1;
+  r.source = element_function(nodes, in_dt, acc, bslot, bc, r.lanes > 1);
   r.out = nodes.back().out;
-  r.call = [acc, in_dt](const std::string& idx) {
-    std::string c = "f(" + idx + ", 0";
+  for (size_t k = 0; k < acc.size(); ++k)
+    if (acc[k] == Access::Direct) r.direct.push_back(int(k));
+  const bool vec = r.lanes > 1;
+  r.call = [acc, in_dt, vec](const std::string& idx, const std::string& j) {
+    std::string c = "f(" + idx + ", " + j;
     for (size_t k = 0; k < in_dt.size(); ++k) {
       const std::string a = "a" + num(int64_t(k));
-      if (acc[k] == Access::Direct) c += ", " + a + "[" + idx + "]";
+      if (acc[k] == Access::Direct) c += vec ? ", l" + num(int64_t(k)) + ".v[" + j + "]" : ", " + a + "[" + idx + "]";
       else if (acc[k] == Access::Scalar) c += ", " + load_expr(in_dt[k], a + "[0]");
       else c += ", " + a;
     }

@@ -44,22 +44,27 @@ LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<Te
 
 // The value of `nodes` (as make_elementwise computes it) at any index of `shape`, for kernels
 // that read a fused group's result where they need it (a pooling window's taps) instead of
-// from memory: `source` defines `f` (after prelude() and `typedef ... I;`), `call(idx)` is its
-// value in storage form at index expression `idx`, reading input k through pointer `a<k>`.
+// from memory: `source` defines `f` (after prelude() and `typedef ... I;`). With `lanes` > 1
+// (where the broadcast operands allow it, else `lanes` is 1) a thread computes `lanes`
+// consecutive elements from index i0 (a multiple of lanes): `call(i0, j)` is element i0 + j,
+// reading each direct input k from a Pack `l<k>` the caller loaded at i0; with 1 lane
+// `call(i, "0")` reads input k at a<k>[i]. Scalar and broadcast inputs come as pointers a<k>.
 struct ElementFn {
   std::string source;
-  std::function<std::string(const std::string&)> call;
+  std::function<std::string(const std::string&, const std::string&)> call;
   DType out = DType::Float32;
+  int lanes = 1;
+  std::vector<int> direct;  // the inputs read at the element's own index
 };
-ElementFn element_fn(const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs, const Shape& shape);
+ElementFn element_fn(const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs, const Shape& shape, int lanes = 1);
 
 // Forward pools (max/avg/sum_pooling_nd, pooling_cuda.cpp) that compute their input at each
 // window tap with an ElementFn: pool_takes_prologue says whether `pool`'s windows overlap little
 // enough (each input element computed 4 times or fewer, on average) and the
-// specialised kernels run it; pool_with_prologue's launch reads fn's inputs (c.in) and writes
-// the pool's result. `input_shape` is the pool's input's.
+// specialised kernels run it; pool_with_prologue's launch reads the group's outside inputs
+// (c.in, in fused_group_fn's order) and writes the pool's result. `input_shape` is the pool's input's.
 bool pool_takes_prologue(const Node& pool, const TensorType& input);
-LaunchFn pool_with_prologue(const KernelCtx& c, const Shape& input_shape, const ElementFn& fn);
+LaunchFn pool_with_prologue(const KernelCtx& c, const Shape& input_shape, const Graph& g, const std::vector<int32_t>& group);
 
 // Fusion groups of the CUDA backend (MPSGRAPH_CUDA_FUSION=0 at compile time: none); nodes
 // marked in `skip` (claimed by matmul epilogues) stay out of groups.
@@ -67,7 +72,9 @@ FusionPlan plan_cuda_fusion(const Graph& g, const std::vector<ValueRef>& targets
 // The kernel of one group; `inputs` receives the values it reads, in the kernel's input order.
 LaunchFn make_fused_group(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs);
 // The same group's value as an ElementFn; `inputs` as above.
-ElementFn fused_group_fn(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs);
+ElementFn fused_group_fn(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs, int lanes = 1);
+// The values the group reads from outside, in its kernels' input order.
+std::vector<ValueRef> fused_group_inputs(const Graph& g, const std::vector<int32_t>& nodes);
 // Whether node `id` can be computed by an element function (an elementwise node of a dtype the
 // generated kernels take): a lone such node is a group of one.
 bool cuda_fusible(const Graph& g, int32_t id);

@@ -101,11 +101,13 @@ LaunchFn make_fused_group(const Graph& g, const std::vector<int32_t>& nodes, std
   return make_elementwise(ew, types, g.node(nodes.back()).outputs[0].shape);
 }
 
-ElementFn fused_group_fn(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs) {
+ElementFn fused_group_fn(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs, int lanes) {
   std::vector<TensorType> types;
   const std::vector<EwNode> ew = group_nodes(g, nodes, inputs, types);
-  return element_fn(ew, types, g.node(nodes.back()).outputs[0].shape);
+  return element_fn(ew, types, g.node(nodes.back()).outputs[0].shape, lanes);
 }
+
+std::vector<ValueRef> fused_group_inputs(const Graph& g, const std::vector<int32_t>& nodes) { return outside_inputs(g, nodes); }
 
 bool cuda_fusible(const Graph& g, int32_t id) { return fusion_enabled() && fusible(g, g.node(id)) && fits(g, {id}); }
 

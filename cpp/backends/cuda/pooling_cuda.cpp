@@ -225,13 +225,19 @@ std::string linear_gradient_src(DType dt, int mode) {
 constexpr int64_t kUnrollTaps = 8;  // larger window dims loop (global pooling's would blow up the code)
 
 // With `fn`, the input is not read from memory: each tap computes it (the elementwise group
-// before the pool, fused into it; the inputs are fn's, a0...).
+// before the pool, fused into it; the inputs are fn's, a0...). With `lanes` > 1 a thread computes
+// that many neighbours along the last pooled dim (vector_lanes says where that holds), loading
+// and storing 16-byte packs: NHWC pools, one channel wide, are bound by their index arithmetic
+// and 2-byte accesses otherwise.
 std::string fast_forward_src(DType dt, const PoolGeom& g, int mode, const std::string& index_type, const ElementFn* fn = nullptr,
-                             const std::vector<TensorType>* fn_inputs = nullptr) {
+                             const std::vector<TensorType>* fn_inputs = nullptr, int lanes = 1) {
   const bool wide = g.batch * std::max(g.in_plane, g.out_plane) >= (int64_t(1) << 31);
   auto L = [](int64_t v) { return std::to_string(v); };
-  const std::string I = wide ? "i64" : "i32";
+  const std::string I = wide ? "i64" : "i32", V = L(lanes);
+  const bool vec = lanes > 1;
+  const int last = g.k - 1;
   std::string src = header(dt) + "typedef " + I + " I;\n";
+  if (vec) src += "template <class T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Pack { T v[N]; };\n";
   if (fn) {
     src += fn->source + "extern \"C\" __global__ void k(";
     for (size_t a = 0; a < fn_inputs->size(); ++a)
@@ -241,10 +247,14 @@ std::string fast_forward_src(DType dt, const PoolGeom& g, int mode, const std::s
     src += "extern \"C\" __global__ void k(const S* __restrict__ x, S* __restrict__ y";
   }
   if (!index_type.empty()) src += ", " + index_type + "* __restrict__ ind";
-  src += ") {\n  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)" + L(g.batch * g.out_plane) +
+  src += ") {\n  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)" + L(g.batch * g.out_plane / lanes) +
          "; i += (I)gridDim.x * blockDim.x) {\n    I q = i;\n";
-  for (int d = g.k - 1; d >= 0; --d)
-    src += "    const I o" + L(d) + " = q % " + L(g.out[d]) + "; q /= " + L(g.out[d]) + ";\n";
+  for (int d = last; d >= 0; --d) {
+    if (vec && d == last)
+      src += "    const I o" + L(d) + " = (q % " + L(g.out[d] / lanes) + ") * " + V + "; q /= " + L(g.out[d] / lanes) + ";\n";
+    else
+      src += "    const I o" + L(d) + " = q % " + L(g.out[d]) + "; q /= " + L(g.out[d]) + ";\n";
+  }
   src += fn ? "    const I base = q * (I)" + L(g.in_plane) + ";\n" : "    const S* xb = x + q * (I)" + L(g.in_plane) + ";\n";
   for (int d = 0; d < g.k; ++d) src += "    const I s" + L(d) + " = o" + L(d) + " * " + L(g.st[d]) + " - " + L(g.pb[d]) + ";\n";
   if (mode >= 1) {  // the divisor: per dim the taps inside the input (1) or the padded input (2)
@@ -254,18 +264,45 @@ std::string fast_forward_src(DType dt, const PoolGeom& g, int mode, const std::s
              "; n += " + (mode == 2 ? "p < " + L(g.in[d] + g.pa[d]) : "p >= 0 && p < " + L(g.in[d])) +
              "; } div *= (float)n; }\n";
   }
-  src += mode < 0 ? "    float best = -__int_as_float(0x7f800000); I arg = -1; bool first = true;\n"
-                  : "    float acc = 0.f; bool any = false;\n";
+  if (vec)
+    src += mode < 0 ? "    float best[" + V + "]; bool first = true;\n" : "    float acc[" + V + "] = {}; bool any = false;\n";
+  else
+    src += mode < 0 ? "    float best = -__int_as_float(0x7f800000); I arg = -1; bool first = true;\n"
+                    : "    float acc = 0.f; bool any = false;\n";
   std::string off = "p0";
   for (int d = 1; d < g.k; ++d) off = "(" + off + ") * " + L(g.in[d]) + " + p" + L(d);
   for (int d = 0; d < g.k; ++d)
     src += std::string(g.ker[d] <= kUnrollTaps ? "#pragma unroll\n" : "#pragma unroll 1\n") + "    for (int t" + L(d) +
            " = 0; t" + L(d) + " < " + L(g.ker[d]) + "; ++t" + L(d) + ") {\n      const I p" + L(d) + " = s" + L(d) + " + t" +
            L(d) + " * " + L(g.dil[d]) + ";\n      if (p" + L(d) + " < 0 || p" + L(d) + " >= " + L(g.in[d]) + ") continue;\n";
-  src += "      const I off = " + off + ";\n      const float v = LD(" + (fn ? fn->call("(base + off)") : std::string("xb[off]")) + ");\n";
-  src += mode < 0 ? "      if (first || v > best || v != v) { best = v; arg = off; } first = false;\n"
-                  : "      acc += v; any = true;\n";
+  src += "      const I off = " + off + ";\n";
+  if (!vec) {
+    src += "      const float v = LD(" + (fn ? fn->call("(base + off)", "0") : std::string("xb[off]")) + ");\n";
+    src += mode < 0 ? "      if (first || v > best || v != v) { best = v; arg = off; } first = false;\n"
+                    : "      acc += v; any = true;\n";
+  } else {
+    if (fn) {
+      for (int k : fn->direct) {
+        const std::string pk = "Pack<" + storage_type((*fn_inputs)[size_t(k)].dtype) + ", " + V + ">";
+        src += "      const " + pk + " l" + L(k) + " = *reinterpret_cast<const " + pk + "*>(a" + L(k) + " + base + off);\n";
+      }
+    } else {
+      src += "      const Pack<S, " + V + "> lx = *reinterpret_cast<const Pack<S, " + V + ">*>(xb + off);\n";
+    }
+    src += "#pragma unroll\n      for (int j = 0; j < " + V + "; ++j) {\n        const float v = LD(" +
+           (fn ? fn->call("(base + off)", "j") : std::string("lx.v[j]")) + ");\n";
+    src += mode < 0 ? "        if (first || v > best[j] || v != v) best[j] = v;\n" : "        acc[j] += v;\n";
+    src += mode < 0 ? "      }\n      first = false;\n" : "      }\n      any = true;\n";
+  }
   for (int d = 0; d < g.k; ++d) src += "    }\n";
+  if (vec) {
+    src += "    Pack<S, " + V + "> r;\n#pragma unroll\n    for (int j = 0; j < " + V + "; ++j) {\n";
+    if (mode < 0) src += "      r.v[j] = first ? " + store_expr(dt, "-__int_as_float(0x7f800000)") + " : " + store_expr(dt, "best[j]") + ";\n";
+    else if (mode >= 1) src += "      r.v[j] = " + store_expr(dt, "any && div > 0.f ? acc[j] / div : 0.f") + ";\n";
+    else src += "      r.v[j] = " + store_expr(dt, "acc[j]") + ";\n";
+    src += "    }\n    *reinterpret_cast<Pack<S, " + V + ">*>(y + i * " + V + ") = r;\n";
+    return src + "  }\n}\n";
+  }
   if (mode < 0) {
     src += "    y[i] = " + store_expr(dt, "best") + ";\n";
     if (!index_type.empty()) src += "    ind[i] = (" + index_type + ")arg;\n";
@@ -277,10 +314,44 @@ std::string fast_forward_src(DType dt, const PoolGeom& g, int mode, const std::s
   return src + "  }\n}\n";
 }
 
+// The lanes of the vector kernel for this pool (1: none): where the last pooled dim is a whole
+// dim of packs the windows do not cross (window 1, stride 1, no padding: channels as the
+// channels-last plan pools them).
+int vector_lanes(const PoolGeom& g, DType dt, bool with_index) {
+  const int last = g.k - 1;
+  const int lanes = int(16 / dtype_size(dt));
+  if (with_index || g.k < 2 || g.ker[last] != 1 || g.st[last] != 1 || g.dil[last] != 1 || g.pb[last] != 0 || g.pa[last] != 0 ||
+      g.in[last] != g.out[last] || g.in[last] % lanes != 0)
+    return 1;
+  return lanes;
+}
+
+// Launches the vector kernel where every pointer is 16-byte aligned, else the scalar one.
+LaunchFn pick_aligned(Kernel scalar, Kernel vector, int64_t n, int lanes, size_t nin) {
+  return [scalar, vector, n, lanes, nin](cudaStream_t s, const void* const* in, void* const* out) {
+    if (n == 0) return;
+    bool aligned = lanes > 1 && reinterpret_cast<uintptr_t>(out[0]) % 16 == 0;
+    for (size_t k = 0; k < nin; ++k) aligned = aligned && reinterpret_cast<uintptr_t>(in[k]) % 16 == 0;
+    const void* ptrs[kMaxFusedInputs];
+    void* args[kMaxFusedInputs + 1];
+    for (size_t k = 0; k < nin; ++k) {
+      ptrs[k] = in[k];
+      args[k] = &ptrs[k];
+    }
+    void* y = out[0];
+    args[nin] = &y;
+    const int64_t threads = aligned ? n / lanes : n;
+    launch(aligned ? vector : scalar, std::min<int64_t>((threads + 255) / 256, int64_t(1) << 20), 256, 0, s, args);
+  };
+}
+
 LaunchFn fast_forward(const KernelCtx& c, const PoolGeom& g, int mode, const std::string& index_type) {
-  Kernel kern = nvrtc_kernel(fast_forward_src(c.in[0].dtype, g, mode, index_type), "k");
+  const DType dt = c.in[0].dtype;
+  Kernel kern = nvrtc_kernel(fast_forward_src(dt, g, mode, index_type), "k");
   const int64_t n = g.batch * g.out_plane;
   const bool with_idx = !index_type.empty();
+  const int lanes = vector_lanes(g, dt, with_idx);
+  if (lanes > 1) return pick_aligned(kern, nvrtc_kernel(fast_forward_src(dt, g, mode, "", nullptr, nullptr, lanes), "k"), n, lanes, 1);
   return [kern, n, with_idx](cudaStream_t s, const void* const* in, void* const* out) {
     if (n == 0) return;
     const void* x = in[0];
@@ -309,26 +380,24 @@ bool pool_takes_prologue(const Node& node, const TensorType& input) {
   return taps * double(num_elements(node.outputs[0].shape)) / double(n_in) <= 4.0;
 }
 
-LaunchFn pool_with_prologue(const KernelCtx& c, const Shape& input_shape, const ElementFn& fn) {
+LaunchFn pool_with_prologue(const KernelCtx& c, const Shape& input_shape, const Graph& graph, const std::vector<int32_t>& group) {
   const PoolGeom g = make_geom(c, input_shape);
   const int mode = c.node.op->name == "max_pooling_nd" ? -1 : linear_mode(c.node);
-  // uncontracted, as the group's own kernel is compiled: fusing changes no bit
-  Kernel kern = nvrtc_kernel(fast_forward_src(fn.out, g, mode, "", &fn, &c.in), "k", {"--fmad=false"});
-  const int64_t n = g.batch * g.out_plane;
   const size_t nin = c.in.size();
   if (nin > size_t(kMaxFusedInputs)) raise(ErrorKind::Runtime, c.node.op->name, c.node.name, "too many fused inputs");
-  return [kern, n, nin](cudaStream_t s, const void* const* in, void* const* out) {
-    if (n == 0) return;
-    const void* ptrs[kMaxFusedInputs];
-    void* args[kMaxFusedInputs + 1];
-    for (size_t k = 0; k < nin; ++k) {
-      ptrs[k] = in[k];
-      args[k] = &ptrs[k];
-    }
-    void* y = out[0];
-    args[nin] = &y;
-    launch(kern, std::min<int64_t>((n + 255) / 256, int64_t(1) << 20), 256, 0, s, args);
-  };
+  std::vector<ValueRef> order;
+  const ElementFn fn = fused_group_fn(graph, group, order);
+  // uncontracted, as the group's own kernel is compiled: fusing changes no bit
+  Kernel scalar = nvrtc_kernel(fast_forward_src(fn.out, g, mode, "", &fn, &c.in), "k", {"--fmad=false"});
+  const int64_t n = g.batch * g.out_plane;
+  int lanes = vector_lanes(g, fn.out, false);
+  Kernel vector = scalar;
+  if (lanes > 1) {
+    const ElementFn vfn = fused_group_fn(graph, group, order, lanes);
+    if (vfn.lanes == lanes) vector = nvrtc_kernel(fast_forward_src(fn.out, g, mode, "", &vfn, &c.in, lanes), "k", {"--fmad=false"});
+    else lanes = 1;
+  }
+  return pick_aligned(scalar, vector, n, lanes, nin);
 }
 
 namespace {
