@@ -18,7 +18,9 @@ PyTorch in float64:
   * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
     a bias only before a residual add, NaN bounds left to the clamp kernel), and a residual add
     after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
-    applied to the product."""
+    applied to the product;
+  * 1x1 products of many weights as (image, tile) units over the pool, each on one thread
+    (MPSGRAPH_CPU_DIRECT_UNITS=0: one image at a time, its product split over the pool)."""
 import contextlib
 import os
 import subprocess
@@ -614,3 +616,30 @@ def test_packed_planes_fused_store(shape, wshape, stride, pad, monkeypatch):
     for name, (_, numpy_of) in EPILOGUES.items():
         if numpy_of is not None:
             np.testing.assert_array_equal(run(name), numpy_of(y, b, res), err_msg=name)
+
+
+# ---------------- 1x1 products as (image, tile) units (MPSGRAPH_CPU_DIRECT_UNITS) ----------------
+
+# (N, C, H, W), (O, 1, 1): 1x1 products of more than 8192 weights (MobileNetV2's 14x14 and 7x7
+# layers), each (image, tile) unit on one thread instead of one image at a time split over the
+# pool: odd planes and channel counts, units that do not divide among the threads, planes of
+# one tile and of several, both packed layouts.
+DIRECT_UNITS = [((8, 64, 14, 14), (384, 1, 1)), ((3, 576, 7, 7), (160, 1, 1)), ((2, 96, 14, 14), (576, 1, 1)),
+                ((5, 97, 9, 11), (101, 1, 1)), ((2, 33, 41, 37), (300, 1, 1)), ((1, 320, 7, 7), (1280, 1, 1))]
+
+
+@pytest.mark.parametrize("shape,wshape", DIRECT_UNITS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_direct_units_against_one_image_at_a_time(shape, wshape, threads, monkeypatch):
+    x, w, b, res, ref, scale = _epilogue_case(41, shape, wshape, 1, 0)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        for name in (None, "relu6", "relu6_residual"):
+            build = _epilogue_build(shape, w, b, res, 1, 0, name)
+            y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+            apart = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_DIRECT_UNITS="0"), monkeypatch),
+                         [x, res])[0]
+            want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
+            for out in (y, apart):
+                assert out.shape == want.shape
+                assert np.all(np.abs(out - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name

@@ -242,8 +242,10 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.tile = (p.P + nt - 1) / nt;
     p.ntiles = (p.P + p.tile - 1) / p.tile;
   };
-  if (threads > 1 && packed && kind == Kind::Forward && mk > 8192 && !p.direct && !p.depthwise && p.G == 1 &&
-      p.P > 0) {
+  // MPSGRAPH_CPU_DIRECT_UNITS=0 keeps direct (1x1) products one image at a time, each split over the pool
+  const bool direct_units = p.direct && !switched_off("MPSGRAPH_CPU_DIRECT_UNITS");
+  if (threads > 1 && packed && kind == Kind::Forward && mk > 8192 && (!p.direct || direct_units) && !p.depthwise &&
+      p.G == 1 && p.P > 0) {
     // Packed weights are not repacked per call: (image, tile) units of the columns the shared
     // path's products use, each unit's gather and product on one thread. The shared path
     // meets twice per tile (the gather, then the product) and splits the gather over the
