@@ -11,7 +11,8 @@ PyTorch in float64:
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
     column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
-    the columns in place (MPSGRAPH_CPU_PACKED_READ_B=0 copies them into blocks);
+    the columns in place (MPSGRAPH_CPU_PACKED_READ_B=0 copies them into blocks), prefetched
+    ahead of the kernel (MPSGRAPH_CPU_PACKED_PREFETCH=0: not);
   * the packed layout vectorised along the output channels for products of few columns
     (MPSGRAPH_CPU_PACKED_CHANNELS=0 keeps BLAS there): 7x7 and 14x14 planes, odd channel counts,
     column tails, stride 2 with padding, images side by side;
@@ -477,6 +478,22 @@ def test_packed_planes_read_in_place_or_copied(shape, wshape, stride, pad, threa
         yc, ycr6 = _run(_compile(build, [x], dict(env, MPSGRAPH_CPU_PACKED_READ_B="0"), monkeypatch), [x])
     np.testing.assert_array_equal(y, yc)
     np.testing.assert_array_equal(yr6, ycr6)
+    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
+    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:6] + [((2, 144, 28, 30), (24, 1, 1), 1, 0),
+                                                                   ((3, 32, 23, 41), (16, 1, 1), 1, 0)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_planes_prefetch_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """Columns read in place are prefetched (MPSGRAPH_CPU_PACKED_PREFETCH=0: not): the same bits."""
+    rng, x, w, bias, build = _packed_case(23, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        y, yr6 = _run(_compile(build, [x], env, monkeypatch), [x])
+        yn, ynr6 = _run(_compile(build, [x], dict(env, MPSGRAPH_CPU_PACKED_PREFETCH="0"), monkeypatch), [x])
+    np.testing.assert_array_equal(y, yn)
+    np.testing.assert_array_equal(yr6, ynr6)
     ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
     assert np.all(np.abs(y - ref) <= 2e-6 * scale)
 
