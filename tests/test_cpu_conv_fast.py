@@ -7,7 +7,8 @@ PyTorch in float64:
   * the depthwise 3x3 rows (MPSGRAPH_CPU_DW3=0 turns them off): strides 1 and 2, paddings,
     vertical dilation, odd sizes, channel multipliers, the fused bias + ReLU/ReLU6 epilogues,
     every ISA path (MPSGRAPH_CPU_ISA), float16 through float32; stride 2 on narrow planes
-    through the bordered plane's four phases (MPSGRAPH_CPU_DW3_PHASES=0: one flat loop);
+    through the bordered plane's four phases (MPSGRAPH_CPU_DW3_PHASES=0: one flat loop); the
+    bordered planes' rows copied one plane a call (MPSGRAPH_CPU_DW3_COPY_ROWS=0: a row a call);
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
     column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
@@ -302,6 +303,24 @@ def test_depthwise3x3_stride2_phases(case, chain, threads, monkeypatch):
         y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
         flat = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_PHASES": "0"}, monkeypatch), [x])[0]
     _dw_agree(case, x, w, bias, chain, y, flat)
+
+
+@pytest.mark.parametrize("case", DW_PHASES + [DW[i] for i in (0, 1, 2, 10, 13, 14)] +
+                         [((2, 6, 56, 56), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((1, 5, 9, 8), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((2, 3, 17, 130), 1, (2, 2), (1, 1, 1, 1), (1, 1))],
+                         ids=lambda c: "x".join(map(str, c[0])) + f"s{c[2][0]}")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise3x3_copy_rows_same_bits(case, threads, monkeypatch):
+    """The bordered planes' rows copied by one call per plane (MPSGRAPH_CPU_DW3_COPY_ROWS=0: a
+    call per row): the same bits; rows of 3 to 131 floats."""
+    x, w, bias = _dw_setup(case, 13)
+    build = _dw_build(case, w, bias, "bias_relu6")
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        per_row = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_COPY_ROWS": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, per_row)
+    _dw_agree(case, x, w, bias, "bias_relu6", y)
 
 
 @pytest.mark.parametrize("idx", [1, 0, 6])

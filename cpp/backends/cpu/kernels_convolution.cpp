@@ -563,10 +563,35 @@ inline void copy_row(float* d, const float* s, int64_t n) {
   std::memcpy(d, s, size_t(n) * sizeof(float));
 }
 
+// `rows` rows of n floats, dld and sld apart: a plane's rows in one call.
+using CopyRowsFn = void (*)(float* d, int64_t dld, const float* s, int64_t sld, int64_t rows, int64_t n);
+void copy_rows_generic(float* d, int64_t dld, const float* s, int64_t sld, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) copy_row(d + r * dld, s + r * sld, n);
+}
+#if MG_CPU_X86
+// 8-wide moves, the last one overlapping (rows of 8 to 64 floats: a memcpy call per row cost
+// more than the copy)
+MG_TARGET_AVX2 void copy_rows_avx2(float* d, int64_t dld, const float* s, int64_t sld, int64_t rows, int64_t n) {
+  if (n < 8 || n > 64) return copy_rows_generic(d, dld, s, sld, rows, n);
+  for (int64_t r = 0; r < rows; ++r, d += dld, s += sld) {
+    for (int64_t k = 0; k + 8 <= n; k += 8) _mm256_storeu_ps(d + k, _mm256_loadu_ps(s + k));
+    _mm256_storeu_ps(d + n - 8, _mm256_loadu_ps(s + n - 8));
+  }
+}
+#endif
+CopyRowsFn copy_rows_fn() {
+#if MG_CPU_X86
+  // MPSGRAPH_CPU_DW3_COPY_ROWS=0 keeps a copy call per row
+  if (best_isa() != Isa::Generic && !switched_off("MPSGRAPH_CPU_DW3_COPY_ROWS")) return copy_rows_avx2;
+#endif
+  return copy_rows_generic;
+}
+
 // Depthwise 3x3 (float32, innermost stride 1 or 2): each output row in one pass over its three
 // source rows (conv_depthwise.h) with the bias and clamp of the epilogue, edges scalar.
 void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const Epi& epi) {
   const Dw3RowFn row = dw3_row_fn(p.sL);
+  const CopyRowsFn copy_rows = copy_rows_fn();
   RowEpilogue re = epi.e && epi.row ? *epi.row : RowEpilogue{true};
   constexpr float inf = std::numeric_limits<float>::infinity();
   const std::pair<float, float> bounds = row_bounds(re, epi.in);
@@ -613,24 +638,23 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
       const float bias = re.fused && re.bias >= 0 ? epi.in[re.bias][re.bias_channel ? oc : 0] : 0.0f;
       if (p.dw3_phase) {
         float *f = plane.data(), *yb = f + 2 * phase;
-        for (int64_t i = 0; i < IH; ++i) {
-          const int64_t br = i + p.pbT;
-          if (br >> 1 >= Hb) break;
-          copy_row(f + (br & 1) * phase + (br >> 1) * Wb + p.pbL, xc + p.pbL + i * p.IL, p.IL);
+        for (int64_t q = 0; q < 2; ++q) {  // the source rows of bordered row parity q
+          const int64_t i0 = (q - p.pbT) & 1, b0 = (i0 + p.pbT) >> 1;  // (pbT >= 0)
+          const int64_t rows = std::min((IH - i0 + 1) / 2, Hb - b0);
+          if (rows > 0) copy_rows(f + q * phase + b0 * Wb + p.pbL, Wb, xc + p.pbL + i0 * p.IL, 2 * p.IL, rows, p.IL);
         }
         const float* rows[3] = {f, f + phase, f + Wb};
         row(rows, wc, yb, 0, nq + 1, bias, lo, hi);  // nq in vectors (the loop reads one ahead)
-        for (int64_t r = 0; r < p.R; ++r) copy_row(yc + r * p.OL, yb + r * Wh, p.OL);
+        copy_rows(yc, p.OL, yb, Wh, p.R, p.OL);
         if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
         continue;
       }
       if (p.dw3_border) {
         float *xb = plane.data(), *yb = xb + Hb * Wb;
-        for (int64_t i = 0; i < IH; ++i)
-          copy_row(xb + (i + p.pbT) * Wb + p.pbL, xc + p.pbL + i * p.IL, p.IL);
+        copy_rows(xb + p.pbT * Wb + p.pbL, Wb, xc + p.pbL, p.IL, IH, p.IL);
         const float* rows[3] = {xb, xb + Wb, xb + 2 * Wb};
         row(rows, wc, yb, 0, (p.R - 1) * Wb + p.OL, bias, lo, hi);
-        for (int64_t r = 0; r < p.R; ++r) copy_row(yc + r * p.OL, yb + r * Wb, p.OL);
+        copy_rows(yc, p.OL, yb, Wb, p.R, p.OL);
         if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
         continue;
       }
