@@ -22,7 +22,9 @@ PyTorch in float64:
     after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
     applied to the product;
   * 1x1 products of many weights as (image, tile) units over the pool, each on one thread
-    (MPSGRAPH_CPU_DIRECT_UNITS=0: one image at a time, its product split over the pool)."""
+    (MPSGRAPH_CPU_DIRECT_UNITS=0: one image at a time, its product split over the pool);
+  * (image, tile) units of whole 16-column blocks where that keeps their number
+    (MPSGRAPH_CPU_CONV_TILE16=0: tiles as cut): the same bits."""
 import contextlib
 import os
 import subprocess
@@ -679,3 +681,29 @@ def test_direct_units_against_one_image_at_a_time(shape, wshape, threads, monkey
             for out in (y, apart):
                 assert out.shape == want.shape
                 assert np.all(np.abs(out - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+
+
+# ---------------- tiles of whole 16-column blocks (MPSGRAPH_CPU_CONV_TILE16) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: products of few weights cut into (image, tile) units,
+# their tiles rounded up to whole 16-column blocks where that keeps their number: MobileNetV2's
+# 28x28 and 56x56 1x1 layers (tiles of 157 -> 160, 286 -> 288), planes that are no multiple of
+# 16, a 3x3 stride-2 stem (im2col tiles), one image and several.
+TILE16 = [((2, 32, 28, 28), (192, 1, 1), 1, 0), ((2, 192, 28, 28), (32, 1, 1), 1, 0),
+          ((1, 144, 56, 56), (24, 1, 1), 1, 0), ((3, 24, 37, 29), (40, 1, 1), 1, 0),
+          ((1, 3, 97, 101), (32, 3, 3), 2, 1), ((2, 16, 45, 45), (30, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", TILE16)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tiles_of_whole_blocks_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    x, w, b, res, ref, scale = _epilogue_case(43, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        for name in (None, "relu6", "relu6_residual"):
+            build = _epilogue_build(shape, w, b, res, stride, pad, name)
+            y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+            cut = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_CONV_TILE16="0"), monkeypatch), [x, res])[0]
+            np.testing.assert_array_equal(y, cut, err_msg=str(name))
+            want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
+            assert np.all(np.abs(y - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name

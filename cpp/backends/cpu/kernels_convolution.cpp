@@ -266,6 +266,12 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
       p.ntiles = (p.P + p.tile - 1) / p.tile;
     }
     if (kind == Kind::Forward && p.G == 1) balance();
+    // tiles of whole 16-column blocks where that keeps their number: no column tails (masked
+    // loads and stores) and rows that start on a cache line (MPSGRAPH_CPU_CONV_TILE16=0: as cut)
+    const int64_t t16 = (p.tile + 15) / 16 * 16;
+    if (kind == Kind::Forward && t16 < p.P && (p.P + t16 - 1) / t16 == p.ntiles &&
+        !switched_off("MPSGRAPH_CPU_CONV_TILE16"))
+      p.tile = t16;
     p.ours = p.units() >= 2;
   }
   if (!p.ours) {
