@@ -32,6 +32,9 @@ constexpr int64_t kChanRows = 16, kChanCols = 6, kChanDepth = 256;
 // strided rows at MobileNetV2's 1x1 layers of 16 to 192 source channels, 1.05 to 1.2x; at
 // 288 (3x3 im2col of 32 channels) and 576 the copy paid, 1.07 and 1.12x)
 constexpr int64_t kReadDepth = 256;
+// read in place: B's rows prefetched where they lie this far apart (planes of 28x28 and more:
+// 1.27-1.49x; Winograd's rows of 49 to 196 tiles at 28x28 ran 1.2x slower with it)
+constexpr int64_t kPrefetchRows = 512;
 
 struct PackedWeights {
   int64_t M = 0, K = 0;
@@ -233,7 +236,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
     const int64_t c1 = std::min(j1, c0 + chunk);
     const bool pack = a.isa == Isa::Avx2 && a.copy_b;
-    const bool prefetch = !pack && a.prefetch;
+    const bool prefetch = !pack && a.prefetch && ldb >= kPrefetchRows;
     if (pack) {
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
       pack_columns(B + c0, ldb, K, c1 - c0, nr, packed.data());
