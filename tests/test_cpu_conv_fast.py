@@ -691,7 +691,8 @@ def test_direct_units_against_one_image_at_a_time(shape, wshape, threads, monkey
 # 16, a 3x3 stride-2 stem (im2col tiles), one image and several.
 TILE16 = [((2, 32, 28, 28), (192, 1, 1), 1, 0), ((2, 192, 28, 28), (32, 1, 1), 1, 0),
           ((1, 144, 56, 56), (24, 1, 1), 1, 0), ((3, 24, 37, 29), (40, 1, 1), 1, 0),
-          ((1, 3, 97, 101), (32, 3, 3), 2, 1), ((2, 16, 45, 45), (30, 1, 1), 1, 0)]
+          ((1, 3, 97, 101), (32, 3, 3), 2, 1), ((2, 16, 45, 45), (30, 1, 1), 1, 0),
+          ((1, 192, 28, 28), (32, 1, 1), 1, 0)]  # batch 1: 6 tiles of 144, the planes layout from 128 columns
 
 
 @pytest.mark.parametrize("shape,wshape,stride,pad", TILE16)
