@@ -7,18 +7,24 @@ PyTorch in float64:
   * the depthwise 3x3 rows (MPSGRAPH_CPU_DW3=0 turns them off): strides 1 and 2, paddings,
     vertical dilation, odd sizes, channel multipliers, the fused bias + ReLU/ReLU6 epilogues,
     every ISA path (MPSGRAPH_CPU_ISA), float16 through float32; stride 2 on narrow planes
-    through the bordered plane's four phases (MPSGRAPH_CPU_DW3_PHASES=0: one flat loop);
+    through the bordered plane's four phases (MPSGRAPH_CPU_DW3_PHASES=0: one flat loop); the
+    bordered planes' rows copied one plane a call (MPSGRAPH_CPU_DW3_COPY_ROWS=0: a row a call);
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
     column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
-    the columns in place (MPSGRAPH_CPU_PACKED_READ_B=0 copies them into blocks);
+    the columns in place (MPSGRAPH_CPU_PACKED_READ_B=0 copies them into blocks), prefetched
+    ahead of the kernel (MPSGRAPH_CPU_PACKED_PREFETCH=0: not);
   * the packed layout vectorised along the output channels for products of few columns
     (MPSGRAPH_CPU_PACKED_CHANNELS=0 keeps BLAS there): 7x7 and 14x14 planes, odd channel counts,
     column tails, stride 2 with padding, images side by side;
   * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
     a bias only before a residual add, NaN bounds left to the clamp kernel), and a residual add
     after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
-    applied to the product."""
+    applied to the product;
+  * 1x1 products of many weights as (image, tile) units over the pool, each on one thread
+    (MPSGRAPH_CPU_DIRECT_UNITS=0: one image at a time, its product split over the pool);
+  * (image, tile) units of whole 16-column blocks where that keeps their number
+    (MPSGRAPH_CPU_CONV_TILE16=0: tiles as cut): the same bits."""
 import contextlib
 import os
 import subprocess
@@ -301,6 +307,24 @@ def test_depthwise3x3_stride2_phases(case, chain, threads, monkeypatch):
     _dw_agree(case, x, w, bias, chain, y, flat)
 
 
+@pytest.mark.parametrize("case", DW_PHASES + [DW[i] for i in (0, 1, 2, 10, 13, 14)] +
+                         [((2, 6, 56, 56), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((1, 5, 9, 8), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((2, 3, 17, 130), 1, (2, 2), (1, 1, 1, 1), (1, 1))],
+                         ids=lambda c: "x".join(map(str, c[0])) + f"s{c[2][0]}")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise3x3_copy_rows_same_bits(case, threads, monkeypatch):
+    """The bordered planes' rows copied by one call per plane (MPSGRAPH_CPU_DW3_COPY_ROWS=0: a
+    call per row): the same bits; rows of 3 to 131 floats."""
+    x, w, bias = _dw_setup(case, 13)
+    build = _dw_build(case, w, bias, "bias_relu6")
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        per_row = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_COPY_ROWS": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, per_row)
+    _dw_agree(case, x, w, bias, "bias_relu6", y)
+
+
 @pytest.mark.parametrize("idx", [1, 0, 6])
 def test_depthwise3x3_non_finite_source(idx):
     """An infinity or NaN reaches only the outputs that read it (the padding is not multiplied
@@ -479,6 +503,22 @@ def test_packed_planes_read_in_place_or_copied(shape, wshape, stride, pad, threa
     assert np.all(np.abs(y - ref) <= 2e-6 * scale)
 
 
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:6] + [((2, 144, 28, 30), (24, 1, 1), 1, 0),
+                                                                   ((3, 32, 23, 41), (16, 1, 1), 1, 0)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_planes_prefetch_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """Columns read in place are prefetched (MPSGRAPH_CPU_PACKED_PREFETCH=0: not): the same bits."""
+    rng, x, w, bias, build = _packed_case(23, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        y, yr6 = _run(_compile(build, [x], env, monkeypatch), [x])
+        yn, ynr6 = _run(_compile(build, [x], dict(env, MPSGRAPH_CPU_PACKED_PREFETCH="0"), monkeypatch), [x])
+    np.testing.assert_array_equal(y, yn)
+    np.testing.assert_array_equal(yr6, ynr6)
+    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
+    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+
+
 PACKED_ISA_SCRIPT = """
 import os, sys
 import numpy as np, mpsgraph as mg, torch
@@ -614,3 +654,57 @@ def test_packed_planes_fused_store(shape, wshape, stride, pad, monkeypatch):
     for name, (_, numpy_of) in EPILOGUES.items():
         if numpy_of is not None:
             np.testing.assert_array_equal(run(name), numpy_of(y, b, res), err_msg=name)
+
+
+# ---------------- 1x1 products as (image, tile) units (MPSGRAPH_CPU_DIRECT_UNITS) ----------------
+
+# (N, C, H, W), (O, 1, 1): 1x1 products of more than 8192 weights (MobileNetV2's 14x14 and 7x7
+# layers), each (image, tile) unit on one thread instead of one image at a time split over the
+# pool: odd planes and channel counts, units that do not divide among the threads, planes of
+# one tile and of several, both packed layouts.
+DIRECT_UNITS = [((8, 64, 14, 14), (384, 1, 1)), ((3, 576, 7, 7), (160, 1, 1)), ((2, 96, 14, 14), (576, 1, 1)),
+                ((5, 97, 9, 11), (101, 1, 1)), ((2, 33, 41, 37), (300, 1, 1)), ((1, 320, 7, 7), (1280, 1, 1))]
+
+
+@pytest.mark.parametrize("shape,wshape", DIRECT_UNITS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_direct_units_against_one_image_at_a_time(shape, wshape, threads, monkeypatch):
+    x, w, b, res, ref, scale = _epilogue_case(41, shape, wshape, 1, 0)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        for name in (None, "relu6", "relu6_residual"):
+            build = _epilogue_build(shape, w, b, res, 1, 0, name)
+            y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+            apart = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_DIRECT_UNITS="0"), monkeypatch),
+                         [x, res])[0]
+            want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
+            for out in (y, apart):
+                assert out.shape == want.shape
+                assert np.all(np.abs(out - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+
+
+# ---------------- tiles of whole 16-column blocks (MPSGRAPH_CPU_CONV_TILE16) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: products of few weights cut into (image, tile) units,
+# their tiles rounded up to whole 16-column blocks where that keeps their number: MobileNetV2's
+# 28x28 and 56x56 1x1 layers (tiles of 157 -> 160, 286 -> 288), planes that are no multiple of
+# 16, a 3x3 stride-2 stem (im2col tiles), one image and several.
+TILE16 = [((2, 32, 28, 28), (192, 1, 1), 1, 0), ((2, 192, 28, 28), (32, 1, 1), 1, 0),
+          ((1, 144, 56, 56), (24, 1, 1), 1, 0), ((3, 24, 37, 29), (40, 1, 1), 1, 0),
+          ((1, 3, 97, 101), (32, 3, 3), 2, 1), ((2, 16, 45, 45), (30, 1, 1), 1, 0),
+          ((1, 192, 28, 28), (32, 1, 1), 1, 0)]  # batch 1: 6 tiles of 144, the planes layout from 128 columns
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", TILE16)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tiles_of_whole_blocks_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    x, w, b, res, ref, scale = _epilogue_case(43, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        for name in (None, "relu6", "relu6_residual"):
+            build = _epilogue_build(shape, w, b, res, stride, pad, name)
+            y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+            cut = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_CONV_TILE16="0"), monkeypatch), [x, res])[0]
+            np.testing.assert_array_equal(y, cut, err_msg=str(name))
+            want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
+            assert np.all(np.abs(y - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name

@@ -32,6 +32,9 @@ constexpr int64_t kChanRows = 16, kChanCols = 6, kChanDepth = 256;
 // strided rows at MobileNetV2's 1x1 layers of 16 to 192 source channels, 1.05 to 1.2x; at
 // 288 (3x3 im2col of 32 channels) and 576 the copy paid, 1.07 and 1.12x)
 constexpr int64_t kReadDepth = 256;
+// read in place: B's rows prefetched where they lie this far apart (planes of 28x28 and more:
+// 1.27-1.49x; Winograd's rows of 49 to 196 tiles at 28x28 ran 1.2x slower with it)
+constexpr int64_t kPrefetchRows = 512;
 
 struct PackedWeights {
   int64_t M = 0, K = 0;
@@ -39,6 +42,7 @@ struct PackedWeights {
   Isa isa = Isa::Generic;
   PackedLayout layout = PackedLayout::Planes;
   bool copy_b = true;  // AVX2 planes: B's columns copied into blocks (pack_columns), else read in place
+  bool prefetch = false;  // read in place: the kernel prefetches B's rows
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -102,7 +106,9 @@ MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __
 // 6 rows x 16 columns (12 accumulators of 16 registers): per k two loads of B and six
 // broadcasts feed 12 multiply-adds (8 x 8 would need 9 loads for 8).
 // R: the block's residual (rows s->ldr apart), or null.
-template <bool kFull>
+// kPrefetch (B read in place): each row's line two blocks on is fetched while this block runs,
+// as K rows a page or more apart are more streams than the hardware prefetcher follows.
+template <bool kFull, bool kPrefetch = false>
 MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
                                 int64_t rows, int64_t n, const PackedStore* s, int64_t i0, const float* R) {
   alignas(32) int32_t lanes[16];
@@ -115,6 +121,7 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
   for (int64_t k = 0; k < K; ++k, a += kAvx2Rows, B += ldb) {
     const __m256 b0 = kFull ? _mm256_loadu_ps(B) : _mm256_maskload_ps(B, m0);
     const __m256 b1 = kFull ? _mm256_loadu_ps(B + 8) : _mm256_maskload_ps(B + 8, m1);
+    if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(B + 32), _MM_HINT_T0);
 #pragma GCC unroll 6
     for (int r = 0; r < kAvx2Rows; ++r) {
       const __m256 ar = _mm256_broadcast_ss(a + r);
@@ -229,6 +236,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
     const int64_t c1 = std::min(j1, c0 + chunk);
     const bool pack = a.isa == Isa::Avx2 && a.copy_b;
+    const bool prefetch = !pack && a.prefetch && ldb >= kPrefetchRows;
     if (pack) {
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
       pack_columns(B + c0, ldb, K, c1 - c0, nr, packed.data());
@@ -247,7 +255,8 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
           const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
           const int64_t lb = pack ? nr : ldb;
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          if (n == nr) kernel_avx2<true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
+          if (n == nr && prefetch) kernel_avx2<true, true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
+          else if (n == nr) kernel_avx2<true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
           else kernel_avx2<false>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
         }
       }
@@ -299,6 +308,7 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->layout = layout;
   // MPSGRAPH_CPU_PACKED_READ_B=0 (read here) copies B's columns at every depth
   p->copy_b = K > kReadDepth || switched_off("MPSGRAPH_CPU_PACKED_READ_B");
+  p->prefetch = !switched_off("MPSGRAPH_CPU_PACKED_PREFETCH");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;

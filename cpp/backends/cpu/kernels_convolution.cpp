@@ -70,7 +70,9 @@ constexpr int64_t kUnitWork = int64_t(1) << 20;
 constexpr int64_t kColumnBudget = int64_t(1) << 18;
 constexpr int64_t kWidePositions = 384;  // GEMM columns that batching images aims for
 constexpr int64_t kPackedMinColumns = 512;  // columns from which the packed planes layout is used at any depth
-constexpr int64_t kPlanesMinColumns = 160, kPlanesMaxDepth = 1024;  // and from which at depths up to this
+// and from which at depths up to this (128: MobileNetV2's 28x28 1x1 layers at batch 1 in tiles
+// of 144 columns ran 1.3-1.45x faster in planes than along the channels)
+constexpr int64_t kPlanesMinColumns = 128, kPlanesMaxDepth = 1024;
 
 // d[j] = s[2 * j] for j < n (stride-2 im2col rows: the stems). With AVX2, 8 at a time from two
 // loads and two shuffles instead of 8 scalar copies; the loads stop before reading past s[2n - 2].
@@ -242,8 +244,10 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.tile = (p.P + nt - 1) / nt;
     p.ntiles = (p.P + p.tile - 1) / p.tile;
   };
-  if (threads > 1 && packed && kind == Kind::Forward && mk > 8192 && !p.direct && !p.depthwise && p.G == 1 &&
-      p.P > 0) {
+  // MPSGRAPH_CPU_DIRECT_UNITS=0 keeps direct (1x1) products one image at a time, each split over the pool
+  const bool direct_units = p.direct && !switched_off("MPSGRAPH_CPU_DIRECT_UNITS");
+  if (threads > 1 && packed && kind == Kind::Forward && mk > 8192 && (!p.direct || direct_units) && !p.depthwise &&
+      p.G == 1 && p.P > 0) {
     // Packed weights are not repacked per call: (image, tile) units of the columns the shared
     // path's products use, each unit's gather and product on one thread. The shared path
     // meets twice per tile (the gather, then the product) and splits the gather over the
@@ -264,6 +268,12 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
       p.ntiles = (p.P + p.tile - 1) / p.tile;
     }
     if (kind == Kind::Forward && p.G == 1) balance();
+    // tiles of whole 16-column blocks where that keeps their number: no column tails (masked
+    // loads and stores) and rows that start on a cache line (MPSGRAPH_CPU_CONV_TILE16=0: as cut)
+    const int64_t t16 = (p.tile + 15) / 16 * 16;
+    if (kind == Kind::Forward && t16 < p.P && (p.P + t16 - 1) / t16 == p.ntiles &&
+        !switched_off("MPSGRAPH_CPU_CONV_TILE16"))
+      p.tile = t16;
     p.ours = p.units() >= 2;
   }
   if (!p.ours) {
@@ -561,10 +571,35 @@ inline void copy_row(float* d, const float* s, int64_t n) {
   std::memcpy(d, s, size_t(n) * sizeof(float));
 }
 
+// `rows` rows of n floats, dld and sld apart: a plane's rows in one call.
+using CopyRowsFn = void (*)(float* d, int64_t dld, const float* s, int64_t sld, int64_t rows, int64_t n);
+void copy_rows_generic(float* d, int64_t dld, const float* s, int64_t sld, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) copy_row(d + r * dld, s + r * sld, n);
+}
+#if MG_CPU_X86
+// 8-wide moves, the last one overlapping (rows of 8 to 64 floats: a memcpy call per row cost
+// more than the copy)
+MG_TARGET_AVX2 void copy_rows_avx2(float* d, int64_t dld, const float* s, int64_t sld, int64_t rows, int64_t n) {
+  if (n < 8 || n > 64) return copy_rows_generic(d, dld, s, sld, rows, n);
+  for (int64_t r = 0; r < rows; ++r, d += dld, s += sld) {
+    for (int64_t k = 0; k + 8 <= n; k += 8) _mm256_storeu_ps(d + k, _mm256_loadu_ps(s + k));
+    _mm256_storeu_ps(d + n - 8, _mm256_loadu_ps(s + n - 8));
+  }
+}
+#endif
+CopyRowsFn copy_rows_fn() {
+#if MG_CPU_X86
+  // MPSGRAPH_CPU_DW3_COPY_ROWS=0 keeps a copy call per row
+  if (best_isa() != Isa::Generic && !switched_off("MPSGRAPH_CPU_DW3_COPY_ROWS")) return copy_rows_avx2;
+#endif
+  return copy_rows_generic;
+}
+
 // Depthwise 3x3 (float32, innermost stride 1 or 2): each output row in one pass over its three
 // source rows (conv_depthwise.h) with the bias and clamp of the epilogue, edges scalar.
 void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const Epi& epi) {
   const Dw3RowFn row = dw3_row_fn(p.sL);
+  const CopyRowsFn copy_rows = copy_rows_fn();
   RowEpilogue re = epi.e && epi.row ? *epi.row : RowEpilogue{true};
   constexpr float inf = std::numeric_limits<float>::infinity();
   const std::pair<float, float> bounds = row_bounds(re, epi.in);
@@ -611,24 +646,23 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
       const float bias = re.fused && re.bias >= 0 ? epi.in[re.bias][re.bias_channel ? oc : 0] : 0.0f;
       if (p.dw3_phase) {
         float *f = plane.data(), *yb = f + 2 * phase;
-        for (int64_t i = 0; i < IH; ++i) {
-          const int64_t br = i + p.pbT;
-          if (br >> 1 >= Hb) break;
-          copy_row(f + (br & 1) * phase + (br >> 1) * Wb + p.pbL, xc + p.pbL + i * p.IL, p.IL);
+        for (int64_t q = 0; q < 2; ++q) {  // the source rows of bordered row parity q
+          const int64_t i0 = (q - p.pbT) & 1, b0 = (i0 + p.pbT) >> 1;  // (pbT >= 0)
+          const int64_t rows = std::min((IH - i0 + 1) / 2, Hb - b0);
+          if (rows > 0) copy_rows(f + q * phase + b0 * Wb + p.pbL, Wb, xc + p.pbL + i0 * p.IL, 2 * p.IL, rows, p.IL);
         }
         const float* rows[3] = {f, f + phase, f + Wb};
         row(rows, wc, yb, 0, nq + 1, bias, lo, hi);  // nq in vectors (the loop reads one ahead)
-        for (int64_t r = 0; r < p.R; ++r) copy_row(yc + r * p.OL, yb + r * Wh, p.OL);
+        copy_rows(yc, p.OL, yb, Wh, p.R, p.OL);
         if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
         continue;
       }
       if (p.dw3_border) {
         float *xb = plane.data(), *yb = xb + Hb * Wb;
-        for (int64_t i = 0; i < IH; ++i)
-          copy_row(xb + (i + p.pbT) * Wb + p.pbL, xc + p.pbL + i * p.IL, p.IL);
+        copy_rows(xb + p.pbT * Wb + p.pbL, Wb, xc + p.pbL, p.IL, IH, p.IL);
         const float* rows[3] = {xb, xb + Wb, xb + 2 * Wb};
         row(rows, wc, yb, 0, (p.R - 1) * Wb + p.OL, bias, lo, hi);
-        for (int64_t r = 0; r < p.R; ++r) copy_row(yc + r * p.OL, yb + r * Wb, p.OL);
+        copy_rows(yc, p.OL, yb, Wb, p.R, p.OL);
         if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
         continue;
       }
