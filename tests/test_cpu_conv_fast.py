@@ -486,21 +486,27 @@ def test_packed_weights_against_blas_and_torch(shape, wshape, stride, pad, threa
     np.testing.assert_array_equal(ybr6, np.clip(yb + bias, 0, 6))
 
 
+def _packed_switch_same_bits(seed, shape, wshape, stride, pad, threads, monkeypatch, switch):
+    """A packed convolution (plain and with ReLU6) gives the same bits with `switch`=0 as without,
+    and agrees with the float64 reference."""
+    rng, x, w, bias, build = _packed_case(seed, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        y, yr6 = _run(_compile(build, [x], env, monkeypatch), [x])
+        yo, yor6 = _run(_compile(build, [x], dict(env, **{switch: "0"}), monkeypatch), [x])
+    np.testing.assert_array_equal(y, yo)
+    np.testing.assert_array_equal(yr6, yor6)
+    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
+    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+
+
 @pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:6] + [((2, 250, 9, 21), (14, 1, 1), 1, 0),
                                                                    ((1, 29, 17, 19), (11, 3, 3), 1, 1)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_packed_planes_read_in_place_or_copied(shape, wshape, stride, pad, threads, monkeypatch):
     """Depths up to 256 read the columns in place (MPSGRAPH_CPU_PACKED_READ_B=0 copies them into
     blocks first, as deeper products do): the same sums, so the same bits."""
-    rng, x, w, bias, build = _packed_case(22, shape, wshape, stride, pad)
-    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
-    with _threads(threads):
-        y, yr6 = _run(_compile(build, [x], env, monkeypatch), [x])
-        yc, ycr6 = _run(_compile(build, [x], dict(env, MPSGRAPH_CPU_PACKED_READ_B="0"), monkeypatch), [x])
-    np.testing.assert_array_equal(y, yc)
-    np.testing.assert_array_equal(yr6, ycr6)
-    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
-    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+    _packed_switch_same_bits(22, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_READ_B")
 
 
 @pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:6] + [((2, 144, 28, 30), (24, 1, 1), 1, 0),
@@ -508,15 +514,7 @@ def test_packed_planes_read_in_place_or_copied(shape, wshape, stride, pad, threa
 @pytest.mark.parametrize("threads", [1, 2])
 def test_packed_planes_prefetch_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
     """Columns read in place are prefetched (MPSGRAPH_CPU_PACKED_PREFETCH=0: not): the same bits."""
-    rng, x, w, bias, build = _packed_case(23, shape, wshape, stride, pad)
-    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
-    with _threads(threads):
-        y, yr6 = _run(_compile(build, [x], env, monkeypatch), [x])
-        yn, ynr6 = _run(_compile(build, [x], dict(env, MPSGRAPH_CPU_PACKED_PREFETCH="0"), monkeypatch), [x])
-    np.testing.assert_array_equal(y, yn)
-    np.testing.assert_array_equal(yr6, ynr6)
-    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
-    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+    _packed_switch_same_bits(23, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_PREFETCH")
 
 
 PACKED_ISA_SCRIPT = """
