@@ -3,6 +3,7 @@
 // edge columns where a tap falls in the padding.
 #include "backends/cpu/conv_depthwise.h"
 
+#include "backends/cpu/avx2_pairs.h"
 #include "backends/cpu/isa_target.h"
 
 #if MG_CPU_X86
@@ -53,10 +54,6 @@ MG_TARGET_AVX2 void row_avx2(const float* const* rows, const float* w, float* y,
 // even and odd source columns of 8 outputs come from two loads and one shuffle each, in the
 // lane order (0 1 4 5 2 3 6 7) that the shuffles leave; one permute puts the sums in order. The
 // taps add in the same order as row_body, as fused multiply-adds.
-MG_TARGET_AVX2 inline __m256 pick(const float* p, int even) {  // p[0, 2, ..., 14] or p[1, 3, ..., 15], shuffled
-  const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
-  return even ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)) : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
-}
 
 // The third tap's sources (2j + 2) are the odd ones from 2j + 1, so 8 outputs read up to
 // source 2j + 16, no further than the scalar loop; a last group of fewer than 8 is redone as
@@ -64,19 +61,19 @@ MG_TARGET_AVX2 inline __m256 pick(const float* p, int even) {  // p[0, 2, ..., 1
 MG_TARGET_AVX2 inline void s2_eight(const float* const* rows, const __m256* wv, float* y, int64_t j, __m256 vb,
                                      __m256 vlo, __m256 vhi) {
   const int64_t i = 2 * j;
-  __m256 v = _mm256_mul_ps(wv[0], pick(rows[0] + i, 1));
-  v = _mm256_fmadd_ps(wv[1], pick(rows[0] + i, 0), v);
-  v = _mm256_fmadd_ps(wv[2], pick(rows[0] + i + 1, 0), v);
-  v = _mm256_fmadd_ps(wv[3], pick(rows[1] + i, 1), v);
-  v = _mm256_fmadd_ps(wv[4], pick(rows[1] + i, 0), v);
-  v = _mm256_fmadd_ps(wv[5], pick(rows[1] + i + 1, 0), v);
-  v = _mm256_fmadd_ps(wv[6], pick(rows[2] + i, 1), v);
-  v = _mm256_fmadd_ps(wv[7], pick(rows[2] + i, 0), v);
-  v = _mm256_fmadd_ps(wv[8], pick(rows[2] + i + 1, 0), v);
+  __m256 v = _mm256_mul_ps(wv[0], load_evens_or_odds(rows[0] + i, true));
+  v = _mm256_fmadd_ps(wv[1], load_evens_or_odds(rows[0] + i, false), v);
+  v = _mm256_fmadd_ps(wv[2], load_evens_or_odds(rows[0] + i + 1, false), v);
+  v = _mm256_fmadd_ps(wv[3], load_evens_or_odds(rows[1] + i, true), v);
+  v = _mm256_fmadd_ps(wv[4], load_evens_or_odds(rows[1] + i, false), v);
+  v = _mm256_fmadd_ps(wv[5], load_evens_or_odds(rows[1] + i + 1, false), v);
+  v = _mm256_fmadd_ps(wv[6], load_evens_or_odds(rows[2] + i, true), v);
+  v = _mm256_fmadd_ps(wv[7], load_evens_or_odds(rows[2] + i, false), v);
+  v = _mm256_fmadd_ps(wv[8], load_evens_or_odds(rows[2] + i + 1, false), v);
   v = _mm256_add_ps(v, vb);
   v = _mm256_blendv_ps(v, vlo, _mm256_cmp_ps(v, vlo, _CMP_LE_OQ));
   v = _mm256_blendv_ps(v, vhi, _mm256_cmp_ps(v, vhi, _CMP_GE_OQ));
-  _mm256_storeu_ps(y + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0))));
+  store_in_order(y + j, v);
 }
 
 MG_TARGET_AVX2 void row_avx2_s2(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,

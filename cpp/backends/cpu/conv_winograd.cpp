@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/avx2_pairs.h"
 #include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/conv_gemm_packed.h"
 #include "backends/cpu/isa_target.h"
@@ -137,14 +138,6 @@ bool transform_input(const Wino& q, const float* x, float* V, int64_t ty0, int64
 // (lanes in the order 0 1 4 5 2 3 6 7, put back by one permute per stored vector); the same
 // adds and subtracts per tile as transform_input, so the same bits. A last group of fewer than
 // 8 tiles goes through a buffer (storing all 8 would write over other channels' tiles).
-MG_TARGET_AVX2 inline __m256 half_pick(const float* p, bool even) {
-  const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
-  return even ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)) : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
-}
-MG_TARGET_AVX2 inline void store_in_order(float* p, __m256 v) {
-  _mm256_storeu_ps(p, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0))));
-}
-
 MG_TARGET_AVX2 bool transform_input_avx2(const Wino& q, const float* x, float* V, int64_t ty0, int64_t ty1, int64_t c0,
                                          int64_t c1) {
   const int64_t T = (ty1 - ty0) * q.tw, CT = q.C * T;
@@ -186,10 +179,10 @@ MG_TARGET_AVX2 bool transform_input_avx2(const Wino& q, const float* x, float* V
         __m256 d[4][4];
         for (int i = 0; i < 4; ++i) {
           const float* row = rows.data() + i * Wp + 2 * tx;
-          d[i][0] = half_pick(row, true);
-          d[i][1] = half_pick(row, false);
-          d[i][2] = half_pick(row + 2, true);
-          d[i][3] = half_pick(row + 2, false);
+          d[i][0] = load_evens_or_odds(row, true);
+          d[i][1] = load_evens_or_odds(row, false);
+          d[i][2] = load_evens_or_odds(row + 2, true);
+          d[i][3] = load_evens_or_odds(row + 2, false);
         }
         __m256 t[4][4];  // B^T d
         for (int j = 0; j < 4; ++j) {

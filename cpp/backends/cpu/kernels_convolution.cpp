@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/avx2_pairs.h"
 #include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/conv_depthwise.h"
 #include "backends/cpu/conv_epilogue.h"
@@ -85,8 +86,7 @@ MG_TARGET_AVX2 void stride2_avx2(const float* s, float* d, int64_t n) {
   int64_t j = 0;
   for (; j + 9 <= n; j += 8) {
     const __m256 a = _mm256_loadu_ps(s + 2 * j), b = _mm256_loadu_ps(s + 2 * j + 8);
-    const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));  // a0 a2 b0 b2 | a4 a6 b4 b6
-    _mm256_storeu_ps(d + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0))));
+    store_in_order(d + j, evens_or_odds(a, b, true));
   }
   for (; j < n; ++j) d[j] = s[2 * j];
 }

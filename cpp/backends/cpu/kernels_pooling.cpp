@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/avx2_pairs.h"
 #include "backends/cpu/elementwise_util.h"
 #include "backends/cpu/isa_target.h"
 #include "core/ops/pooling_attrs.h"
@@ -286,10 +287,7 @@ MG_TARGET_AVX2 void pool_pairs_avx2(const float* x0, const float* x1, float* y, 
   for (; j + 8 <= OL; j += 8) {  // reads up to x[2j + 15] <= x[2 OL - 1]
     const __m256 a = pick_max8(_mm256_loadu_ps(x0 + 2 * j), _mm256_loadu_ps(x1 + 2 * j));
     const __m256 b = pick_max8(_mm256_loadu_ps(x0 + 2 * j + 8), _mm256_loadu_ps(x1 + 2 * j + 8));
-    // even and odd columns, lanes in the order (0 1 4 5 2 3 6 7); one permute puts them back
-    const __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), o = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
-    const __m256 m = pick_max8(e, o);
-    _mm256_storeu_ps(y + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(m), _MM_SHUFFLE(3, 1, 2, 0))));
+    store_in_order(y + j, pick_max8(evens_or_odds(a, b, true), evens_or_odds(a, b, false)));
   }
   pool_pairs_generic(x0 + 2 * j, x1 + 2 * j, y + j, OL - j);
 }
