@@ -241,10 +241,9 @@ const LayoutOp* layout_op(const std::string& op) {
 // Elementwise groups (or lone elementwise nodes) whose result only a forward pool reads run
 // inside the pool's kernel, computed at each window tap (pool_takes_prologue): the pool's
 // input never goes to memory. Per pool node the nodes it computes; `in_prologue` marks them.
-// MPSGRAPH_CUDA_POOL_PROLOGUES=0 turns this off.
+// Nodes a matmul epilogue claimed (`unfused`) stay out. MPSGRAPH_CUDA_POOL_PROLOGUES=0 turns this off.
 std::map<int32_t, std::vector<int32_t>> pool_prologues(const Graph& g, const std::vector<ValueRef>& targets, const FusionPlan& fusion,
-                                                       const std::vector<char>& unfused, const std::vector<char>& absorbed,
-                                                       const std::vector<int32_t>& written_by, std::vector<char>& in_prologue) {
+                                                       const std::vector<char>& unfused, std::vector<char>& in_prologue) {
   std::map<int32_t, std::vector<int32_t>> r;
   in_prologue.assign(g.size(), 0);
   static const bool off = switched_off("MPSGRAPH_CUDA_POOL_PROLOGUES");
@@ -255,11 +254,11 @@ std::map<int32_t, std::vector<int32_t>> pool_prologues(const Graph& g, const std
   for (const ValueRef& t : targets) readers[t] += 2;
   for (size_t id = 0; id < g.size(); ++id) {
     const Node& n = g.node(int32_t(id));
-    if (n.inputs.empty() || absorbed[id] || unfused[id]) continue;
+    if (n.inputs.empty()) continue;
     const ValueRef src = n.inputs[0];
     if (src.index != 0 || readers[src] != 1 || !pool_takes_prologue(n, g.type(src))) continue;
     const int32_t p = src.node;
-    if (unfused[size_t(p)] || absorbed[size_t(p)] || written_by[size_t(p)] >= 0 || in_prologue[size_t(p)]) continue;
+    if (unfused[size_t(p)]) continue;
     std::vector<int32_t> members;
     const int32_t grp = fusion.group_of[size_t(p)];
     if (grp >= 0 && fusion.groups[size_t(grp)].back() == p) members = fusion.groups[size_t(grp)];
@@ -416,7 +415,7 @@ class CudaProgram final : public Program, public AsyncProgram {
     for (size_t id = 0; id < g.size(); ++id)
       if (absorbed[id] == 2) written_by[size_t(g.node(int32_t(id)).inputs[0].node)] = int32_t(id);
     std::vector<char> in_prologue;
-    const std::map<int32_t, std::vector<int32_t>> prologue_of = pool_prologues(g, sg.targets, fusion, unfused, absorbed, written_by, in_prologue);
+    const std::map<int32_t, std::vector<int32_t>> prologue_of = pool_prologues(g, sg.targets, fusion, unfused, in_prologue);
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;

@@ -457,15 +457,6 @@ void direct_run(const Kernel& kern, Kind kind, const Geom& g, cudaStream_t s, vo
   launch(kern, std::min<int64_t>(blocks, int64_t(1) << 20), 256, 0, s, args);
 }
 
-StridedCopy copy_of(const Shape& s, const Ints& src, const Ints& dst, DType dt) {
-  StridedCopy c;
-  c.itemsize = int32_t(dtype_size(dt));
-  c.n = num_elements(s);
-  c.rank = int32_t(s.size());
-  for (size_t i = 0; i < s.size(); ++i) c.shape[i] = s[i], c.src_stride[i] = src[i], c.dst_stride[i] = dst[i];
-  return c;
-}
-
 // The step for `plan`, or nullptr where cuDNN refuses it; scratch(n) gives a scratch buffer's
 // index among the launch's outputs.
 LaunchFn build(const Setup& su, const Plan& plan, const std::function<size_t(size_t)>& scratch) {
@@ -474,7 +465,8 @@ LaunchFn build(const Setup& su, const Plan& plan, const std::function<size_t(siz
     const Ints want = packed(x.shape, plan.layout);
     if (num_elements(x.shape) == 0 || same_strides(x.shape, x.buf, want)) continue;
     x.copy = true;
-    x.cp = x.pos >= 0 ? copy_of(x.shape, x.buf, want, su.dt) : copy_of(x.shape, want, x.buf, su.dt);
+    const size_t es = dtype_size(su.dt);
+    x.cp = x.pos >= 0 ? make_copy(es, x.shape, x.buf, want, 0, 0) : make_copy(es, x.shape, want, x.buf, 0, 0);
   }
   std::shared_ptr<DnnConv> r;
   Kernel kern;

@@ -109,28 +109,6 @@ unsigned grid_for(int64_t n) {
   return unsigned(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
 }
 
-// Drops size-1 dims and merges neighbours contiguous in both buffers (callers may pass either).
-StridedCopy collapsed(const StridedCopy& c) {
-  StridedCopy r = c;
-  r.rank = 0;
-  for (int i = 0; i < c.rank; ++i) {
-    if (c.shape[i] == 1) continue;
-    const int k = r.rank - 1;
-    if (k >= 0 && r.src_stride[k] == c.src_stride[i] * c.shape[i] && r.dst_stride[k] == c.dst_stride[i] * c.shape[i]) {
-      r.shape[k] *= c.shape[i];
-      r.src_stride[k] = c.src_stride[i];
-      r.dst_stride[k] = c.dst_stride[i];
-      continue;
-    }
-    r.shape[r.rank] = c.shape[i];
-    r.src_stride[r.rank] = c.src_stride[i];
-    r.dst_stride[r.rank] = c.dst_stride[i];
-    ++r.rank;
-  }
-  if (r.rank == 0) r.rank = 1, r.shape[0] = 1, r.src_stride[0] = r.dst_stride[0] = 0;
-  return r;
-}
-
 // Whether every offset `offset + sum i_k * stride_k` lies in [0, 2^31).
 bool fits31(const StridedCopy& c, bool src) {
   int64_t lo = src ? c.src_offset : c.dst_offset, hi = lo;
@@ -141,12 +119,20 @@ bool fits31(const StridedCopy& c, bool src) {
   return lo >= 0 && hi < (int64_t(1) << 31);
 }
 
+// MPSGRAPH_CUDA_FAST_COPIES=0 keeps the generic kernel for every copy
+bool fast_copies() {
+  static const bool on = !switched_off("MPSGRAPH_CUDA_FAST_COPIES");
+  return on;
+}
+
+// Copies planned by make_copy (dims already merged): the tiled transpose, the 32-bit kernel, or
+// the generic one.
 template <class T>
 void launch_copy(const StridedCopy& c, const void* src_v, void* dst_v, cudaStream_t s) {
   const T* src = static_cast<const T*>(src_v);
   T* dst = static_cast<T*>(dst_v);
   const bool small = c.n < (int64_t(1) << 31) && fits31(c, true) && fits31(c, false);
-  if (!small) {
+  if (!small || !fast_copies()) {
     strided_copy_kernel<T><<<grid_for(c.n), 256, 0, s>>>(c, src, dst);
     return;
   }
@@ -200,27 +186,10 @@ void launch_copy(const StridedCopy& c, const void* src_v, void* dst_v, cudaStrea
   }
 }
 
-bool fast_copies() {
-  static const bool on = !switched_off("MPSGRAPH_CUDA_FAST_COPIES");
-  return on;
-}
-
 }  // namespace
 
-void strided_copy(const StridedCopy& c0, const void* src, void* dst, cudaStream_t s) {
-  if (c0.n <= 0) return;
-  if (!fast_copies()) {
-    const unsigned g = grid_for(c0.n);
-    switch (c0.itemsize) {
-      case 1: strided_copy_kernel<uint8_t><<<g, 256, 0, s>>>(c0, static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst)); break;
-      case 2: strided_copy_kernel<uint16_t><<<g, 256, 0, s>>>(c0, static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst)); break;
-      case 4: strided_copy_kernel<uint32_t><<<g, 256, 0, s>>>(c0, static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst)); break;
-      default: strided_copy_kernel<uint64_t><<<g, 256, 0, s>>>(c0, static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst)); break;
-    }
-    check(cudaGetLastError(), "strided copy launch");
-    return;
-  }
-  const StridedCopy c = collapsed(c0);
+void strided_copy(const StridedCopy& c, const void* src, void* dst, cudaStream_t s) {
+  if (c.n <= 0) return;
   switch (c.itemsize) {
     case 1: launch_copy<uint8_t>(c, src, dst, s); break;
     case 2: launch_copy<uint16_t>(c, src, dst, s); break;

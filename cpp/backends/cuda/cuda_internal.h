@@ -177,6 +177,11 @@ struct StridedCopy {
   int64_t src_stride[kMaxRank] = {}, dst_stride[kMaxRank] = {};
   int64_t src_offset = 0, dst_offset = 0;
 };
+// The copy of `shape` from strides ss (offset so) into strides ds (offset doff), elements of es
+// bytes, with size-1 dims dropped and neighbours contiguous in both buffers merged, as the
+// kernels want them (shape_cuda.cpp): every copy is planned through it, at compile time.
+StridedCopy make_copy(size_t es, const Shape& shape, const std::vector<int64_t>& ss, const std::vector<int64_t>& ds, int64_t so,
+                      int64_t doff);
 void strided_copy(const StridedCopy& c, const void* src, void* dst, cudaStream_t s);
 // Fills n elements of itemsize bytes with the pattern in `value`.
 void fill_bytes(void* dst, int64_t n, int32_t itemsize, uint64_t value, cudaStream_t s);

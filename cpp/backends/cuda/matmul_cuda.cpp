@@ -215,19 +215,11 @@ LaunchFn matmul_with(const KernelCtx& c, int epilogue) {
     src.insert(src.end(), b.begin(), b.end());
     src.push_back(rows);
     src.push_back(cols);
-    const auto st = contiguous_strides(src);
-    const auto dst = contiguous_strides(full);
-    StridedCopy cp;
-    cp.itemsize = int32_t(es);
-    cp.n = num_elements(full);
+    std::vector<int64_t> st = contiguous_strides(src);
     if (full.size() > size_t(kMaxRank)) raise(ErrorKind::NotImplemented, "matrix_multiplication", c.node.name, "too many batch dims on cuda");
-    cp.rank = int32_t(full.size());
-    for (size_t i = 0; i < full.size(); ++i) {
-      cp.shape[i] = full[i];
-      cp.src_stride[i] = src[i] == 1 ? 0 : st[i];
-      cp.dst_stride[i] = dst[i];
-    }
-    return cp;
+    for (size_t i = 0; i < full.size(); ++i)
+      if (src[i] == 1) st[i] = 0;
+    return make_copy(es, full, st, contiguous_strides(full), 0, 0);
   };
   StridedCopy cx{}, cy{};
   if (ex) cx = expand_copy(bx, M, K);

@@ -391,18 +391,14 @@ LaunchFn pool_with_prologue(const KernelCtx& c, const Shape& input_shape, const 
   const size_t nin = c.in.size();
   if (nin > size_t(kMaxFusedInputs)) raise(ErrorKind::Runtime, c.node.op->name, c.node.name, "too many fused inputs");
   std::vector<ValueRef> order;
-  const ElementFn fn = fused_group_fn(graph, group, order);
+  // pool_takes_prologue saw packs along the last dim: every operand's innermost collapsed dim
+  // holds that dim, so the element function takes the lanes too. The scalar kernel is for
+  // buffers that are not 16-byte aligned.
+  const ElementFn fn = fused_group_fn(graph, group, order), vfn = fused_group_fn(graph, group, order, vector_lanes(g, fn.out, false));
   // uncontracted, as the group's own kernel is compiled: fusing changes no bit
-  Kernel scalar = nvrtc_kernel(fast_forward_src(fn.out, g, mode, "", &fn, &c.in), "k", {"--fmad=false"});
-  const int64_t n = g.batch * g.out_plane;
-  int lanes = vector_lanes(g, fn.out, false);
-  Kernel vector = scalar;
-  if (lanes > 1) {
-    const ElementFn vfn = fused_group_fn(graph, group, order, lanes);
-    if (vfn.lanes == lanes) vector = nvrtc_kernel(fast_forward_src(fn.out, g, mode, "", &vfn, &c.in, lanes), "k", {"--fmad=false"});
-    else lanes = 1;
-  }
-  return pick_aligned(scalar, vector, n, lanes, nin);
+  const Kernel scalar = nvrtc_kernel(fast_forward_src(fn.out, g, mode, "", &fn, &c.in), "k", {"--fmad=false"});
+  const Kernel vector = nvrtc_kernel(fast_forward_src(fn.out, g, mode, "", &vfn, &c.in, vfn.lanes), "k", {"--fmad=false"});
+  return pick_aligned(scalar, vector, g.batch * g.out_plane, vfn.lanes, nin);
 }
 
 namespace {

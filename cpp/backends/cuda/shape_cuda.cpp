@@ -16,11 +16,8 @@
 
 namespace mg::cuda {
 
-namespace {
-
 using Ints = std::vector<int64_t>;
 
-// Drops size-1 dims and merges dims contiguous in both source and destination.
 StridedCopy make_copy(size_t es, const Shape& shape, const Ints& ss, const Ints& ds, int64_t so, int64_t doff) {
   StridedCopy c;
   c.itemsize = int32_t(es);
@@ -53,6 +50,8 @@ StridedCopy make_copy(size_t es, const Shape& shape, const Ints& ss, const Ints&
   }
   return c;
 }
+
+namespace {
 
 size_t esize(const TensorType& t) { return dtype_size(t.dtype); }
 

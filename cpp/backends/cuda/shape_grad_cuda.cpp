@@ -198,18 +198,9 @@ LaunchFn pad_gradient(const KernelCtx& c) {
     }
   const PadBox whole = box(int32_t(r));
   if (folds.empty()) {  // constant mode or nothing padded: the interior of dy, copied
-    StridedCopy cp;
-    cp.n = n_out;
-    cp.rank = int32_t(std::max<size_t>(r, 1));
-    cp.itemsize = int32_t(dtype_size(dt));
-    cp.shape[0] = 1;
-    const Ints xst = contiguous_strides(xs);
-    for (size_t k = 0; k < r; ++k) {
-      cp.shape[k] = xs[k];
-      cp.src_stride[k] = st[k];
-      cp.dst_stride[k] = xst[k];
-      cp.src_offset += l[k] * st[k];
-    }
+    int64_t offset = 0;
+    for (size_t k = 0; k < r; ++k) offset += l[k] * st[k];
+    const StridedCopy cp = make_copy(dtype_size(dt), xs, st, contiguous_strides(xs), offset, 0);
     return [cp](cudaStream_t s, const void* const* in, void* const* out) {
       if (cp.n > 0) strided_copy(cp, in[0], out[0], s);
     };
@@ -249,12 +240,11 @@ LaunchFn pad_gradient(const KernelCtx& c) {
 
 LaunchFn space_depth(const KernelCtx& c, bool to_depth) {
   const ops::SpaceDepthAttrs& a = typed_attrs<ops::SpaceDepthAttrs>(c.node);
-  StridedCopy cp;
-  cp.rank = 6;
-  cp.itemsize = int32_t(dtype_size(c.in[0].dtype));
+  Shape view(6);
+  Ints src(6), dst(6);
   ops::space_depth_copy((to_depth ? c.in[0].shape : c.out[0].shape).data(), a.nchw, a.use_pixel_shuffle_order, a.block_size, to_depth,
-                        cp.shape, cp.src_stride, cp.dst_stride);
-  cp.n = num_elements(c.in[0].shape);
+                        view.data(), src.data(), dst.data());
+  const StridedCopy cp = make_copy(dtype_size(c.in[0].dtype), view, src, dst, 0, 0);
   return [cp](cudaStream_t s, const void* const* in, void* const* out) {
     if (cp.n > 0) strided_copy(cp, in[0], out[0], s);
   };
