@@ -4,6 +4,9 @@ Forward convolutions are checked against a numpy brute-force reference; gradient
 against the CPU backend (itself checked against numpy and PyTorch by the conformance table).
 Skips where no GPU is present."""
 import itertools
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -421,9 +424,6 @@ def test_pool_prologue_gives_the_bits_of_the_unfused_kernels(tmp_path):
         "assert not [e for e in g.compile({x: ((2, 15, 14, 16), mg.float16), s: ((16,), mg.float16)}, ys, device='cuda')\n"
         "            .memory_plan() if e['node'].startswith('relu')] or sys.argv[2] == '0'\n"
         "np.save(sys.argv[1], np.concatenate([np.asarray(r[y]).ravel() for y in ys]))\n")
-    import os
-    import subprocess
-    import sys
     outs = []
     for flag in ("1", "0"):
         path = str(tmp_path / f"pool{flag}.npy")
