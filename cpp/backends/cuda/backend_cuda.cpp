@@ -270,6 +270,70 @@ std::map<int32_t, std::vector<int32_t>> pool_prologues(const Graph& g, const std
   return r;
 }
 
+// Elementwise groups (or lone elementwise nodes) that are the only reader of a depthwise
+// convolution's channels-last result (the transpose it writes, `written_by`) run in the
+// convolution's output pass: the result never goes to memory. Per group root, the fused
+// step and the values it reads; `in_epilogue` marks the convolution, its transpose and the
+// group's other nodes. MPSGRAPH_CUDA_CONV_EPILOGUES=0 turns this off.
+struct ConvEpilogue {
+  LaunchFn fn;
+  std::vector<ValueRef> inputs;
+  std::vector<size_t> scratch_bytes;  // numbered after the group's one output, as a step's
+};
+std::map<int32_t, ConvEpilogue> conv_epilogues(const Graph& g, const std::vector<ValueRef>& targets, const FusionPlan& fusion,
+                                               const std::vector<char>& skip, const std::vector<char>& absorbed,
+                                               const std::vector<int32_t>& written_by, std::vector<char>& in_epilogue) {
+  std::map<int32_t, ConvEpilogue> r;
+  in_epilogue.assign(g.size(), 0);
+  static const bool off = switched_off("MPSGRAPH_CUDA_CONV_EPILOGUES");
+  if (off) return r;
+  std::map<ValueRef, std::vector<int32_t>> readers;
+  for (size_t id = 0; id < g.size(); ++id)
+    for (const ValueRef& v : g.node(int32_t(id)).inputs) readers[v].push_back(int32_t(id));
+  for (const ValueRef& t : targets) readers[t].push_back(-1);
+  for (size_t id = 0; id < g.size(); ++id) {
+    const Node& d = g.node(int32_t(id));
+    const int32_t t = written_by[id];
+    if (d.op->name != "convolution" || t < 0 || d.inputs.size() != 2 || skip[id]) continue;
+    const ValueRef tv{t, 0};
+    const auto& rs = readers[tv];
+    if (rs.size() != 1 || rs[0] < 0 || skip[size_t(rs[0])]) continue;
+    std::vector<int32_t> members;
+    const int32_t grp = fusion.group_of[size_t(rs[0])];
+    if (grp >= 0) members = fusion.groups[size_t(grp)];
+    else if (cuda_fusible(g, rs[0])) members = {rs[0]};
+    else continue;
+    const Node& root = g.node(members.back());
+    if (root.outputs.size() != 1 || root.outputs[0].shape != g.type(tv).shape) continue;
+    std::vector<TensorType> conv_in;
+    KernelCtx dctx{d, conv_in, d.outputs};
+    for (const ValueRef& v : d.inputs) {
+      conv_in.push_back(g.type(v));
+      const Node& src = g.node(v.node);
+      dctx.in_perm.push_back(absorbed[size_t(v.node)] == 1 ? typed_attrs<ops::TransposeAttrs>(src).permutation : std::vector<int64_t>{});
+    }
+    const auto& p = typed_attrs<ops::TransposeAttrs>(g.node(t)).permutation;
+    dctx.out_perm.assign(p.size(), 0);
+    for (size_t i = 0; i < p.size(); ++i) dctx.out_perm[size_t(p[i])] = int64_t(i);
+    std::vector<ValueRef> order;
+    const ElementFn fn = fused_group_fn(g, members, order, int(16 / dtype_size(d.outputs[0].dtype)));
+    const auto at = std::find(order.begin(), order.end(), tv);
+    const int conv_arg = int(at - order.begin());
+    if (at == order.end() || std::find(fn.direct.begin(), fn.direct.end(), conv_arg) == fn.direct.end()) continue;
+    std::vector<TensorType> fn_in;
+    for (const ValueRef& v : order) fn_in.push_back(g.type(v));
+    LaunchFn f = depthwise_with_epilogue(dctx, fn, fn_in, conv_arg);
+    if (!f) continue;
+    ConvEpilogue e{std::move(f), d.inputs, dctx.scratch_bytes};
+    for (size_t k = 0; k < order.size(); ++k)
+      if (int(k) != conv_arg) e.inputs.push_back(order[k]);
+    in_epilogue[id] = in_epilogue[size_t(t)] = 1;
+    for (size_t m = 0; m + 1 < members.size(); ++m) in_epilogue[size_t(members[m])] = 1;
+    r[members.back()] = std::move(e);
+  }
+  return r;
+}
+
 // Transposes that layout-taking kernels absorb (register_layout_inputs): per node, 1 where
 // its readers take the permuted source, 2 where it is the only reader of the output its
 // producer writes permuted.
@@ -416,9 +480,13 @@ class CudaProgram final : public Program, public AsyncProgram {
       if (absorbed[id] == 2) written_by[size_t(g.node(int32_t(id)).inputs[0].node)] = int32_t(id);
     std::vector<char> in_prologue;
     const std::map<int32_t, std::vector<int32_t>> prologue_of = pool_prologues(g, sg.targets, fusion, unfused, in_prologue);
+    std::vector<char> skip_epilogue = unfused, in_epilogue;
+    for (size_t id = 0; id < g.size(); ++id) skip_epilogue[id] = skip_epilogue[id] || in_prologue[id];
+    const std::map<int32_t, ConvEpilogue> epilogue_of = conv_epilogues(g, sg.targets, fusion, skip_epilogue, absorbed, written_by, in_epilogue);
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
+      if (in_epilogue[id]) continue;
       if (absorbed[id]) {
         slot_of[{int32_t(id), 0}] = slot_of.at(n.inputs[0]);
         if (absorbed[id] == 1) perm_of[{int32_t(id), 0}] = typed_attrs<ops::TransposeAttrs>(n).permutation;
@@ -463,6 +531,8 @@ class CudaProgram final : public Program, public AsyncProgram {
       std::vector<ValueRef> inputs = fused != epi.fused.end() ? fused->second.inputs : n.inputs;
       const auto prologue = prologue_of.find(int32_t(id));
       if (prologue != prologue_of.end()) inputs = fused_group_inputs(g, prologue->second);
+      const auto conv_epilogue = epilogue_of.find(int32_t(id));
+      if (conv_epilogue != epilogue_of.end()) inputs = conv_epilogue->second.inputs;
       if (!f)
         raise(ErrorKind::NotImplemented, op, n.name,
               "has no kernel on the cuda backend yet (it runs on the cpu: device='cpu')");
@@ -477,9 +547,11 @@ class CudaProgram final : public Program, public AsyncProgram {
         for (size_t i = 0; i < p.size(); ++i) kctx.out_perm[size_t(p[i])] = int64_t(i);
       }
       Step st;
-      st.fn = group >= 0                       ? make_fused_group(g, fusion.groups[size_t(group)], inputs)
+      st.fn = conv_epilogue != epilogue_of.end() ? conv_epilogue->second.fn
+              : group >= 0                     ? make_fused_group(g, fusion.groups[size_t(group)], inputs)
               : prologue != prologue_of.end() ? pool_with_prologue(kctx, g.type(n.inputs[0]).shape, g, prologue->second)
                                               : (*f)(kctx);
+      if (conv_epilogue != epilogue_of.end()) kctx.scratch_bytes = conv_epilogue->second.scratch_bytes;
       for (auto& chk : kctx.checks) checks_->push_back(std::move(chk));
       direct_ = direct_ || kctx.host_driven;
       for (auto& v : inputs) st.in.push_back(slot_of.at(v));

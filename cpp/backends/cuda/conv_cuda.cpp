@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/elementwise_cuda.h"
 #include "core/error.h"
 #include "core/ops/convolution_attrs.h"
 #include "core/registry.h"
@@ -519,7 +520,7 @@ Plan heuristic_plan(const Setup& su) {
 
 // Milliseconds one launch takes (the best of a few; stops early once clearly slower than
 // `best`), or infinity where it fails.
-float time_launch(const LaunchFn& fn, cudaStream_t s, const void* const* in, void* const* out, float best) {
+float time_launch(const LaunchFn& fn, cudaStream_t s, const void* const* in, void* const* out, float best, const Buffer* flush) {
   cudaEvent_t a = nullptr, b = nullptr;
   float t = std::numeric_limits<float>::infinity();
   if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) {
@@ -531,6 +532,7 @@ float time_launch(const LaunchFn& fn, cudaStream_t s, const void* const* in, voi
     fn(s, in, out);  // warm-up: cuDNN loads its kernels on first use
     // up to three timings; a candidate already twice the best is not timed again
     for (int i = 0; i < 3 && (i == 0 || !(t > 2 * best)); ++i) {
+      if (flush) cudaMemsetAsync(flush->data, i, flush->nbytes, s);
       cudaEventRecord(a, s);
       fn(s, in, out);
       cudaEventRecord(b, s);
@@ -553,10 +555,11 @@ float time_launch(const LaunchFn& fn, cudaStream_t s, const void* const* in, voi
 
 // Times every usable cuDNN algorithm in both layouts (copies into and out of scratch
 // included) on buffers allocated for the search only; the heuristic plan where none runs.
-// A layout that needs copies must be clearly faster than the buffers' own: timed alone, the
-// copies run on tensors the L2 cache still holds, which in a network they do not (with
-// cheap transposes MobileNetV2's 1x1 convolutions went channels-first at batch 256 and the
-// network ran 10-20% slower).
+// Each timing starts with the L2 cache overwritten: timed warm, the copies a layout needs
+// ran on tensors the cache still held, which in a network they do not (MobileNetV2's 1x1
+// convolutions at 14x14 went channels-first at batch 256, and their 27 transposes took
+// 0.73 ms of 7.4 on an H100). A layout that needs copies must still be clearly faster than
+// the buffers' own.
 constexpr float kCopyLayoutMargin = 0.8f;
 std::string plan_key(const Setup& su);
 
@@ -577,6 +580,15 @@ Plan searched_plan(const Setup& su) {
     if (x.pos >= 0) in[x.pos] = b->data;
     else out[0] = b->data;
   }
+  // twice the L2 cache, rewritten before each timing
+  static const std::shared_ptr<Buffer> flush = []() -> std::shared_ptr<Buffer> {
+    int dev = 0, l2 = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) != cudaSuccess || l2 <= 0) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return device_alloc(size_t(l2) * 2);
+  }();
   Plan best = heuristic_plan(su), best_copying = best;
   float best_ms = std::numeric_limits<float>::infinity(), copying_ms = best_ms;
   const bool verbose = std::getenv("MPSGRAPH_CUDNN_VERBOSE") != nullptr;
@@ -601,7 +613,7 @@ Plan searched_plan(const Setup& su) {
       out.resize(1);
       for (size_t n : sizes) scratch.push_back(device_alloc(n)), out.push_back(scratch.back()->data);
       float& cur = copies ? copying_ms : best_ms;
-      const float ms = time_launch(fn, s, in, out.data(), std::min(best_ms, copying_ms));
+      const float ms = time_launch(fn, s, in, out.data(), std::min(best_ms, copying_ms), flush.get());
       if (verbose) std::fprintf(stderr, "[cudnn search]   algo %d math %d%s: %.4f ms\n", int(c.algo), int(c.math_type), copies ? " (copies)" : "", double(ms));
       if (ms < cur) cur = ms, (copies ? best_copying : best) = p;
     }
@@ -638,57 +650,215 @@ Plan choose_plan(const Setup& su) {
   return cache[key] = searched_plan(su);
 }
 
+// The step's geometry and buffers from its context.
+Setup setup_of(Kind kind, const KernelCtx& c) {
+  const std::string& op = c.node.op->name;
+  const DType dt = c.out[0].dtype;
+  if (dt != DType::Float32 && dt != DType::Float16 && dt != DType::BFloat16)
+    raise(ErrorKind::Type, op, c.node.name, std::string("expects a floating-point dtype, got ") + dtype_name(dt));
+  // where each role is: input index or -1 for the result
+  const std::array<int, 3> pos = kind == Kind::Forward ? std::array<int, 3>{0, 1, -1}
+                                 : kind == Kind::Data  ? std::array<int, 3>{-1, 1, 0}
+                                                       : std::array<int, 3>{1, -1, 0};
+  Setup su;
+  su.kind = kind;
+  su.dt = dt;
+  su.op = op;
+  for (int r = 0; r < 3; ++r) {
+    Operand& x = su.ops[size_t(r)];
+    x.pos = pos[size_t(r)];
+    x.shape = x.pos >= 0 ? c.in[size_t(x.pos)].shape : c.out[0].shape;
+    const Ints none;
+    const Ints& perm = x.pos < 0 ? c.out_perm : size_t(x.pos) < c.in_perm.size() ? c.in_perm[size_t(x.pos)] : none;
+    x.buf = buffer_strides(x.shape, perm);
+  }
+  const Shape &src = su.ops[X].shape, &w = su.ops[W].shape, &dy = su.ops[Y].shape;
+  const ops::ConvolutionAttrs& a = typed_attrs<ops::ConvolutionAttrs>(c.node);
+  const size_t k = src.size() - 2;
+  if (a.strides.size() != k || a.dilation_rates.size() != k || a.padding.size() != 2 * k || w.size() != k + 2 ||
+      dy.size() != k + 2 || a.groups < 1)
+    raise(ErrorKind::Runtime, op, c.node.name, "convolution attributes were not resolved for these shapes");
+  if (k > size_t(kMaxSpatial))
+    raise(ErrorKind::NotImplemented, op, c.node.name, "more than 6 spatial dims are not supported on cuda");
+  Geom& g = su.g;
+  g.k = int32_t(k);
+  g.N = src[0];
+  g.C = src[1];
+  g.O = w[0];
+  g.G = a.groups;
+  g.Cg = g.C / g.G;
+  g.Og = g.O / g.G;
+  for (size_t i = 0; i < k; ++i) {
+    g.in[i] = src[2 + i];
+    g.out[i] = dy[2 + i];
+    g.ker[i] = w[2 + i];
+    g.st[i] = a.strides[i];
+    g.dil[i] = a.dilation_rates[i];
+    g.pb[i] = a.padding[2 * i];
+    g.in_plane *= g.in[i];
+    g.P *= g.out[i];
+    g.ksz *= g.ker[i];
+  }
+  su.pads = a.padding;
+  return su;
+}
+
+// ---- depthwise convolutions on channels-last buffers ----
+// A generated kernel for 2-d depthwise convolutions (one channel per group) whose source and
+// result are packed channels-last, as the channels-last plan keeps MobileNet's activations:
+// each thread takes a 16-byte pack of channels at a few neighbouring outputs of a row, so every
+// access is a coalesced vector and a loaded input column serves each output whose window
+// holds it. Float accumulation, taps in row-major order. It can compute an elementwise group
+// after the convolution in its output pass (depthwise_with_epilogue), the scale/shift/ReLU6
+// after each of MobileNetV2's depthwise layers. MPSGRAPH_CUDA_DEPTHWISE=0 leaves these
+// convolutions to cuDNN (or the direct kernels).
+constexpr int64_t kDwMaxKernel = 7;
+
+// Channels per thread for this step, or 0 where the kernel does not apply.
+int depthwise_lanes(const Setup& su) {
+  static const bool off = switched_off("MPSGRAPH_CUDA_DEPTHWISE");
+  const Geom& g = su.g;
+  if (off || su.kind != Kind::Forward || g.k != 2 || g.G != g.C || g.O != g.C || g.N * g.P * g.C == 0) return 0;
+  if (su.dt != DType::Float32 && su.dt != DType::Float16 && su.dt != DType::BFloat16) return 0;
+  for (int i = 0; i < 2; ++i)
+    if (g.ker[i] > kDwMaxKernel || g.ker[i] < 1 || g.st[i] < 1 || g.dil[i] < 1) return 0;
+  const int lanes = int(16 / dtype_size(su.dt));
+  if (g.C % lanes != 0) return 0;
+  for (Role r : {X, Y})
+    if (!same_strides(su.ops[r].shape, su.ops[r].buf, packed(su.ops[r].shape, Layout::Last))) return 0;
+  return lanes;
+}
+
+// Outputs per thread along the row: an input column loaded once serves each of them. Measured
+// on MobileNetV2 (H100, float16, batch 256): 2 outputs per thread at stride 1 ran the network
+// in 8.0 ms, 4 in 6.5 ms.
+int64_t depthwise_row(const Geom& g) { return g.st[1] == 1 ? 4 : 2; }
+
+// The kernel's source: k(x, w, [the epilogue's inputs a<k>, but the convolution's], y). With `fn`
+// the group's value is stored, its input `conv_arg` being the convolution's (rounded to the
+// storage type, as stored unfused). `aligned`: 16-byte accesses; otherwise the same values
+// through element accesses (buffers that are not 16-byte aligned).
+std::string depthwise_src(const Setup& su, int lanes, bool aligned, const ElementFn* fn, const std::vector<TensorType>* fn_in,
+                          int conv_arg) {
+  const Geom& g = su.g;
+  auto L = [](int64_t v) { return std::to_string(v); };
+  const int64_t C = g.C, H = g.in[0], Wd = g.in[1], OH = g.out[0], OW = g.out[1], KH = g.ker[0], KW = g.ker[1];
+  const int64_t R = depthwise_row(g);
+  const int64_t OWG = (OW + R - 1) / R, CP = C / lanes, NC = (R - 1) * g.st[1] + (KW - 1) * g.dil[1] + 1;
+  const int64_t total = g.N * OH * OWG * CP;
+  const bool wide = std::max(g.N * C * g.in_plane, g.N * C * g.P) >= (int64_t(1) << 31);
+  const std::string V = L(lanes), S = storage_type(su.dt), OS = fn ? storage_type(fn->out) : S;
+  std::string src = prelude() + "typedef " + std::string(wide ? "i64" : "i32") + " I;\ntypedef " + S + " S;\n" +
+                    "template <class T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Pack { T v[N]; };\n"
+                    "template <class T, int N> __device__ __forceinline__ Pack<T, N> ld(const T* p) {\n";
+  src += aligned ? "  return *reinterpret_cast<const Pack<T, N>*>(p);\n}\n"
+                 : "  Pack<T, N> r;\n#pragma unroll\n  for (int j = 0; j < N; ++j) r.v[j] = p[j];\n  return r;\n}\n";
+  src += "template <class T, int N> __device__ __forceinline__ void st(T* p, const Pack<T, N>& r) {\n";
+  src += aligned ? "  *reinterpret_cast<Pack<T, N>*>(p) = r;\n}\n" : "#pragma unroll\n  for (int j = 0; j < N; ++j) p[j] = r.v[j];\n}\n";
+  if (fn) src += fn->source;
+  src += "extern \"C\" __global__ void k(const S* __restrict__ x, const float* __restrict__ wt";
+  if (fn)
+    for (size_t a = 0; a < fn_in->size(); ++a)
+      if (int(a) != conv_arg) src += ", const " + storage_type((*fn_in)[a].dtype) + "* __restrict__ a" + L(int64_t(a));
+  src += ", " + OS + "* __restrict__ y) {\n";
+  src += "  for (I t = (I)blockIdx.x * blockDim.x + threadIdx.x; t < (I)" + L(total) + "; t += (I)gridDim.x * blockDim.x) {\n"
+         "    I q = t;\n"
+         "    const I c0 = (q % " + L(CP) + ") * " + V + "; q /= " + L(CP) + ";\n"
+         "    const I ow0 = (q % " + L(OWG) + ") * " + L(R) + "; q /= " + L(OWG) + ";\n"
+         "    const I oh = q % " + L(OH) + ", n = q / " + L(OH) + ";\n"
+         "    const I iw0 = ow0 * " + L(g.st[1]) + " - " + L(g.pb[1]) + ";\n"
+         "    float acc[" + L(R) + "][" + V + "];\n"
+         "#pragma unroll\n    for (int r = 0; r < " + L(R) + "; ++r)\n#pragma unroll\n      for (int j = 0; j < " + V +
+         "; ++j) acc[r][j] = 0.f;\n"
+         "#pragma unroll\n    for (int kh = 0; kh < " + L(KH) + "; ++kh) {\n"
+         "      const I ih = oh * " + L(g.st[0]) + " - " + L(g.pb[0]) + " + kh * " + L(g.dil[0]) + ";\n"
+         "      if (ih < 0 || ih >= " + L(H) + ") continue;\n"
+         "      Pack<float, " + V + "> wk[" + L(KW) + "];  // this row's taps, loaded per row to keep registers for the outputs\n"
+         "#pragma unroll\n      for (int kw = 0; kw < " + L(KW) + "; ++kw) wk[kw] = ld<float, " + V + ">(wt + (kh * " + L(KW) +
+         " + kw) * " + L(C) + " + c0);\n"
+         "      const S* xr = x + ((n * " + L(H) + " + ih) * " + L(Wd) + ") * (I)" + L(C) + " + c0;\n"
+         "      Pack<S, " + V + "> xc[" + L(NC) + "]; bool in[" + L(NC) + "];\n"
+         "#pragma unroll\n      for (int c = 0; c < " + L(NC) + "; ++c) {\n"
+         "        const I iw = iw0 + c;\n"
+         "        in[c] = iw >= 0 && iw < " + L(Wd) + ";\n"
+         "        if (in[c]) xc[c] = ld<S, " + V + ">(xr + iw * (I)" + L(C) + ");\n      }\n"
+         "#pragma unroll\n      for (int r = 0; r < " + L(R) + "; ++r)\n"
+         "#pragma unroll\n        for (int kw = 0; kw < " + L(KW) + "; ++kw) {\n"
+         "          const int c = r * " + L(g.st[1]) + " + kw * " + L(g.dil[1]) + ";\n"
+         "          if (!in[c]) continue;\n"
+         "#pragma unroll\n          for (int j = 0; j < " + V + "; ++j)\n"
+         "            acc[r][j] = __fmaf_rn(wk[kw].v[j], LD(xc[c].v[j]), acc[r][j]);\n"
+         "        }\n    }\n"
+         "#pragma unroll\n    for (int r = 0; r < " + L(R) + "; ++r) {\n"
+         "      if (ow0 + r >= " + L(OW) + ") break;\n"
+         "      const I i0 = ((n * " + L(OH) + " + oh) * " + L(OW) + " + ow0 + r) * (I)" + L(C) + " + c0;\n"
+         "      Pack<S, " + V + "> lc;\n"
+         "#pragma unroll\n      for (int j = 0; j < " + V + "; ++j) lc.v[j] = " + store_expr(su.dt, "acc[r][j]") + ";\n";
+  if (!fn) return src + "      st<S, " + V + ">(y + i0, lc);\n    }\n  }\n}\n";
+  for (int k : fn->direct)
+    if (k != conv_arg) {
+      const std::string T = storage_type((*fn_in)[size_t(k)].dtype);
+      src += "      const Pack<" + T + ", " + V + "> l" + L(k) + " = ld<" + T + ", " + V + ">(a" + L(k) + " + i0);\n";
+    }
+  src += "      const Pack<S, " + V + ">& l" + L(conv_arg) + " = lc;\n"
+         "      Pack<" + OS + ", " + V + "> o;\n"
+         "#pragma unroll\n      for (int j = 0; j < " + V + "; ++j) o.v[j] = " + fn->call("i0", "j") + ";\n"
+         "      st<" + OS + ", " + V + ">(y + i0, o);\n    }\n  }\n}\n";
+  return src;
+}
+
+// The weights as float in (tap, channel) order, so a thread's taps are vector loads.
+std::string depthwise_weights_src(const Setup& su) {
+  const Geom& g = su.g;
+  const Ints& ws = su.ops[W].buf;
+  auto L = [](int64_t v) { return std::to_string(v); };
+  const int64_t C = g.C, KW = g.ker[1];
+  return prelude() + "typedef " + storage_type(su.dt) + " S;\n"
+         "extern \"C\" __global__ void k(const S* __restrict__ w, float* __restrict__ wt) {\n"
+         "  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < " + L(C * g.ksz) + "; i += (i64)gridDim.x * blockDim.x) {\n"
+         "    const i64 c = i % " + L(C) + ", tp = i / " + L(C) + ";\n"
+         "    wt[i] = " + load_expr(su.dt, "w[c * " + L(ws[0]) + " + (tp / " + L(KW) + ") * " + L(ws[2]) + " + (tp % " + L(KW) + ") * " + L(ws[3]) + "]") + ";\n"
+         "  }\n}\n";
+}
+
+// The step: the weights into scratch, then the kernel where every pointer is 16-byte aligned
+// (else its element-access twin). Inputs (x, w, the epilogue's other inputs...), output y.
+LaunchFn depthwise_launch(const Setup& su, int lanes, const ElementFn* fn, const std::vector<TensorType>* fn_in, int conv_arg,
+                          const std::function<size_t(size_t)>& scratch) {
+  const std::vector<std::string> opts{"--fmad=false"};  // uncontracted as the unfused group's kernel
+  std::string macro = "#define LD(e) " + load_expr(su.dt, "(e)") + "\n";
+  const Kernel aligned = nvrtc_kernel(macro + depthwise_src(su, lanes, true, fn, fn_in, conv_arg), "k", opts);
+  const Kernel unaligned = nvrtc_kernel(macro + depthwise_src(su, lanes, false, fn, fn_in, conv_arg), "k", opts);
+  const Kernel weights = nvrtc_kernel(depthwise_weights_src(su), "k");
+  const Geom& g = su.g;
+  const int64_t R = depthwise_row(g);
+  const int64_t threads = g.N * g.out[0] * ((g.out[1] + R - 1) / R) * (g.C / lanes), nw = g.C * g.ksz;
+  const size_t nin = 2 + (fn ? fn_in->size() - 1 : 0);
+  const size_t wslot = scratch(size_t(nw) * sizeof(float));
+  return [aligned, unaligned, weights, threads, nw, nin, wslot](cudaStream_t s, const void* const* in, void* const* out) {
+    const void* w = in[1];
+    void* wt = out[wslot];
+    void* wargs[] = {&w, &wt};
+    launch(weights, (nw + 255) / 256, 256, 0, s, wargs);
+    bool al = reinterpret_cast<uintptr_t>(out[0]) % 16 == 0;
+    const void* ptrs[kMaxFusedInputs + 2];
+    void* args[kMaxFusedInputs + 3];
+    for (size_t k = 0; k < nin; ++k) {
+      al = al && reinterpret_cast<uintptr_t>(in[k]) % 16 == 0;
+      ptrs[k] = k == 1 ? wt : in[k];
+      args[k] = &ptrs[k];
+    }
+    void* y = out[0];
+    args[nin] = &y;
+    launch(al ? aligned : unaligned, std::min<int64_t>((threads + 255) / 256, int64_t(1) << 20), 256, 0, s, args);
+  };
+}
+
 KernelFactory factory(Kind kind) {
   return [kind](const KernelCtx& c) -> LaunchFn {
-    const std::string& op = c.node.op->name;
-    const DType dt = c.out[0].dtype;
-    if (dt != DType::Float32 && dt != DType::Float16 && dt != DType::BFloat16)
-      raise(ErrorKind::Type, op, c.node.name, std::string("expects a floating-point dtype, got ") + dtype_name(dt));
-    // where each role is: input index or -1 for the result
-    const std::array<int, 3> pos = kind == Kind::Forward ? std::array<int, 3>{0, 1, -1}
-                                   : kind == Kind::Data  ? std::array<int, 3>{-1, 1, 0}
-                                                         : std::array<int, 3>{1, -1, 0};
-    Setup su;
-    su.kind = kind;
-    su.dt = dt;
-    su.op = op;
-    for (int r = 0; r < 3; ++r) {
-      Operand& x = su.ops[size_t(r)];
-      x.pos = pos[size_t(r)];
-      x.shape = x.pos >= 0 ? c.in[size_t(x.pos)].shape : c.out[0].shape;
-      const Ints none;
-      const Ints& perm = x.pos < 0 ? c.out_perm : size_t(x.pos) < c.in_perm.size() ? c.in_perm[size_t(x.pos)] : none;
-      x.buf = buffer_strides(x.shape, perm);
-    }
-    const Shape &src = su.ops[X].shape, &w = su.ops[W].shape, &dy = su.ops[Y].shape;
-    const ops::ConvolutionAttrs& a = typed_attrs<ops::ConvolutionAttrs>(c.node);
-    const size_t k = src.size() - 2;
-    if (a.strides.size() != k || a.dilation_rates.size() != k || a.padding.size() != 2 * k || w.size() != k + 2 ||
-        dy.size() != k + 2 || a.groups < 1)
-      raise(ErrorKind::Runtime, op, c.node.name, "convolution attributes were not resolved for these shapes");
-    if (k > size_t(kMaxSpatial))
-      raise(ErrorKind::NotImplemented, op, c.node.name, "more than 6 spatial dims are not supported on cuda");
-    Geom& g = su.g;
-    g.k = int32_t(k);
-    g.N = src[0];
-    g.C = src[1];
-    g.O = w[0];
-    g.G = a.groups;
-    g.Cg = g.C / g.G;
-    g.Og = g.O / g.G;
-    for (size_t i = 0; i < k; ++i) {
-      g.in[i] = src[2 + i];
-      g.out[i] = dy[2 + i];
-      g.ker[i] = w[2 + i];
-      g.st[i] = a.strides[i];
-      g.dil[i] = a.dilation_rates[i];
-      g.pb[i] = a.padding[2 * i];
-      g.in_plane *= g.in[i];
-      g.P *= g.out[i];
-      g.ksz *= g.ker[i];
-    }
-    su.pads = a.padding;
+    Setup su = setup_of(kind, c);
     auto scratch = [&c](size_t n) { return c.scratch(n); };
+    if (const int lanes = depthwise_lanes(su)) return depthwise_launch(su, lanes, nullptr, nullptr, -1, scratch);
     const Plan plan = choose_plan(su);
     if (LaunchFn fn = build(su, plan, scratch)) return fn;
     return build(su, Plan{}, scratch);  // cuDNN refused what it chose before: the direct kernels
@@ -696,6 +866,14 @@ KernelFactory factory(Kind kind) {
 }
 
 }  // namespace
+
+LaunchFn depthwise_with_epilogue(const KernelCtx& conv, const ElementFn& fn, const std::vector<TensorType>& fn_inputs, int conv_arg) {
+  if (conv.node.op->name != "convolution") return nullptr;
+  const Setup su = setup_of(Kind::Forward, conv);
+  const int lanes = depthwise_lanes(su);
+  if (!lanes || fn.lanes != lanes || fn_inputs.size() + 1 > size_t(kMaxFusedInputs)) return nullptr;
+  return depthwise_launch(su, lanes, &fn, &fn_inputs, conv_arg, [&conv](size_t n) { return conv.scratch(n); });
+}
 
 void register_convolution_kernels() {
   register_kernel("convolution", factory(Kind::Forward));

@@ -66,6 +66,13 @@ ElementFn element_fn(const std::vector<EwNode>& nodes, const std::vector<TensorT
 bool pool_takes_prologue(const Node& pool, const TensorType& input);
 LaunchFn pool_with_prologue(const KernelCtx& c, const Shape& input_shape, const Graph& g, const std::vector<int32_t>& group);
 
+// A depthwise convolution (its KernelCtx `conv`) that stores `fn`'s value instead of its own:
+// fn's input `conv_arg` is the convolution's result, read at the same index (a channels-last
+// result whose one reader is fn's group). The launch reads (x, w, fn's other inputs in order)
+// and writes the group's result; its scratch is conv.scratch's. Empty where the depthwise kernel does not take the
+// convolution (conv_cuda.cpp) or fn does not run in its lanes.
+LaunchFn depthwise_with_epilogue(const KernelCtx& conv, const ElementFn& fn, const std::vector<TensorType>& fn_inputs, int conv_arg);
+
 // Fusion groups of the CUDA backend (MPSGRAPH_CUDA_FUSION=0 at compile time: none); nodes
 // marked in `skip` (claimed by matmul epilogues) stay out of groups.
 FusionPlan plan_cuda_fusion(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip);
