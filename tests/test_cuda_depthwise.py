@@ -40,9 +40,11 @@ def _dw_graph(case, dtype, name="dw"):
     dt = mg.as_dtype(dtype)
     g = mg.Graph()
     x = g.placeholder((n, h, w, c), dt)
-    wt = g.placeholder((k[0], k[1], 1, c * mult), dt)  # HWIO, one input channel per group
+    # OIHW, one input channel per group: cuDNN needs no weights copy (whose scratch could have the
+    # size of the generated kernel's float weights)
+    wt = g.placeholder((c * mult, 1, k[0], k[1]), dt)
     y = g.convolution_2d(x, wt, strides=s, dilation_rates=d, padding=p, groups=c, data_layout="NHWC",
-                         weights_layout="HWIO", name=name)
+                         weights_layout="OIHW", name=name)
     rng = np.random.default_rng(11)
     feeds = {x: _np(rng.standard_normal((n, h, w, c)), dtype), wt: _np(rng.standard_normal(wt.shape) * 0.5, dtype)}
     return g, x, wt, y, feeds
@@ -61,7 +63,7 @@ def test_depthwise_matches_reference(case, dtype):
     exe = g.compile({t: (v.shape, mg.as_dtype(v.dtype)) for t, v in feeds.items()}, [y], device="cuda")
     got = np.asarray(exe.run([feeds[x], feeds[wt]])[0]).astype(np.float64)
     xv = feeds[x].astype(np.float64).transpose(0, 3, 1, 2)
-    wv = feeds[wt].astype(np.float64).transpose(3, 2, 0, 1)  # HWIO -> OIHW
+    wv = feeds[wt].astype(np.float64)
     want = conv_ref(xv, wv, s, d, p, c).transpose(0, 2, 3, 1)
     rtol, atol = TOL[dtype]
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol * np.sqrt(k[0] * k[1]))
@@ -138,7 +140,10 @@ def test_depthwise_epilogue_gives_the_bits_of_the_unfused_kernels(tmp_path):
     script = _SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
     fused = _run_flagged(tmp_path, script, {"MPSGRAPH_CUDA_CONV_EPILOGUES": "1"}, "on")
     unfused = _run_flagged(tmp_path, script, {"MPSGRAPH_CUDA_CONV_EPILOGUES": "0"}, "off")
-    np.testing.assert_array_equal(fused.view(np.uint32), unfused.view(np.uint32))
+    # the same bits, NaNs aside: a NaN's payload may differ (the GPU's arithmetic gives its own)
+    nan = np.isnan(unfused)
+    np.testing.assert_array_equal(np.isnan(fused), nan)
+    np.testing.assert_array_equal(fused[~nan].view(np.uint32), unfused[~nan].view(np.uint32))
 
 
 def test_depthwise_switched_off_runs_cudnn(tmp_path):
