@@ -15,7 +15,8 @@
 // Every other case (asymmetric padding, more spatial dims, zero-size tensors, no cuDNN, or
 // cuDNN refusing the descriptors) runs generated direct kernels: one thread per output element
 // (forward, data gradient) or one block per weight (weights gradient), float accumulation.
-// MPSGRAPH_CUDNN names the library file; MPSGRAPH_CUDNN=0 turns cuDNN off.
+// MPSGRAPH_CUDNN names the library file; MPSGRAPH_CUDNN=0 turns cuDNN off. 2-D depthwise
+// convolutions on channels-last buffers run their own generated kernel (see depthwise_lanes).
 #include <dlfcn.h>
 
 #include <algorithm>
