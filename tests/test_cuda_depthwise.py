@@ -153,3 +153,22 @@ def test_depthwise_switched_off_runs_cudnn(tmp_path):
     ours = _run_flagged(tmp_path, script, {"MPSGRAPH_CUDA_DEPTHWISE": "1"}, "on")
     cudnn = _run_flagged(tmp_path, script, {"MPSGRAPH_CUDA_DEPTHWISE": "0"}, "off")
     np.testing.assert_allclose(ours, cudnn, rtol=8e-2, atol=8e-2 * 3)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_unaligned_source_takes_the_element_access_kernel(dtype):
+    """A CUDA tensor fed at an offset that breaks 16-byte alignment (the convolution's source and
+    the residual operand) gives the aligned run's bits."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA here")
+    g, feeds, targets = _epilogue_graph(dtype, residual=True)
+    names = list(feeds)
+    exe = g.compile({t: (v.shape, mg.as_dtype(v.dtype)) for t, v in feeds.items()}, targets, device="cuda")
+    xv = feeds[names[0]]
+    flat = torch.from_numpy(np.concatenate([xv.ravel()[:1], xv.ravel()])).cuda()
+    shifted_x = flat[1:].reshape(xv.shape)
+    assert shifted_x.data_ptr() % 16 != 0
+    shifted = np.asarray(exe.run([mg.TensorData(shifted_x)] + [feeds[t] for t in names[1:]])[0]).astype(np.float32)
+    aligned = np.asarray(exe.run([feeds[t] for t in names])[0]).astype(np.float32)
+    np.testing.assert_array_equal(shifted, aligned)  # NaN positions too
