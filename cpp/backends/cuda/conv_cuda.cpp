@@ -845,8 +845,8 @@ LaunchFn depthwise_launch(const Setup& su, int lanes, const ElementFn* fn, const
     const void* ptrs[kMaxFusedInputs + 2];
     void* args[kMaxFusedInputs + 3];
     for (size_t k = 0; k < nin; ++k) {
-      al = al && reinterpret_cast<uintptr_t>(in[k]) % 16 == 0;
-      ptrs[k] = k == 1 ? wt : in[k];
+      ptrs[k] = k == 1 ? wt : in[k];  // the kernel reads the float weights, not w
+      al = al && reinterpret_cast<uintptr_t>(ptrs[k]) % 16 == 0;
       args[k] = &ptrs[k];
     }
     void* y = out[0];
