@@ -24,7 +24,9 @@ PyTorch in float64:
   * 1x1 products of many weights as (image, tile) units over the pool, each on one thread
     (MPSGRAPH_CPU_DIRECT_UNITS=0: one image at a time, its product split over the pool);
   * (image, tile) units of whole 16-column blocks where that keeps their number
-    (MPSGRAPH_CPU_CONV_TILE16=0: tiles as cut): the same bits."""
+    (MPSGRAPH_CPU_CONV_TILE16=0: tiles as cut): the same bits;
+  * the packed kernels' column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a
+    memcpy call per row): the same bits."""
 import contextlib
 import os
 import subprocess
@@ -706,3 +708,23 @@ def test_tiles_of_whole_blocks_same_bits(shape, wshape, stride, pad, threads, mo
             np.testing.assert_array_equal(y, cut, err_msg=str(name))
             want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
             assert np.all(np.abs(y - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+
+
+# ---------------- column blocks copied inline (MPSGRAPH_CPU_PACKED_COPY) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: products whose columns are copied into blocks: planes
+# deeper than 256 (MobileNetV2's 14x14 1x1 layers of depth 384 and 576, a 3x3 im2col of depth
+# 288) with column tails, and the channels layout's blocks of 6 (7x7 planes: 8 full blocks and
+# a tail of one; images side by side).
+PACKED_COPY = [((2, 576, 14, 14), (96, 1, 1), 1, 0), ((1, 384, 14, 14), (64, 1, 1), 1, 0),
+               ((2, 300, 9, 21), (14, 1, 1), 1, 0), ((1, 32, 19, 23), (40, 3, 3), 1, 1),
+               ((2, 160, 7, 7), (40, 1, 1), 1, 0), ((3, 64, 7, 7), (20, 3, 3), 1, 1), ((1, 29, 5, 3), (35, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED_COPY)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_column_copy_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The full column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a memcpy call
+    per row): the same bits, and agrees with PyTorch."""
+    _packed_switch_same_bits(24, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_COPY")
+

@@ -43,6 +43,7 @@ struct PackedWeights {
   PackedLayout layout = PackedLayout::Planes;
   bool copy_b = true;  // AVX2 planes: B's columns copied into blocks (pack_columns), else read in place
   bool prefetch = false;  // read in place: the kernel prefetches B's rows
+  bool copy_inline = false;  // pack_columns_avx2 (MPSGRAPH_CPU_PACKED_COPY=0: a memcpy call per row)
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -215,12 +216,43 @@ constexpr ChannelsKernel kChannelsKernels[kChanCols] = {kernel_channels_avx2<1>,
 // B (K, N) as blocks of nr columns, each K x nr contiguous (the last one's missing columns
 // not written, and read only under a mask): the micro-kernels read one short row per k
 // instead of a line of each source row, K lines that lie a page or more apart.
-void pack_columns(const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
+void pack_columns_generic(const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
   for (int64_t j = 0; j < N; j += nr) {
     const size_t bytes = sizeof(float) * size_t(std::min(nr, N - j));
     float* o = out + j * K;
     for (int64_t k = 0; k < K; ++k) std::memcpy(o + k * nr, B + k * ldb + j, bytes);
   }
+}
+
+#if MG_CPU_X86
+// The same copy with the full blocks' rows (16 or 6 floats) moved inline instead of a memcpy
+// call per 64- or 24-byte row.
+MG_TARGET_AVX2 void pack_columns_avx2(const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
+  const int64_t full = nr == 16 || nr == kChanCols ? N / nr * nr : 0;
+  for (int64_t j = 0; j < full; j += nr) {
+    const float* b = B + j;
+    float* o = out + j * K;
+    if (nr == 16) {
+      for (int64_t k = 0; k < K; ++k, b += ldb, o += 16) {
+        _mm256_storeu_ps(o, _mm256_loadu_ps(b));
+        _mm256_storeu_ps(o + 8, _mm256_loadu_ps(b + 8));
+      }
+    } else {  // 6: four floats, then two
+      for (int64_t k = 0; k < K; ++k, b += ldb, o += kChanCols) {
+        _mm_storeu_ps(o, _mm_loadu_ps(b));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 4), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 4)));
+      }
+    }
+  }
+  if (full < N) pack_columns_generic(B + full, ldb, K, N - full, nr, out + full * K);
+}
+#endif
+
+void pack_columns(const PackedWeights& a, const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
+#if MG_CPU_X86
+  if (a.copy_inline) return pack_columns_avx2(B, ldb, K, N, nr, out);
+#endif
+  pack_columns_generic(B, ldb, K, N, nr, out);
 }
 
 // Columns [j0, j1) of C, in chunks whose slice of B (K x chunk) stays in L2 while every panel
@@ -239,7 +271,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
     const bool prefetch = !pack && a.prefetch && ldb >= kPrefetchRows;
     if (pack) {
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
-      pack_columns(B + c0, ldb, K, c1 - c0, nr, packed.data());
+      pack_columns(a, B + c0, ldb, K, c1 - c0, nr, packed.data());
     }
     for (int64_t i0 = r0; i0 < r1; i0 += a.mr) {
       const float* panel = a.panels.data() + i0 * K;
@@ -309,6 +341,7 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   // MPSGRAPH_CPU_PACKED_READ_B=0 (read here) copies B's columns at every depth
   p->copy_b = K > kReadDepth || switched_off("MPSGRAPH_CPU_PACKED_READ_B");
   p->prefetch = !switched_off("MPSGRAPH_CPU_PACKED_PREFETCH");
+  p->copy_inline = !switched_off("MPSGRAPH_CPU_PACKED_COPY");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
@@ -328,7 +361,7 @@ void packed_gemm_rows(const PackedWeights& a, const float* B, int64_t ldb, int64
   if (a.layout == PackedLayout::Channels) {
     thread_local std::vector<float> packed;
     packed.resize(size_t(a.K * ((N + kChanCols - 1) / kChanCols) * kChanCols));
-    pack_columns(B, ldb, a.K, N, kChanCols, packed.data());
+    pack_columns(a, B, ldb, a.K, N, kChanCols, packed.data());
     return run_panels(a, packed.data(), N, C, ldc, r0 / kChanRows, (r1 + kChanRows - 1) / kChanRows, nullptr, r1);
   }
   run_columns(a, B, ldb, C, ldc, 0, N, nullptr, r0, r1);
@@ -342,7 +375,7 @@ void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N,
     const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, kChanRows * a.K * N));
     thread_local std::vector<float> packed;  // B's column blocks, shared by the tasks of this call
     packed.resize(size_t(a.K * ((N + kChanCols - 1) / kChanCols) * kChanCols));
-    pack_columns(B, ldb, a.K, N, kChanCols, packed.data());
+    pack_columns(a, B, ldb, a.K, N, kChanCols, packed.data());
     const float* Bp = packed.data();
     parallel_for(panels, grain, [&](int64_t q0, int64_t q1) { run_panels(a, Bp, N, C, ldc, q0, q1, store); });
     return;
