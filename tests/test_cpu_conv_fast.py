@@ -26,7 +26,9 @@ PyTorch in float64:
   * (image, tile) units of whole 16-column blocks where that keeps their number
     (MPSGRAPH_CPU_CONV_TILE16=0: tiles as cut): the same bits;
   * the packed kernels' column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a
-    memcpy call per row): the same bits."""
+    memcpy call per row): the same bits;
+  * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
+    compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS)."""
 import contextlib
 import os
 import subprocess
@@ -728,3 +730,48 @@ def test_packed_column_copy_same_bits(shape, wshape, stride, pad, threads, monke
     per row): the same bits, and agrees with PyTorch."""
     _packed_switch_same_bits(24, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_COPY")
 
+
+# ---------------- products of few rows by constant weights (MPSGRAPH_CPU_PACKED_MATMUL) ----------------
+
+# x's shape, K, N, y given transposed (a classifier's (N, K) weights): 2 to 16 rows (x's batches
+# stacked) on the packed weights; 1 row (gemv) and 17 rows keep BLAS.
+MATMUL = [((8, 1280), 1000, True), ((2, 300), 37, True), ((16, 77), 50, False), ((3, 4, 130), 19, True),
+          ((5, 33), 1, False), ((1, 64), 40, True), ((17, 64), 40, True), ((2, 7, 9), 13, False)]
+
+
+def _matmul_build(xshape, y, transposed, epilogue, b):
+    def build(g):
+        px = g.placeholder(xshape, mg.float32)
+        w = g.constant(y)
+        out = g.matrix_multiplication(px, g.transpose(w, [1, 0]) if transposed else w)
+        if epilogue == "bias":
+            out = out + g.constant(b)
+        elif epilogue == "bias_relu":
+            out = g.relu(g.constant(b) + out)
+        elif epilogue == "scale":
+            out = out * g.constant(np.float32(0.5))
+        return [out], [px]
+    return build
+
+
+@pytest.mark.parametrize("xshape,n,transposed", MATMUL)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_matmul_against_blas_and_numpy(xshape, n, transposed, threads, monkeypatch):
+    rng = np.random.default_rng(51)
+    k = xshape[-1]
+    x = rng.standard_normal(xshape).astype(np.float32)
+    y = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    w64 = (y.T if transposed else y).astype(np.float64)
+    ref, scale = x.astype(np.float64) @ w64, np.abs(x.astype(np.float64)) @ np.abs(w64)
+    with _threads(threads):
+        def run(epilogue, env):
+            return _run(_compile(_matmul_build(xshape, y, transposed, epilogue, b), [x], env, monkeypatch), [x])[0]
+        p, pb = run(None, {}), run(None, {"MPSGRAPH_CPU_PACKED_MATMUL": "0"})
+        for got in (p, pb):
+            assert got.shape == ref.shape
+            assert np.all(np.abs(got - ref) <= 2e-6 * scale)
+        # the bias folded into the store and the ops after it: the epilogue ops on the product exactly
+        np.testing.assert_array_equal(run("bias", {}), p + b)
+        np.testing.assert_array_equal(run("bias_relu", {}), np.maximum(b + p, 0))
+        np.testing.assert_array_equal(run("scale", {}), p * np.float32(0.5))

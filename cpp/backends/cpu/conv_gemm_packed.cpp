@@ -300,8 +300,9 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
 // Channels: panels [q0, q1), every column of B packed by pack_columns. The depth runs in
 // blocks whose slice of the panel (16 KiB at most) stays in L1 while every column block passes
 // over it: inside a network the weights come from memory once, not once per column block.
+// C's first row is row c0 of the product (a task's piece of it), else row 0.
 void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int64_t ldc, int64_t q0, int64_t q1,
-                const PackedStore* s, int64_t r1 = -1) {
+                const PackedStore* s, int64_t r1 = -1, int64_t c0 = 0) {
   if (r1 < 0) r1 = a.M;
 #if MG_CPU_X86
   const int64_t K = a.K, blocks = (N + kChanCols - 1) / kChanCols;
@@ -311,7 +312,7 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t i0 = q * kChanRows, rows = std::min(kChanRows, r1 - i0);
     const float* panel = a.panels.data() + i0 * K;
-    float* Ci = C + i0 * ldc;
+    float* Ci = C + (i0 - c0) * ldc;
     for (int64_t k0 = 0; k0 < K; k0 += kChanDepth) {
       const int64_t kn = std::min(kChanDepth, K - k0);
       for (int64_t j = 0; j < N; j += kChanCols) {
@@ -365,6 +366,31 @@ void packed_gemm_rows(const PackedWeights& a, const float* B, int64_t ldb, int64
     return run_panels(a, packed.data(), N, C, ldc, r0 / kChanRows, (r1 + kChanRows - 1) / kChanRows, nullptr, r1);
   }
   run_columns(a, B, ldb, C, ldc, 0, N, nullptr, r0, r1);
+}
+
+void packed_gemm_xwt(const PackedWeights& a, const float* X, int64_t ldx, int64_t rows, float* Y, int64_t ldy,
+                     const PackedStore* store) {
+  if (rows <= 0 || a.layout != PackedLayout::Channels) return;
+  const int64_t K = a.K, blocks = (rows + kChanCols - 1) / kChanCols;
+  thread_local std::vector<float> packed;  // X^T as pack_columns lays out columns: X's rows, 6 a block
+  packed.resize(size_t(K * blocks * kChanCols));
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* x = X + j * ldx;
+    float* o = packed.data() + j / kChanCols * K * kChanCols + j % kChanCols;
+    for (int64_t k = 0; k < K; ++k) o[k * kChanCols] = x[k];
+  }
+  const float* Bp = packed.data();
+  const int64_t panels = (a.M + kChanRows - 1) / kChanRows;
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, kChanRows * K * rows));
+  parallel_for(panels, grain, [&](int64_t q0, int64_t q1) {
+    // the panels' rows of Y^T, in one piece per task, then written transposed into Y
+    const int64_t i0 = q0 * kChanRows, i1 = std::min(a.M, q1 * kChanRows);
+    thread_local std::vector<float> t;
+    t.resize(size_t((i1 - i0) * rows));
+    run_panels(a, Bp, rows, t.data(), rows, q0, q1, store, -1, i0);
+    for (int64_t j = 0; j < rows; ++j)
+      for (int64_t i = i0; i < i1; ++i) Y[j * ldy + i] = t[size_t((i - i0) * rows + j)];
+  });
 }
 
 void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
