@@ -28,7 +28,9 @@ PyTorch in float64:
   * the packed kernels' column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a
     memcpy call per row): the same bits;
   * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
-    compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS)."""
+    compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
+  * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
+    first (MPSGRAPH_CPU_UNIT_SHARES=0: in turn from one counter): the same bits."""
 import contextlib
 import os
 import subprocess
@@ -775,3 +777,51 @@ def test_packed_matmul_against_blas_and_numpy(xshape, n, transposed, threads, mo
         np.testing.assert_array_equal(run("bias", {}), p + b)
         np.testing.assert_array_equal(run("bias_relu", {}), np.maximum(b + p, 0))
         np.testing.assert_array_equal(run("scale", {}), p * np.float32(0.5))
+
+
+# ---------------- each thread's own share of the units first (MPSGRAPH_CPU_UNIT_SHARES) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: products split into (image, tile) units over the pool:
+# 1x1 layers of many weights (one unit per image, and units that do not divide among the
+# threads), tiles of few weights, an im2col stem; then Winograd's units (3x3, stride 1).
+SHARES = [((8, 64, 14, 14), (384, 1, 1), 1, 0), ((3, 576, 7, 7), (160, 1, 1), 1, 0),
+          ((5, 97, 9, 11), (101, 1, 1), 1, 0), ((2, 32, 28, 28), (192, 1, 1), 1, 0),
+          ((3, 24, 37, 29), (40, 1, 1), 1, 0), ((1, 3, 97, 101), (32, 3, 3), 2, 1)]
+SHARES_WINOGRAD = [((2, 64, 16, 16), 24, (1, 1, 1, 1)), ((3, 72, 21, 19), 18, (0, 2, 2, 0))]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", SHARES)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unit_shares_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """Units claimed from each thread's own share first (MPSGRAPH_CPU_UNIT_SHARES=0: in turn from
+    one counter): every unit is computed the same way, so the same bits, epilogues included."""
+    x, w, b, res, ref, scale = _epilogue_case(45, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        for name in (None, "relu6_residual"):
+            build = _epilogue_build(shape, w, b, res, stride, pad, name)
+            y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+            one = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_UNIT_SHARES="0"), monkeypatch), [x, res])[0]
+            np.testing.assert_array_equal(y, one, err_msg=str(name))
+            want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
+            assert np.all(np.abs(y - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+
+
+@pytest.mark.parametrize("shape,o,pads", SHARES_WINOGRAD)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unit_shares_winograd_same_bits(shape, o, pads, threads, monkeypatch):
+    _, x, w, bias = _conv3x3_case(46, shape, o)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        y = g.convolution(px, g.constant(w), strides=1, padding=pads)
+        return [y, g.relu(y + g.constant(bias))], [px]
+    with _threads(threads):
+        y, yr = _run(_compile(build, [x], {}, monkeypatch), [x])
+        yo, yor = _run(_compile(build, [x], {"MPSGRAPH_CPU_UNIT_SHARES": "0"}, monkeypatch), [x])
+        generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, yo)
+    np.testing.assert_array_equal(yr, yor)
+    assert not np.array_equal(y, generic)  # Winograd ran, not im2col
+    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
+    assert np.all(np.abs(y - ref) <= 2e-6 * scale)

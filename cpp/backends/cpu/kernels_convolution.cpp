@@ -39,6 +39,7 @@
 #include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/elementwise_util.h"
 #include "backends/cpu/isa_target.h"
+#include "backends/cpu/unit_shares.h"
 #include "core/ops/convolution_attrs.h"
 
 #if MG_CPU_X86
@@ -121,6 +122,7 @@ struct Plan {
   int64_t tile = 1;        // output positions per column tile
   int64_t ntiles = 0;
   bool ours = false;       // units split over the pool (BLAS single-threaded), else BLAS threads
+  bool own_shares = false;  // ours: each thread claims its own contiguous share of the units first (unit_shares.h)
   bool tiles_parallel = false;  // a unit is one (item, tile); else one item with all its tiles
   int slots = 1;           // scratch slots
   int64_t col_elems = 0;   // per slot
@@ -289,6 +291,8 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     }
   }
   p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
+  // MPSGRAPH_CPU_UNIT_SHARES=0: the units claimed in turn from one counter
+  p.own_shares = p.ours && !switched_off("MPSGRAPH_CPU_UNIT_SHARES");
   p.col_elems = p.direct || p.depthwise ? 0 : p.CK * p.tile;
   // Few output positions per image (deep layers): one GEMM per image would stream the weights
   // once per image in thin products; images side by side make one wider product.
@@ -778,12 +782,12 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
     std::fill(s.acc, s.acc + s.nacc * out_elems, T(0));
   // units are claimed (a thread slowed by another process takes fewer), except the weights
   // gradient's: its per-slot partial sums would then add up in a different order per run
-  std::atomic<int64_t> next{0};
+  UnitShares shares(p.units(), p.slots, p.own_shares);
   const bool claim = p.kind != Kind::Weights;
   parallel_for(p.slots, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t sl = s0; sl < s1; ++sl) {
       if (claim)
-        for (int64_t u = next++; u < p.units(); u = next++) run_unit(u, int(sl));
+        shares.run(sl, [&](int64_t u) { run_unit(u, int(sl)); });
       else
         for (int64_t u = sl; u < p.units(); u += p.slots) run_unit(u, int(sl));
     }
