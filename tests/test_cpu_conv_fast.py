@@ -26,7 +26,8 @@ PyTorch in float64:
   * (image, tile) units of whole 16-column blocks where that keeps their number
     (MPSGRAPH_CPU_CONV_TILE16=0: tiles as cut): the same bits;
   * the packed kernels' column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a
-    memcpy call per row): the same bits;
+    memcpy call per row), and a last panel of fewer than 6 rows computing only those
+    (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6): the same bits;
   * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
     compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
   * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
@@ -825,3 +826,21 @@ def test_unit_shares_winograd_same_bits(shape, o, pads, threads, monkeypatch):
     assert not np.array_equal(y, generic)  # Winograd ran, not im2col
     ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
     assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+
+
+# ---------------- a last panel of fewer rows (MPSGRAPH_CPU_PACKED_TAIL_ROWS) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: output channels that leave 1 to 5 rows in the last
+# panel of 6 (AVX2 planes): columns read in place (prefetched on wide planes) and copied (depth
+# above 256), column tails, an im2col product.
+TAIL_ROWS = [((2, 24, 23, 25), (13, 1, 1), 1, 0), ((1, 192, 28, 28), (32, 1, 1), 1, 0),
+             ((1, 32, 40, 40), (16, 1, 1), 1, 0), ((2, 384, 14, 14), (64, 1, 1), 1, 0),
+             ((1, 300, 9, 21), (9, 1, 1), 1, 0), ((1, 17, 30, 29), (5, 3, 3), 1, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", TAIL_ROWS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_tail_rows_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """A last panel of fewer than 6 rows runs a kernel of that many rows (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0:
+    all 6, the rest zeros): the same multiply-adds for the rows stored, so the same bits."""
+    _packed_switch_same_bits(25, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_TAIL_ROWS")

@@ -44,6 +44,8 @@ struct PackedWeights {
   bool copy_b = true;  // AVX2 planes: B's columns copied into blocks (pack_columns), else read in place
   bool prefetch = false;  // read in place: the kernel prefetches B's rows
   bool copy_inline = false;  // pack_columns_avx2 (MPSGRAPH_CPU_PACKED_COPY=0: a memcpy call per row)
+  // AVX2 planes: a last panel of fewer rows computes only those (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6)
+  bool tail_rows = false;
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -109,22 +111,24 @@ MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __
 // R: the block's residual (rows s->ldr apart), or null.
 // kPrefetch (B read in place): each row's line two blocks on is fetched while this block runs,
 // as K rows a page or more apart are more streams than the hardware prefetcher follows.
-template <bool kFull, bool kPrefetch = false>
+// kRows: the rows computed (a last panel's rows, fewer than 6, compute only those: the rest of
+// the panel is zeros).
+template <bool kFull, bool kPrefetch = false, int kRows = kAvx2Rows>
 MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
                                 int64_t rows, int64_t n, const PackedStore* s, int64_t i0, const float* R) {
   alignas(32) int32_t lanes[16];
   for (int i = 0; i < 16; ++i) lanes[i] = i < n ? -1 : 0;
   const __m256i m0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
   const __m256i m1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes + 8));
-  __m256 c0[kAvx2Rows], c1[kAvx2Rows];
+  __m256 c0[kRows], c1[kRows];
 #pragma GCC unroll 6
-  for (int r = 0; r < kAvx2Rows; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
+  for (int r = 0; r < kRows; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
   for (int64_t k = 0; k < K; ++k, a += kAvx2Rows, B += ldb) {
     const __m256 b0 = kFull ? _mm256_loadu_ps(B) : _mm256_maskload_ps(B, m0);
     const __m256 b1 = kFull ? _mm256_loadu_ps(B + 8) : _mm256_maskload_ps(B + 8, m1);
     if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(B + 32), _MM_HINT_T0);
 #pragma GCC unroll 6
-    for (int r = 0; r < kAvx2Rows; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const __m256 ar = _mm256_broadcast_ss(a + r);
       c0[r] = _mm256_fmadd_ps(ar, b0, c0[r]);
       c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
@@ -133,7 +137,7 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
   const bool has_bias = s && s->bias, clamp = s && s->clamp;
   const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
 #pragma GCC unroll 6
-  for (int r = 0; r < kAvx2Rows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     if (r >= rows) break;
     const __m256 b = has_bias ? _mm256_set1_ps(s->bias[(i0 + r) * s->bias_stride]) : _mm256_setzero_ps();
     __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi);
@@ -151,6 +155,20 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
     }
   }
 }
+
+// kernel_avx2 for a panel of `rows` rows (6: a full one), a block of n columns.
+template <int kRows>
+MG_TARGET_AVX2 void kernel_avx2_rows(bool full, bool prefetch, int64_t K, const float* a, const float* B, int64_t ldb,
+                                     float* C, int64_t ldc, int64_t rows, int64_t n, const PackedStore* s, int64_t i0,
+                                     const float* R) {
+  if (full && prefetch) kernel_avx2<true, true, kRows>(K, a, B, ldb, C, ldc, rows, n, s, i0, R);
+  else if (full) kernel_avx2<true, false, kRows>(K, a, B, ldb, C, ldc, rows, n, s, i0, R);
+  else kernel_avx2<false, false, kRows>(K, a, B, ldb, C, ldc, rows, n, s, i0, R);
+}
+using Avx2RowsKernel = void (*)(bool, bool, int64_t, const float*, const float*, int64_t, float*, int64_t, int64_t,
+                                int64_t, const PackedStore*, int64_t, const float*);
+constexpr Avx2RowsKernel kAvx2RowsKernels[kAvx2Rows] = {kernel_avx2_rows<1>, kernel_avx2_rows<2>, kernel_avx2_rows<3>,
+                                                        kernel_avx2_rows<4>, kernel_avx2_rows<5>, kernel_avx2_rows<6>};
 
 // Channels: rows [i0, i0 + rows) of the panel a (kn x 16, one depth block), columns B[0..NC).
 // The partial sums of the block's 16 x NC outputs start from acc (unless first) and go back to
@@ -287,7 +305,9 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
           const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
           const int64_t lb = pack ? nr : ldb;
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          if (n == nr && prefetch) kernel_avx2<true, true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
+          if (rows < a.mr && a.tail_rows)
+            kAvx2RowsKernels[rows - 1](n == nr, prefetch, K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
+          else if (n == nr && prefetch) kernel_avx2<true, true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
           else if (n == nr) kernel_avx2<true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
           else kernel_avx2<false>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
         }
@@ -343,6 +363,7 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->copy_b = K > kReadDepth || switched_off("MPSGRAPH_CPU_PACKED_READ_B");
   p->prefetch = !switched_off("MPSGRAPH_CPU_PACKED_PREFETCH");
   p->copy_inline = !switched_off("MPSGRAPH_CPU_PACKED_COPY");
+  p->tail_rows = !switched_off("MPSGRAPH_CPU_PACKED_TAIL_ROWS");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
