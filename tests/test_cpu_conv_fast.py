@@ -26,8 +26,9 @@ PyTorch in float64:
   * (image, tile) units of whole 16-column blocks where that keeps their number
     (MPSGRAPH_CPU_CONV_TILE16=0: tiles as cut): the same bits;
   * the packed kernels' column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a
-    memcpy call per row), and a last panel of fewer than 6 rows computing only those
-    (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6): the same bits;
+    memcpy call per row), a last panel of fewer than 6 rows computing only those
+    (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6), and column tails of at most 8 in one vector a
+    row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same bits;
   * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
     compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
   * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
@@ -844,3 +845,28 @@ def test_packed_tail_rows_same_bits(shape, wshape, stride, pad, threads, monkeyp
     """A last panel of fewer than 6 rows runs a kernel of that many rows (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0:
     all 6, the rest zeros): the same multiply-adds for the rows stored, so the same bits."""
     _packed_switch_same_bits(25, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_TAIL_ROWS")
+
+
+# ---------------- column tails of at most 8 in one vector (MPSGRAPH_CPU_PACKED_HALF_TAIL) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes layout products whose last column block has 1 to
+# 8 columns (14x14: 196 = 12 x 16 + 4; 15x15: a tail of 1; 10x13: 8), columns read in place and
+# copied (depth above 256), with the residual; a tail of 9 (two vectors) as a control.
+HALF_TAIL = [((2, 96, 14, 14), (576, 1, 1), 1, 0), ((1, 576, 14, 14), (96, 1, 1), 1, 0),
+             ((2, 40, 15, 15), (13, 1, 1), 1, 0), ((1, 300, 10, 13), (20, 1, 1), 1, 0),
+             ((1, 24, 13, 13), (7, 1, 1), 1, 0), ((1, 16, 18, 18), (12, 3, 3), 2, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", HALF_TAIL)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_half_tail_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """A column tail of at most 8 runs one vector a row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two, the
+    second masked off): the same multiply-adds for the columns stored, so the same bits."""
+    _packed_switch_same_bits(26, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_HALF_TAIL")
+    x, w, b, res, ref, scale = _epilogue_case(27, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        build = _epilogue_build(shape, w, b, res, stride, pad, "relu6_residual")
+        y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+        two = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_PACKED_HALF_TAIL="0"), monkeypatch), [x, res])[0]
+    np.testing.assert_array_equal(y, two)

@@ -46,6 +46,8 @@ struct PackedWeights {
   bool copy_inline = false;  // pack_columns_avx2 (MPSGRAPH_CPU_PACKED_COPY=0: a memcpy call per row)
   // AVX2 planes: a last panel of fewer rows computes only those (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6)
   bool tail_rows = false;
+  // AVX2 planes: column tails of at most 8 in one vector a row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two)
+  bool half_tail = false;
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -112,8 +114,8 @@ MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __
 // kPrefetch (B read in place): each row's line two blocks on is fetched while this block runs,
 // as K rows a page or more apart are more streams than the hardware prefetcher follows.
 // kRows: the rows computed (a last panel's rows, fewer than 6, compute only those: the rest of
-// the panel is zeros).
-template <bool kFull, bool kPrefetch = false, int kRows = kAvx2Rows>
+// the panel is zeros). kHalf: a column tail of at most 8 (n <= 8), one vector per row.
+template <bool kFull, bool kPrefetch = false, int kRows = kAvx2Rows, bool kHalf = false>
 MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
                                 int64_t rows, int64_t n, const PackedStore* s, int64_t i0, const float* R) {
   alignas(32) int32_t lanes[16];
@@ -125,13 +127,13 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
   for (int r = 0; r < kRows; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
   for (int64_t k = 0; k < K; ++k, a += kAvx2Rows, B += ldb) {
     const __m256 b0 = kFull ? _mm256_loadu_ps(B) : _mm256_maskload_ps(B, m0);
-    const __m256 b1 = kFull ? _mm256_loadu_ps(B + 8) : _mm256_maskload_ps(B + 8, m1);
+    const __m256 b1 = kHalf ? _mm256_setzero_ps() : kFull ? _mm256_loadu_ps(B + 8) : _mm256_maskload_ps(B + 8, m1);
     if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(B + 32), _MM_HINT_T0);
 #pragma GCC unroll 6
     for (int r = 0; r < kRows; ++r) {
       const __m256 ar = _mm256_broadcast_ss(a + r);
       c0[r] = _mm256_fmadd_ps(ar, b0, c0[r]);
-      c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
+      if (!kHalf) c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
     }
   }
   const bool has_bias = s && s->bias, clamp = s && s->clamp;
@@ -144,14 +146,14 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
     if (R) {
       const float* Rr = R + r * s->ldr;
       v0 = _mm256_add_ps(v0, kFull ? _mm256_loadu_ps(Rr) : _mm256_maskload_ps(Rr, m0));
-      v1 = _mm256_add_ps(v1, kFull ? _mm256_loadu_ps(Rr + 8) : _mm256_maskload_ps(Rr + 8, m1));
+      if (!kHalf) v1 = _mm256_add_ps(v1, kFull ? _mm256_loadu_ps(Rr + 8) : _mm256_maskload_ps(Rr + 8, m1));
     }
     if (kFull) {  // masked stores are slow on AMD (microcoded): only for the tails
       _mm256_storeu_ps(C + r * ldc, v0);
       _mm256_storeu_ps(C + r * ldc + 8, v1);
     } else {
       _mm256_maskstore_ps(C + r * ldc, m0, v0);
-      _mm256_maskstore_ps(C + r * ldc + 8, m1, v1);
+      if (!kHalf) _mm256_maskstore_ps(C + r * ldc + 8, m1, v1);
     }
   }
 }
@@ -305,7 +307,9 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
           const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
           const int64_t lb = pack ? nr : ldb;
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          if (rows < a.mr && a.tail_rows)
+          if (n <= 8 && rows == a.mr && a.half_tail)
+            kernel_avx2<false, false, kAvx2Rows, true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
+          else if (rows < a.mr && a.tail_rows)
             kAvx2RowsKernels[rows - 1](n == nr, prefetch, K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
           else if (n == nr && prefetch) kernel_avx2<true, true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
           else if (n == nr) kernel_avx2<true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
@@ -364,6 +368,7 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->prefetch = !switched_off("MPSGRAPH_CPU_PACKED_PREFETCH");
   p->copy_inline = !switched_off("MPSGRAPH_CPU_PACKED_COPY");
   p->tail_rows = !switched_off("MPSGRAPH_CPU_PACKED_TAIL_ROWS");
+  p->half_tail = !switched_off("MPSGRAPH_CPU_PACKED_HALF_TAIL");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
