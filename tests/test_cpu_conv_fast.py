@@ -9,6 +9,8 @@ PyTorch in float64:
     every ISA path (MPSGRAPH_CPU_ISA), float16 through float32; stride 2 on narrow planes
     through the bordered plane's four phases (MPSGRAPH_CPU_DW3_PHASES=0: one flat loop); the
     bordered planes' rows copied one plane a call (MPSGRAPH_CPU_DW3_COPY_ROWS=0: a row a call);
+    AVX2 stride-1 rows ending in a vector step by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: the
+    compiler's scalar remainder), the same bits;
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
     column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
@@ -870,3 +872,24 @@ def test_packed_half_tail_same_bits(shape, wshape, stride, pad, threads, monkeyp
         y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
         two = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_PACKED_HALF_TAIL="0"), monkeypatch), [x, res])[0]
     np.testing.assert_array_equal(y, two)
+
+
+# ---------------- depthwise 3x3 stride-1 rows ending in a vector step (MPSGRAPH_CPU_DW3_S1_AVX2) ----------------
+
+@pytest.mark.parametrize("case", [DW[i] for i in (0, 2, 4, 6, 8, 9, 10, 13, 14)] +
+                         [((2, 6, 56, 56), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((3, 16, 7, 7), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((1, 5, 9, 8), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((1, 4, 2, 5), 1, (1, 1), (1, 1, 1, 1), (1, 1))],
+                         ids=lambda c: "x".join(map(str, c[0])) + f"s{c[2][1]}")
+@pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
+def test_depthwise3x3_s1_vector_end_same_bits(case, chain, monkeypatch):
+    """Stride-1 rows whose length is no multiple of 8 end with the last 8 outputs redone by hand
+    (MPSGRAPH_CPU_DW3_S1_AVX2=0: the compiler's scalar remainder): the same sums, so the same
+    bits; bordered 7x7 to 56x56 planes, flat 112-wide rows, rows shorter than 8."""
+    x, w, bias = _dw_setup(case, 17)
+    build = _dw_build(case, w, bias, chain)
+    y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+    compiled = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_S1_AVX2": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, compiled)
+    _dw_agree(case, x, w, bias, chain, y)

@@ -117,6 +117,7 @@ struct Plan {
   bool dw3_border = false; // dw3 on narrow planes, equal strides: through a zero-bordered copy
   int64_t Wb = 0, Hb = 0;  // dw3_border: the bordered plane's width and height
   bool dw3_phase = false;  // dw3_border at stride 2: the bordered plane's even rows, then its odd ones
+  bool dw3_s1_avx2 = true;  // dw3: conv_depthwise.h's AVX2 stride-1 rows by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: compiled)
   int64_t pbL = 0, pbT = 0;  // padding before, innermost and outer (2-d)
   std::shared_ptr<const std::vector<float>> zeros;  // dw3: a source row of zeros (rows in the padding)
   int64_t tile = 1;        // output positions per column tile
@@ -197,6 +198,7 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.Hb = p.R + 1;
   }
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
+  p.dw3_s1_avx2 = !switched_off("MPSGRAPH_CPU_DW3_S1_AVX2");
 
   // innermost dim: output j reads source j * s + off, off = tap * dilation - pad_before
   const int64_t dL = dil.back(), pbL = pads[2 * (k - 1)];
@@ -602,7 +604,7 @@ CopyRowsFn copy_rows_fn() {
 // Depthwise 3x3 (float32, innermost stride 1 or 2): each output row in one pass over its three
 // source rows (conv_depthwise.h) with the bias and clamp of the epilogue, edges scalar.
 void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const Epi& epi) {
-  const Dw3RowFn row = dw3_row_fn(p.sL);
+  const Dw3RowFn row = dw3_row_fn(p.sL, p.dw3_s1_avx2);
   const CopyRowsFn copy_rows = copy_rows_fn();
   RowEpilogue re = epi.e && epi.row ? *epi.row : RowEpilogue{true};
   constexpr float inf = std::numeric_limits<float>::infinity();
