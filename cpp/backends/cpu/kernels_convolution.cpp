@@ -18,7 +18,6 @@
 // ones with packed weights where there are units enough to share; others run one image at a
 // time, the gathers and then the product split over the pool.
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
