@@ -9,6 +9,8 @@ PyTorch in float64:
     every ISA path (MPSGRAPH_CPU_ISA), float16 through float32; stride 2 on narrow planes
     through the bordered plane's four phases (MPSGRAPH_CPU_DW3_PHASES=0: one flat loop); the
     bordered planes' rows copied one plane a call (MPSGRAPH_CPU_DW3_COPY_ROWS=0: a row a call);
+    AVX2 stride-1 rows ending in a vector step by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: the
+    compiler's scalar remainder), the same bits;
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
     column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
@@ -24,7 +26,15 @@ PyTorch in float64:
   * 1x1 products of many weights as (image, tile) units over the pool, each on one thread
     (MPSGRAPH_CPU_DIRECT_UNITS=0: one image at a time, its product split over the pool);
   * (image, tile) units of whole 16-column blocks where that keeps their number
-    (MPSGRAPH_CPU_CONV_TILE16=0: tiles as cut): the same bits."""
+    (MPSGRAPH_CPU_CONV_TILE16=0: tiles as cut): the same bits;
+  * the packed kernels' column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a
+    memcpy call per row), a last panel of fewer than 6 rows computing only those
+    (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6), and column tails of at most 8 in one vector a
+    row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same bits;
+  * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
+    compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
+  * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
+    first (MPSGRAPH_CPU_UNIT_SHARES=0: in turn from one counter): the same bits."""
 import contextlib
 import os
 import subprocess
@@ -706,3 +716,180 @@ def test_tiles_of_whole_blocks_same_bits(shape, wshape, stride, pad, threads, mo
             np.testing.assert_array_equal(y, cut, err_msg=str(name))
             want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
             assert np.all(np.abs(y - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+
+
+# ---------------- column blocks copied inline (MPSGRAPH_CPU_PACKED_COPY) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: products whose columns are copied into blocks: planes
+# deeper than 256 (MobileNetV2's 14x14 1x1 layers of depth 384 and 576, a 3x3 im2col of depth
+# 288) with column tails, and the channels layout's blocks of 6 (7x7 planes: 8 full blocks and
+# a tail of one; images side by side).
+PACKED_COPY = [((2, 576, 14, 14), (96, 1, 1), 1, 0), ((1, 384, 14, 14), (64, 1, 1), 1, 0),
+               ((2, 300, 9, 21), (14, 1, 1), 1, 0), ((1, 32, 19, 23), (40, 3, 3), 1, 1),
+               ((2, 160, 7, 7), (40, 1, 1), 1, 0), ((3, 64, 7, 7), (20, 3, 3), 1, 1), ((1, 29, 5, 3), (35, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED_COPY)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_column_copy_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The full column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a memcpy call
+    per row): the same bits, and agrees with PyTorch."""
+    _packed_switch_same_bits(24, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_COPY")
+
+
+# ---------------- products of few rows by constant weights (MPSGRAPH_CPU_PACKED_MATMUL) ----------------
+
+# x's shape, K, N, y given transposed (a classifier's (N, K) weights): 2 to 16 rows (x's batches
+# stacked) on the packed weights; 1 row (gemv) and 17 rows keep BLAS.
+MATMUL = [((8, 1280), 1000, True), ((2, 300), 37, True), ((16, 77), 50, False), ((3, 4, 130), 19, True),
+          ((5, 33), 1, False), ((1, 64), 40, True), ((17, 64), 40, True), ((2, 7, 9), 13, False)]
+
+
+def _matmul_build(xshape, y, transposed, epilogue, b):
+    def build(g):
+        px = g.placeholder(xshape, mg.float32)
+        w = g.constant(y)
+        out = g.matrix_multiplication(px, g.transpose(w, [1, 0]) if transposed else w)
+        if epilogue == "bias":
+            out = out + g.constant(b)
+        elif epilogue == "bias_relu":
+            out = g.relu(g.constant(b) + out)
+        elif epilogue == "scale":
+            out = out * g.constant(np.float32(0.5))
+        return [out], [px]
+    return build
+
+
+@pytest.mark.parametrize("xshape,n,transposed", MATMUL)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_matmul_against_blas_and_numpy(xshape, n, transposed, threads, monkeypatch):
+    rng = np.random.default_rng(51)
+    k = xshape[-1]
+    x = rng.standard_normal(xshape).astype(np.float32)
+    y = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    w64 = (y.T if transposed else y).astype(np.float64)
+    ref, scale = x.astype(np.float64) @ w64, np.abs(x.astype(np.float64)) @ np.abs(w64)
+    with _threads(threads):
+        def run(epilogue, env):
+            return _run(_compile(_matmul_build(xshape, y, transposed, epilogue, b), [x], env, monkeypatch), [x])[0]
+        p, pb = run(None, {}), run(None, {"MPSGRAPH_CPU_PACKED_MATMUL": "0"})
+        for got in (p, pb):
+            assert got.shape == ref.shape
+            assert np.all(np.abs(got - ref) <= 2e-6 * scale)
+        # the bias folded into the store and the ops after it: the epilogue ops on the product exactly
+        np.testing.assert_array_equal(run("bias", {}), p + b)
+        np.testing.assert_array_equal(run("bias_relu", {}), np.maximum(b + p, 0))
+        np.testing.assert_array_equal(run("scale", {}), p * np.float32(0.5))
+
+
+# ---------------- each thread's own share of the units first (MPSGRAPH_CPU_UNIT_SHARES) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: products split into (image, tile) units over the pool:
+# 1x1 layers of many weights (one unit per image, and units that do not divide among the
+# threads), tiles of few weights, an im2col stem; then Winograd's units (3x3, stride 1).
+SHARES = [((8, 64, 14, 14), (384, 1, 1), 1, 0), ((3, 576, 7, 7), (160, 1, 1), 1, 0),
+          ((5, 97, 9, 11), (101, 1, 1), 1, 0), ((2, 32, 28, 28), (192, 1, 1), 1, 0),
+          ((3, 24, 37, 29), (40, 1, 1), 1, 0), ((1, 3, 97, 101), (32, 3, 3), 2, 1)]
+SHARES_WINOGRAD = [((2, 64, 16, 16), 24, (1, 1, 1, 1)), ((3, 72, 21, 19), 18, (0, 2, 2, 0))]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", SHARES)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unit_shares_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """Units claimed from each thread's own share first (MPSGRAPH_CPU_UNIT_SHARES=0: in turn from
+    one counter): every unit is computed the same way, so the same bits, epilogues included."""
+    x, w, b, res, ref, scale = _epilogue_case(45, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        for name in (None, "relu6_residual"):
+            build = _epilogue_build(shape, w, b, res, stride, pad, name)
+            y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+            one = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_UNIT_SHARES="0"), monkeypatch), [x, res])[0]
+            np.testing.assert_array_equal(y, one, err_msg=str(name))
+            want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
+            assert np.all(np.abs(y - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+
+
+@pytest.mark.parametrize("shape,o,pads", SHARES_WINOGRAD)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unit_shares_winograd_same_bits(shape, o, pads, threads, monkeypatch):
+    _, x, w, bias = _conv3x3_case(46, shape, o)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        y = g.convolution(px, g.constant(w), strides=1, padding=pads)
+        return [y, g.relu(y + g.constant(bias))], [px]
+    with _threads(threads):
+        y, yr = _run(_compile(build, [x], {}, monkeypatch), [x])
+        yo, yor = _run(_compile(build, [x], {"MPSGRAPH_CPU_UNIT_SHARES": "0"}, monkeypatch), [x])
+        generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, yo)
+    np.testing.assert_array_equal(yr, yor)
+    assert not np.array_equal(y, generic)  # Winograd ran, not im2col
+    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
+    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+
+
+# ---------------- a last panel of fewer rows (MPSGRAPH_CPU_PACKED_TAIL_ROWS) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: output channels that leave 1 to 5 rows in the last
+# panel of 6 (AVX2 planes): columns read in place (prefetched on wide planes) and copied (depth
+# above 256), column tails, an im2col product.
+TAIL_ROWS = [((2, 24, 23, 25), (13, 1, 1), 1, 0), ((1, 192, 28, 28), (32, 1, 1), 1, 0),
+             ((1, 32, 40, 40), (16, 1, 1), 1, 0), ((2, 384, 14, 14), (64, 1, 1), 1, 0),
+             ((1, 300, 9, 21), (9, 1, 1), 1, 0), ((1, 17, 30, 29), (5, 3, 3), 1, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", TAIL_ROWS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_tail_rows_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """A last panel of fewer than 6 rows runs a kernel of that many rows (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0:
+    all 6, the rest zeros): the same multiply-adds for the rows stored, so the same bits."""
+    _packed_switch_same_bits(25, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_TAIL_ROWS")
+
+
+# ---------------- column tails of at most 8 in one vector (MPSGRAPH_CPU_PACKED_HALF_TAIL) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes layout products whose last column block has 1 to
+# 8 columns (14x14: 196 = 12 x 16 + 4; 15x15: a tail of 1; 10x13: 8), columns read in place and
+# copied (depth above 256), with the residual; a tail of 9 (two vectors) as a control.
+HALF_TAIL = [((2, 96, 14, 14), (576, 1, 1), 1, 0), ((1, 576, 14, 14), (96, 1, 1), 1, 0),
+             ((2, 40, 15, 15), (13, 1, 1), 1, 0), ((1, 300, 10, 13), (20, 1, 1), 1, 0),
+             ((1, 24, 13, 13), (7, 1, 1), 1, 0), ((1, 16, 18, 18), (12, 3, 3), 2, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", HALF_TAIL)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_half_tail_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """A column tail of at most 8 runs one vector a row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two, the
+    second masked off): the same multiply-adds for the columns stored, so the same bits."""
+    _packed_switch_same_bits(26, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_HALF_TAIL")
+    x, w, b, res, ref, scale = _epilogue_case(27, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        build = _epilogue_build(shape, w, b, res, stride, pad, "relu6_residual")
+        y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+        two = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_PACKED_HALF_TAIL="0"), monkeypatch), [x, res])[0]
+    np.testing.assert_array_equal(y, two)
+
+
+# ---------------- depthwise 3x3 stride-1 rows ending in a vector step (MPSGRAPH_CPU_DW3_S1_AVX2) ----------------
+
+@pytest.mark.parametrize("case", [DW[i] for i in (0, 2, 4, 6, 8, 9, 10, 13, 14)] +
+                         [((2, 6, 56, 56), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((3, 16, 7, 7), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((1, 5, 9, 8), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((1, 4, 2, 5), 1, (1, 1), (1, 1, 1, 1), (1, 1))],
+                         ids=lambda c: "x".join(map(str, c[0])) + f"s{c[2][1]}")
+@pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
+def test_depthwise3x3_s1_vector_end_same_bits(case, chain, monkeypatch):
+    """Stride-1 rows whose length is no multiple of 8 end with the last 8 outputs redone by hand
+    (MPSGRAPH_CPU_DW3_S1_AVX2=0: the compiler's scalar remainder): the same sums, so the same
+    bits; bordered 7x7 to 56x56 planes, flat 112-wide rows, rows shorter than 8."""
+    x, w, bias = _dw_setup(case, 17)
+    build = _dw_build(case, w, bias, chain)
+    y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+    compiled = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_S1_AVX2": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, compiled)
+    _dw_agree(case, x, w, bias, chain, y)

@@ -87,6 +87,39 @@ MG_TARGET_AVX2 void row_avx2_s2(const float* const* rows, const float* w, float*
   row_body<2>(rows, w, y, j, j1, bias, lo, hi);
 }
 
+// Stride 1: the compiler's loop over whole vectors, then a last group of fewer than 8 as the
+// row's last 8 outputs redone by hand (the same multiplies and adds, not fused, in row_body's
+// order, so the same sums) instead of the compiler's scalar remainder of up to 7 outputs of 9
+// taps each: on 7x7 planes (61 outputs a bordered plane) a third of the work.
+MG_TARGET_AVX2 inline void s1_eight(const float* const* rows, const __m256* wv, float* y, int64_t j, __m256 vb,
+                                     __m256 vlo, __m256 vhi) {
+  const float *a = rows[0] + j, *b = rows[1] + j, *c = rows[2] + j;
+  __m256 v = _mm256_mul_ps(wv[0], _mm256_loadu_ps(a));
+  v = _mm256_add_ps(v, _mm256_mul_ps(wv[1], _mm256_loadu_ps(a + 1)));
+  v = _mm256_add_ps(v, _mm256_mul_ps(wv[2], _mm256_loadu_ps(a + 2)));
+  v = _mm256_add_ps(v, _mm256_mul_ps(wv[3], _mm256_loadu_ps(b)));
+  v = _mm256_add_ps(v, _mm256_mul_ps(wv[4], _mm256_loadu_ps(b + 1)));
+  v = _mm256_add_ps(v, _mm256_mul_ps(wv[5], _mm256_loadu_ps(b + 2)));
+  v = _mm256_add_ps(v, _mm256_mul_ps(wv[6], _mm256_loadu_ps(c)));
+  v = _mm256_add_ps(v, _mm256_mul_ps(wv[7], _mm256_loadu_ps(c + 1)));
+  v = _mm256_add_ps(v, _mm256_mul_ps(wv[8], _mm256_loadu_ps(c + 2)));
+  v = _mm256_add_ps(v, vb);
+  v = _mm256_blendv_ps(v, vlo, _mm256_cmp_ps(v, vlo, _CMP_LE_OQ));
+  v = _mm256_blendv_ps(v, vhi, _mm256_cmp_ps(v, vhi, _CMP_GE_OQ));
+  _mm256_storeu_ps(y + j, v);
+}
+
+MG_TARGET_AVX2 void row_avx2_s1(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,
+                                float lo, float hi) {
+  const __m256 vb = _mm256_set1_ps(bias), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  __m256 wv[9];
+  for (int t = 0; t < 9; ++t) wv[t] = _mm256_set1_ps(w[t]);
+  const int64_t n = j1 - j0, rest = n % 8;
+  if (n < 8 || rest == 0) return row_body<1>(rows, w, y, j0, j1, bias, lo, hi);
+  row_body<1>(rows, w, y, j0, j1 - rest, bias, lo, hi);  // the compiler's loop, in whole vectors
+  s1_eight(rows, wv, y, j1 - 8, vb, vlo, vhi);
+}
+
 template <int S>
 MG_TARGET_AVX512 void row_avx512(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1,
                                  float bias, float lo, float hi) {
@@ -96,12 +129,14 @@ MG_TARGET_AVX512 void row_avx512(const float* const* rows, const float* w, float
 
 }  // namespace
 
-Dw3RowFn dw3_row_fn(int64_t stride) {
+Dw3RowFn dw3_row_fn(int64_t stride, bool s1_by_hand) {
   if (stride != 1 && stride != 2) return nullptr;
   const bool s1 = stride == 1;
 #if MG_CPU_X86
   if (best_isa() == Isa::Avx512) return s1 ? row_avx512<1> : row_avx512<2>;
-  if (best_isa() == Isa::Avx2) return s1 ? row_avx2<1> : row_avx2_s2;
+  if (best_isa() == Isa::Avx2) return s1 ? (s1_by_hand ? row_avx2_s1 : row_avx2<1>) : row_avx2_s2;
+#else
+  (void)s1_by_hand;
 #endif
   return s1 ? row_generic<1> : row_generic<2>;
 }

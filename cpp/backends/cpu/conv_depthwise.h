@@ -12,7 +12,8 @@ namespace mg::cpu {
 using Dw3RowFn = void (*)(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,
                           float lo, float hi);
 
-// stride 1 or 2; null otherwise.
-Dw3RowFn dw3_row_fn(int64_t stride);
+// stride 1 or 2; null otherwise. s1_by_hand: AVX2 stride 1 rows end in a vector step by hand
+// instead of the compiler's scalar remainder (the same bits).
+Dw3RowFn dw3_row_fn(int64_t stride, bool s1_by_hand = true);
 
 }  // namespace mg::cpu

@@ -43,6 +43,11 @@ struct PackedWeights {
   PackedLayout layout = PackedLayout::Planes;
   bool copy_b = true;  // AVX2 planes: B's columns copied into blocks (pack_columns), else read in place
   bool prefetch = false;  // read in place: the kernel prefetches B's rows
+  bool copy_inline = false;  // pack_columns_avx2 (MPSGRAPH_CPU_PACKED_COPY=0: a memcpy call per row)
+  // AVX2 planes: a last panel of fewer rows computes only those (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6)
+  bool tail_rows = false;
+  // AVX2 planes: column tails of at most 8 in one vector a row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two)
+  bool half_tail = false;
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -108,48 +113,64 @@ MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __
 // R: the block's residual (rows s->ldr apart), or null.
 // kPrefetch (B read in place): each row's line two blocks on is fetched while this block runs,
 // as K rows a page or more apart are more streams than the hardware prefetcher follows.
-template <bool kFull, bool kPrefetch = false>
+// kRows: the rows computed (a last panel's rows, fewer than 6, compute only those: the rest of
+// the panel is zeros). kHalf: a column tail of at most 8 (n <= 8), one vector per row.
+template <bool kFull, bool kPrefetch = false, int kRows = kAvx2Rows, bool kHalf = false>
 MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
                                 int64_t rows, int64_t n, const PackedStore* s, int64_t i0, const float* R) {
   alignas(32) int32_t lanes[16];
   for (int i = 0; i < 16; ++i) lanes[i] = i < n ? -1 : 0;
   const __m256i m0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
   const __m256i m1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes + 8));
-  __m256 c0[kAvx2Rows], c1[kAvx2Rows];
+  __m256 c0[kRows], c1[kRows];
 #pragma GCC unroll 6
-  for (int r = 0; r < kAvx2Rows; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
+  for (int r = 0; r < kRows; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
   for (int64_t k = 0; k < K; ++k, a += kAvx2Rows, B += ldb) {
     const __m256 b0 = kFull ? _mm256_loadu_ps(B) : _mm256_maskload_ps(B, m0);
-    const __m256 b1 = kFull ? _mm256_loadu_ps(B + 8) : _mm256_maskload_ps(B + 8, m1);
+    const __m256 b1 = kHalf ? _mm256_setzero_ps() : kFull ? _mm256_loadu_ps(B + 8) : _mm256_maskload_ps(B + 8, m1);
     if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(B + 32), _MM_HINT_T0);
 #pragma GCC unroll 6
-    for (int r = 0; r < kAvx2Rows; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const __m256 ar = _mm256_broadcast_ss(a + r);
       c0[r] = _mm256_fmadd_ps(ar, b0, c0[r]);
-      c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
+      if (!kHalf) c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
     }
   }
   const bool has_bias = s && s->bias, clamp = s && s->clamp;
   const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
 #pragma GCC unroll 6
-  for (int r = 0; r < kAvx2Rows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     if (r >= rows) break;
     const __m256 b = has_bias ? _mm256_set1_ps(s->bias[(i0 + r) * s->bias_stride]) : _mm256_setzero_ps();
     __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi);
     if (R) {
       const float* Rr = R + r * s->ldr;
       v0 = _mm256_add_ps(v0, kFull ? _mm256_loadu_ps(Rr) : _mm256_maskload_ps(Rr, m0));
-      v1 = _mm256_add_ps(v1, kFull ? _mm256_loadu_ps(Rr + 8) : _mm256_maskload_ps(Rr + 8, m1));
+      if (!kHalf) v1 = _mm256_add_ps(v1, kFull ? _mm256_loadu_ps(Rr + 8) : _mm256_maskload_ps(Rr + 8, m1));
     }
     if (kFull) {  // masked stores are slow on AMD (microcoded): only for the tails
       _mm256_storeu_ps(C + r * ldc, v0);
       _mm256_storeu_ps(C + r * ldc + 8, v1);
     } else {
       _mm256_maskstore_ps(C + r * ldc, m0, v0);
-      _mm256_maskstore_ps(C + r * ldc + 8, m1, v1);
+      if (!kHalf) _mm256_maskstore_ps(C + r * ldc + 8, m1, v1);
     }
   }
 }
+
+// kernel_avx2 for a panel of `rows` rows (6: a full one), a block of n columns.
+template <int kRows>
+MG_TARGET_AVX2 void kernel_avx2_rows(bool full, bool prefetch, int64_t K, const float* a, const float* B, int64_t ldb,
+                                     float* C, int64_t ldc, int64_t rows, int64_t n, const PackedStore* s, int64_t i0,
+                                     const float* R) {
+  if (full && prefetch) kernel_avx2<true, true, kRows>(K, a, B, ldb, C, ldc, rows, n, s, i0, R);
+  else if (full) kernel_avx2<true, false, kRows>(K, a, B, ldb, C, ldc, rows, n, s, i0, R);
+  else kernel_avx2<false, false, kRows>(K, a, B, ldb, C, ldc, rows, n, s, i0, R);
+}
+using Avx2RowsKernel = void (*)(bool, bool, int64_t, const float*, const float*, int64_t, float*, int64_t, int64_t,
+                                int64_t, const PackedStore*, int64_t, const float*);
+constexpr Avx2RowsKernel kAvx2RowsKernels[kAvx2Rows] = {kernel_avx2_rows<1>, kernel_avx2_rows<2>, kernel_avx2_rows<3>,
+                                                        kernel_avx2_rows<4>, kernel_avx2_rows<5>, kernel_avx2_rows<6>};
 
 // Channels: rows [i0, i0 + rows) of the panel a (kn x 16, one depth block), columns B[0..NC).
 // The partial sums of the block's 16 x NC outputs start from acc (unless first) and go back to
@@ -215,12 +236,43 @@ constexpr ChannelsKernel kChannelsKernels[kChanCols] = {kernel_channels_avx2<1>,
 // B (K, N) as blocks of nr columns, each K x nr contiguous (the last one's missing columns
 // not written, and read only under a mask): the micro-kernels read one short row per k
 // instead of a line of each source row, K lines that lie a page or more apart.
-void pack_columns(const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
+void pack_columns_generic(const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
   for (int64_t j = 0; j < N; j += nr) {
     const size_t bytes = sizeof(float) * size_t(std::min(nr, N - j));
     float* o = out + j * K;
     for (int64_t k = 0; k < K; ++k) std::memcpy(o + k * nr, B + k * ldb + j, bytes);
   }
+}
+
+#if MG_CPU_X86
+// The same copy with the full blocks' rows (16 or 6 floats) moved inline instead of a memcpy
+// call per 64- or 24-byte row.
+MG_TARGET_AVX2 void pack_columns_avx2(const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
+  const int64_t full = nr == 16 || nr == kChanCols ? N / nr * nr : 0;
+  for (int64_t j = 0; j < full; j += nr) {
+    const float* b = B + j;
+    float* o = out + j * K;
+    if (nr == 16) {
+      for (int64_t k = 0; k < K; ++k, b += ldb, o += 16) {
+        _mm256_storeu_ps(o, _mm256_loadu_ps(b));
+        _mm256_storeu_ps(o + 8, _mm256_loadu_ps(b + 8));
+      }
+    } else {  // 6: four floats, then two
+      for (int64_t k = 0; k < K; ++k, b += ldb, o += kChanCols) {
+        _mm_storeu_ps(o, _mm_loadu_ps(b));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 4), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 4)));
+      }
+    }
+  }
+  if (full < N) pack_columns_generic(B + full, ldb, K, N - full, nr, out + full * K);
+}
+#endif
+
+void pack_columns(const PackedWeights& a, const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
+#if MG_CPU_X86
+  if (a.copy_inline) return pack_columns_avx2(B, ldb, K, N, nr, out);
+#endif
+  pack_columns_generic(B, ldb, K, N, nr, out);
 }
 
 // Columns [j0, j1) of C, in chunks whose slice of B (K x chunk) stays in L2 while every panel
@@ -239,7 +291,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
     const bool prefetch = !pack && a.prefetch && ldb >= kPrefetchRows;
     if (pack) {
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
-      pack_columns(B + c0, ldb, K, c1 - c0, nr, packed.data());
+      pack_columns(a, B + c0, ldb, K, c1 - c0, nr, packed.data());
     }
     for (int64_t i0 = r0; i0 < r1; i0 += a.mr) {
       const float* panel = a.panels.data() + i0 * K;
@@ -255,7 +307,11 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
           const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
           const int64_t lb = pack ? nr : ldb;
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          if (n == nr && prefetch) kernel_avx2<true, true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
+          if (n <= 8 && rows == a.mr && a.half_tail)
+            kernel_avx2<false, false, kAvx2Rows, true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
+          else if (rows < a.mr && a.tail_rows)
+            kAvx2RowsKernels[rows - 1](n == nr, prefetch, K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
+          else if (n == nr && prefetch) kernel_avx2<true, true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
           else if (n == nr) kernel_avx2<true>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
           else kernel_avx2<false>(K, panel, Bj, lb, Ci + j, ldc, rows, n, s, i0, Rj);
         }
@@ -268,8 +324,9 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
 // Channels: panels [q0, q1), every column of B packed by pack_columns. The depth runs in
 // blocks whose slice of the panel (16 KiB at most) stays in L1 while every column block passes
 // over it: inside a network the weights come from memory once, not once per column block.
+// C's first row is row c0 of the product (a task's piece of it), else row 0.
 void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int64_t ldc, int64_t q0, int64_t q1,
-                const PackedStore* s, int64_t r1 = -1) {
+                const PackedStore* s, int64_t r1 = -1, int64_t c0 = 0) {
   if (r1 < 0) r1 = a.M;
 #if MG_CPU_X86
   const int64_t K = a.K, blocks = (N + kChanCols - 1) / kChanCols;
@@ -279,7 +336,7 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
   for (int64_t q = q0; q < q1; ++q) {
     const int64_t i0 = q * kChanRows, rows = std::min(kChanRows, r1 - i0);
     const float* panel = a.panels.data() + i0 * K;
-    float* Ci = C + i0 * ldc;
+    float* Ci = C + (i0 - c0) * ldc;
     for (int64_t k0 = 0; k0 < K; k0 += kChanDepth) {
       const int64_t kn = std::min(kChanDepth, K - k0);
       for (int64_t j = 0; j < N; j += kChanCols) {
@@ -309,6 +366,9 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   // MPSGRAPH_CPU_PACKED_READ_B=0 (read here) copies B's columns at every depth
   p->copy_b = K > kReadDepth || switched_off("MPSGRAPH_CPU_PACKED_READ_B");
   p->prefetch = !switched_off("MPSGRAPH_CPU_PACKED_PREFETCH");
+  p->copy_inline = !switched_off("MPSGRAPH_CPU_PACKED_COPY");
+  p->tail_rows = !switched_off("MPSGRAPH_CPU_PACKED_TAIL_ROWS");
+  p->half_tail = !switched_off("MPSGRAPH_CPU_PACKED_HALF_TAIL");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
@@ -328,10 +388,35 @@ void packed_gemm_rows(const PackedWeights& a, const float* B, int64_t ldb, int64
   if (a.layout == PackedLayout::Channels) {
     thread_local std::vector<float> packed;
     packed.resize(size_t(a.K * ((N + kChanCols - 1) / kChanCols) * kChanCols));
-    pack_columns(B, ldb, a.K, N, kChanCols, packed.data());
+    pack_columns(a, B, ldb, a.K, N, kChanCols, packed.data());
     return run_panels(a, packed.data(), N, C, ldc, r0 / kChanRows, (r1 + kChanRows - 1) / kChanRows, nullptr, r1);
   }
   run_columns(a, B, ldb, C, ldc, 0, N, nullptr, r0, r1);
+}
+
+void packed_gemm_xwt(const PackedWeights& a, const float* X, int64_t ldx, int64_t rows, float* Y, int64_t ldy,
+                     const PackedStore* store) {
+  if (rows <= 0 || a.layout != PackedLayout::Channels) return;
+  const int64_t K = a.K, blocks = (rows + kChanCols - 1) / kChanCols;
+  thread_local std::vector<float> packed;  // X^T as pack_columns lays out columns: X's rows, 6 a block
+  packed.resize(size_t(K * blocks * kChanCols));
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* x = X + j * ldx;
+    float* o = packed.data() + j / kChanCols * K * kChanCols + j % kChanCols;
+    for (int64_t k = 0; k < K; ++k) o[k * kChanCols] = x[k];
+  }
+  const float* Bp = packed.data();
+  const int64_t panels = (a.M + kChanRows - 1) / kChanRows;
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, kChanRows * K * rows));
+  parallel_for(panels, grain, [&](int64_t q0, int64_t q1) {
+    // the panels' rows of Y^T, in one piece per task, then written transposed into Y
+    const int64_t i0 = q0 * kChanRows, i1 = std::min(a.M, q1 * kChanRows);
+    thread_local std::vector<float> t;
+    t.resize(size_t((i1 - i0) * rows));
+    run_panels(a, Bp, rows, t.data(), rows, q0, q1, store, -1, i0);
+    for (int64_t j = 0; j < rows; ++j)
+      for (int64_t i = i0; i < i1; ++i) Y[j * ldy + i] = t[size_t((i - i0) * rows + j)];
+  });
 }
 
 void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
@@ -342,7 +427,7 @@ void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N,
     const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, kChanRows * a.K * N));
     thread_local std::vector<float> packed;  // B's column blocks, shared by the tasks of this call
     packed.resize(size_t(a.K * ((N + kChanCols - 1) / kChanCols) * kChanCols));
-    pack_columns(B, ldb, a.K, N, kChanCols, packed.data());
+    pack_columns(a, B, ldb, a.K, N, kChanCols, packed.data());
     const float* Bp = packed.data();
     parallel_for(panels, grain, [&](int64_t q0, int64_t q1) { run_panels(a, Bp, N, C, ldc, q0, q1, store); });
     return;

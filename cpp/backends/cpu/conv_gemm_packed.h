@@ -46,6 +46,14 @@ struct PackedStore {
 void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
                  const PackedStore* store = nullptr);
 
+// Y (rows, M), rows ldy apart, = X (rows, K), rows ldx apart, @ the packed weights (M, K)
+// transposed, then the store's epilogue on Y's columns (a bias per column; no residual): a
+// matrix product of few rows by constant weights (a classifier), which BLAS would repack on
+// every call. Channels layout only. Each element's sum runs over k in order in one float32
+// accumulator. Splits over the pool when called outside it.
+void packed_gemm_xwt(const PackedWeights& a, const float* X, int64_t ldx, int64_t rows, float* Y, int64_t ldy,
+                     const PackedStore* store = nullptr);
+
 // Rows [r0, r1) of that product, no epilogue, on the calling thread (r0 a multiple of
 // packed_panel_rows): threads that split a convolution's output channels among them.
 int64_t packed_panel_rows(const PackedWeights& a);

@@ -23,6 +23,7 @@
 #include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/conv_gemm_packed.h"
 #include "backends/cpu/isa_target.h"
+#include "backends/cpu/unit_shares.h"
 #include "core/ops/convolution_attrs.h"
 #include "core/typed_attrs.h"
 
@@ -47,6 +48,7 @@ struct Wino {
   int slots = 1;
   bool by_channels = false;  // units one at a time, split over source, then output channels
   bool avx2 = false;  // the transforms' AVX2 loops (MPSGRAPH_CPU_WINOGRAD_AVX2=0: the scalar ones)
+  bool own_shares = false;  // each slot claims its own contiguous share of the units first (unit_shares.h)
   int64_t v_elems = 0, m_elems = 0;  // per slot
   size_t u_idx = 0, v_idx = 0, m_idx = 0;
 };
@@ -317,16 +319,17 @@ bool run(const Wino& q, const float* x, const float* w, const float* U_const, co
     return true;
   }
   // units are claimed, not dealt: a thread slowed by another process takes fewer
-  std::atomic<int64_t> next{0};
+  UnitShares shares(units, q.slots, q.own_shares);
   parallel_for(q.slots, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t sl = s0; sl < s1; ++sl) {
       float* V = static_cast<float*>(out[q.v_idx]) + sl * q.v_elems;
       float* M = static_cast<float*>(out[q.m_idx]) + sl * q.m_elems;
-      for (int64_t u = next++; u < units; u = next++) {
+      shares.run(sl, [&](int64_t u) {
+        if (!finite) return;
         const int64_t n = u / q.blocks, ty0 = u % q.blocks * q.rows, ty1 = std::min(q.th, ty0 + q.rows);
         const int64_t T = (ty1 - ty0) * q.tw;
         if (!transform_input(q, x + n * q.C * q.H * q.W, V, ty0, ty1, 0, q.C)) finite = false;
-        if (!finite) return;
+        if (!finite) return;  // (the remaining units are claimed and skipped)
         for (int xi = 0; xi < 16; ++xi) {
           if (!packed.empty()) {
             packed_gemm(*packed[size_t(xi)], V + xi * q.C * T, T, T, M + xi * q.O * T, T);
@@ -337,7 +340,7 @@ bool run(const Wino& q, const float* x, const float* w, const float* U_const, co
         }
         transform_output(q, M, y + n * q.O * q.OH * q.OW, ty0, ty1, 0, q.O);
         if (epi) epi->apply(y, epi_in, n, 0, q.O, 2 * ty0 * q.OW, std::min(2 * ty1, q.OH) * q.OW);
-      }
+      });
     }
   });
   return finite;
@@ -359,6 +362,7 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   q.pt = a.padding[0], q.pl = a.padding[2];
 #if MG_CPU_X86
   q.avx2 = best_isa() != Isa::Generic && q.pt >= 0 && q.pl >= 0 && !switched_off("MPSGRAPH_CPU_WINOGRAD_AVX2");
+  q.own_shares = !switched_off("MPSGRAPH_CPU_UNIT_SHARES");  // (=0: the units claimed in turn from one counter)
 #endif
   // pays where the channel products are deep enough (their depth is C) and there are tiles to
   // share them. With the AVX2 transforms from 32 source channels (Zen 3, 1 thread: 32 and 48

@@ -18,7 +18,6 @@
 // ones with packed weights where there are units enough to share; others run one image at a
 // time, the gathers and then the product split over the pool.
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -39,6 +38,7 @@
 #include "backends/cpu/conv_winograd.h"
 #include "backends/cpu/elementwise_util.h"
 #include "backends/cpu/isa_target.h"
+#include "backends/cpu/unit_shares.h"
 #include "core/ops/convolution_attrs.h"
 
 #if MG_CPU_X86
@@ -116,11 +116,13 @@ struct Plan {
   bool dw3_border = false; // dw3 on narrow planes, equal strides: through a zero-bordered copy
   int64_t Wb = 0, Hb = 0;  // dw3_border: the bordered plane's width and height
   bool dw3_phase = false;  // dw3_border at stride 2: the bordered plane's even rows, then its odd ones
+  bool dw3_s1_avx2 = true;  // dw3: conv_depthwise.h's AVX2 stride-1 rows by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: compiled)
   int64_t pbL = 0, pbT = 0;  // padding before, innermost and outer (2-d)
   std::shared_ptr<const std::vector<float>> zeros;  // dw3: a source row of zeros (rows in the padding)
   int64_t tile = 1;        // output positions per column tile
   int64_t ntiles = 0;
   bool ours = false;       // units split over the pool (BLAS single-threaded), else BLAS threads
+  bool own_shares = false;  // ours: each thread claims its own contiguous share of the units first (unit_shares.h)
   bool tiles_parallel = false;  // a unit is one (item, tile); else one item with all its tiles
   int slots = 1;           // scratch slots
   int64_t col_elems = 0;   // per slot
@@ -195,6 +197,7 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.Hb = p.R + 1;
   }
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
+  p.dw3_s1_avx2 = !switched_off("MPSGRAPH_CPU_DW3_S1_AVX2");
 
   // innermost dim: output j reads source j * s + off, off = tap * dilation - pad_before
   const int64_t dL = dil.back(), pbL = pads[2 * (k - 1)];
@@ -289,6 +292,8 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     }
   }
   p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
+  // MPSGRAPH_CPU_UNIT_SHARES=0: the units claimed in turn from one counter
+  p.own_shares = p.ours && !switched_off("MPSGRAPH_CPU_UNIT_SHARES");
   p.col_elems = p.direct || p.depthwise ? 0 : p.CK * p.tile;
   // Few output positions per image (deep layers): one GEMM per image would stream the weights
   // once per image in thin products; images side by side make one wider product.
@@ -598,7 +603,7 @@ CopyRowsFn copy_rows_fn() {
 // Depthwise 3x3 (float32, innermost stride 1 or 2): each output row in one pass over its three
 // source rows (conv_depthwise.h) with the bias and clamp of the epilogue, edges scalar.
 void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const Epi& epi) {
-  const Dw3RowFn row = dw3_row_fn(p.sL);
+  const Dw3RowFn row = dw3_row_fn(p.sL, p.dw3_s1_avx2);
   const CopyRowsFn copy_rows = copy_rows_fn();
   RowEpilogue re = epi.e && epi.row ? *epi.row : RowEpilogue{true};
   constexpr float inf = std::numeric_limits<float>::infinity();
@@ -778,12 +783,12 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
     std::fill(s.acc, s.acc + s.nacc * out_elems, T(0));
   // units are claimed (a thread slowed by another process takes fewer), except the weights
   // gradient's: its per-slot partial sums would then add up in a different order per run
-  std::atomic<int64_t> next{0};
+  UnitShares shares(p.units(), p.slots, p.own_shares);
   const bool claim = p.kind != Kind::Weights;
   parallel_for(p.slots, 1, [&](int64_t s0, int64_t s1) {
     for (int64_t sl = s0; sl < s1; ++sl) {
       if (claim)
-        for (int64_t u = next++; u < p.units(); u = next++) run_unit(u, int(sl));
+        shares.run(sl, [&](int64_t u) { run_unit(u, int(sl)); });
       else
         for (int64_t u = sl; u < p.units(); u += p.slots) run_unit(u, int(sl));
     }
