@@ -50,40 +50,51 @@ MG_TARGET_AVX2 void row_avx2(const float* const* rows, const float* w, float* y,
                              float lo, float hi) {
   row_body<S>(rows, w, y, j0, j1, bias, lo, hi);
 }
+
+// A row call's weights, bias and bounds in every lane.
+struct RowVectors {
+  __m256 w[9], bias, lo, hi;
+};
+MG_TARGET_AVX2 inline RowVectors row_vectors(const float* w, float bias, float lo, float hi) {
+  RowVectors k;
+  for (int t = 0; t < 9; ++t) k.w[t] = _mm256_set1_ps(w[t]);
+  k.bias = _mm256_set1_ps(bias), k.lo = _mm256_set1_ps(lo), k.hi = _mm256_set1_ps(hi);
+  return k;
+}
+
+// The bias, then the clamp as row_body's compares do it (a NaN passes).
+MG_TARGET_AVX2 inline __m256 bias_clamp(__m256 v, const RowVectors& k) {
+  v = _mm256_add_ps(v, k.bias);
+  v = _mm256_blendv_ps(v, k.lo, _mm256_cmp_ps(v, k.lo, _CMP_LE_OQ));
+  return _mm256_blendv_ps(v, k.hi, _mm256_cmp_ps(v, k.hi, _CMP_GE_OQ));
+}
+
 // Stride 2 by hand (GCC's vectorised stride-2 loop is slower than ONNX Runtime's by 2x): the
 // even and odd source columns of 8 outputs come from two loads and one shuffle each, in the
 // lane order (0 1 4 5 2 3 6 7) that the shuffles leave; one permute puts the sums in order. The
 // taps add in the same order as row_body, as fused multiply-adds.
-
 // The third tap's sources (2j + 2) are the odd ones from 2j + 1, so 8 outputs read up to
 // source 2j + 16, no further than the scalar loop; a last group of fewer than 8 is redone as
 // the row's last 8 outputs (the same sums: the same values).
-MG_TARGET_AVX2 inline void s2_eight(const float* const* rows, const __m256* wv, float* y, int64_t j, __m256 vb,
-                                     __m256 vlo, __m256 vhi) {
+MG_TARGET_AVX2 inline void s2_eight(const float* const* rows, const RowVectors& k, float* y, int64_t j) {
+  const __m256* wv = k.w;
   const int64_t i = 2 * j;
   __m256 v = _mm256_mul_ps(wv[0], load_evens_or_odds(rows[0] + i, true));
-  v = _mm256_fmadd_ps(wv[1], load_evens_or_odds(rows[0] + i, false), v);
-  v = _mm256_fmadd_ps(wv[2], load_evens_or_odds(rows[0] + i + 1, false), v);
-  v = _mm256_fmadd_ps(wv[3], load_evens_or_odds(rows[1] + i, true), v);
-  v = _mm256_fmadd_ps(wv[4], load_evens_or_odds(rows[1] + i, false), v);
-  v = _mm256_fmadd_ps(wv[5], load_evens_or_odds(rows[1] + i + 1, false), v);
-  v = _mm256_fmadd_ps(wv[6], load_evens_or_odds(rows[2] + i, true), v);
-  v = _mm256_fmadd_ps(wv[7], load_evens_or_odds(rows[2] + i, false), v);
-  v = _mm256_fmadd_ps(wv[8], load_evens_or_odds(rows[2] + i + 1, false), v);
-  v = _mm256_add_ps(v, vb);
-  v = _mm256_blendv_ps(v, vlo, _mm256_cmp_ps(v, vlo, _CMP_LE_OQ));
-  v = _mm256_blendv_ps(v, vhi, _mm256_cmp_ps(v, vhi, _CMP_GE_OQ));
-  store_in_order(y + j, v);
+#pragma GCC unroll 3
+  for (int r = 0; r < 3; ++r) {  // a row's taps read the evens at i, the odds at i and at i + 1
+    if (r > 0) v = _mm256_fmadd_ps(wv[3 * r], load_evens_or_odds(rows[r] + i, true), v);
+    v = _mm256_fmadd_ps(wv[3 * r + 1], load_evens_or_odds(rows[r] + i, false), v);
+    v = _mm256_fmadd_ps(wv[3 * r + 2], load_evens_or_odds(rows[r] + i + 1, false), v);
+  }
+  store_in_order(y + j, bias_clamp(v, k));
 }
 
 MG_TARGET_AVX2 void row_avx2_s2(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,
                                 float lo, float hi) {
-  const __m256 vb = _mm256_set1_ps(bias), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-  __m256 wv[9];
-  for (int t = 0; t < 9; ++t) wv[t] = _mm256_set1_ps(w[t]);
+  const RowVectors k = row_vectors(w, bias, lo, hi);
   int64_t j = j0;
-  for (; j + 8 <= j1; j += 8) s2_eight(rows, wv, y, j, vb, vlo, vhi);
-  if (j < j1 && j1 - j0 >= 8) return s2_eight(rows, wv, y, j1 - 8, vb, vlo, vhi);
+  for (; j + 8 <= j1; j += 8) s2_eight(rows, k, y, j);
+  if (j < j1 && j1 - j0 >= 8) return s2_eight(rows, k, y, j1 - 8);
   row_body<2>(rows, w, y, j, j1, bias, lo, hi);
 }
 
@@ -91,33 +102,19 @@ MG_TARGET_AVX2 void row_avx2_s2(const float* const* rows, const float* w, float*
 // row's last 8 outputs redone by hand (the same multiplies and adds, not fused, in row_body's
 // order, so the same sums) instead of the compiler's scalar remainder of up to 7 outputs of 9
 // taps each: on 7x7 planes (61 outputs a bordered plane) a third of the work.
-MG_TARGET_AVX2 inline void s1_eight(const float* const* rows, const __m256* wv, float* y, int64_t j, __m256 vb,
-                                     __m256 vlo, __m256 vhi) {
-  const float *a = rows[0] + j, *b = rows[1] + j, *c = rows[2] + j;
-  __m256 v = _mm256_mul_ps(wv[0], _mm256_loadu_ps(a));
-  v = _mm256_add_ps(v, _mm256_mul_ps(wv[1], _mm256_loadu_ps(a + 1)));
-  v = _mm256_add_ps(v, _mm256_mul_ps(wv[2], _mm256_loadu_ps(a + 2)));
-  v = _mm256_add_ps(v, _mm256_mul_ps(wv[3], _mm256_loadu_ps(b)));
-  v = _mm256_add_ps(v, _mm256_mul_ps(wv[4], _mm256_loadu_ps(b + 1)));
-  v = _mm256_add_ps(v, _mm256_mul_ps(wv[5], _mm256_loadu_ps(b + 2)));
-  v = _mm256_add_ps(v, _mm256_mul_ps(wv[6], _mm256_loadu_ps(c)));
-  v = _mm256_add_ps(v, _mm256_mul_ps(wv[7], _mm256_loadu_ps(c + 1)));
-  v = _mm256_add_ps(v, _mm256_mul_ps(wv[8], _mm256_loadu_ps(c + 2)));
-  v = _mm256_add_ps(v, vb);
-  v = _mm256_blendv_ps(v, vlo, _mm256_cmp_ps(v, vlo, _CMP_LE_OQ));
-  v = _mm256_blendv_ps(v, vhi, _mm256_cmp_ps(v, vhi, _CMP_GE_OQ));
-  _mm256_storeu_ps(y + j, v);
+MG_TARGET_AVX2 inline void s1_eight(const float* const* rows, const RowVectors& k, float* y, int64_t j) {
+  __m256 v = _mm256_mul_ps(k.w[0], _mm256_loadu_ps(rows[0] + j));
+#pragma GCC unroll 8
+  for (int t = 1; t < 9; ++t) v = _mm256_add_ps(v, _mm256_mul_ps(k.w[t], _mm256_loadu_ps(rows[t / 3] + j + t % 3)));
+  _mm256_storeu_ps(y + j, bias_clamp(v, k));
 }
 
 MG_TARGET_AVX2 void row_avx2_s1(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,
                                 float lo, float hi) {
-  const __m256 vb = _mm256_set1_ps(bias), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-  __m256 wv[9];
-  for (int t = 0; t < 9; ++t) wv[t] = _mm256_set1_ps(w[t]);
   const int64_t n = j1 - j0, rest = n % 8;
   if (n < 8 || rest == 0) return row_body<1>(rows, w, y, j0, j1, bias, lo, hi);
   row_body<1>(rows, w, y, j0, j1 - rest, bias, lo, hi);  // the compiler's loop, in whole vectors
-  s1_eight(rows, wv, y, j1 - 8, vb, vlo, vhi);
+  s1_eight(rows, row_vectors(w, bias, lo, hi), y, j1 - 8);
 }
 
 template <int S>
