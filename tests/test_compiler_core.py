@@ -108,6 +108,32 @@ def test_profile_names_graph_level_ops_and_kernels():
     assert "softmax" in prof.table() and "exponent" in prof.table(kernels=True)
 
 
+def test_profile_per_step_names_the_layer_and_its_shapes():
+    """Two convolutions of different shapes are one op and one kernel, but two steps: the
+    per-step profile tells them apart by node and operand types."""
+    g = mg.Graph()
+    x = g.placeholder((1, 3, 16, 16), mg.float32, name="x")
+    w1 = g.constant(np.ones((8, 3, 3, 3), np.float32))
+    w2 = g.constant(np.ones((4, 8, 1, 1), np.float32))
+    kw = dict(data_layout="NCHW", weights_layout="OIHW")
+    h = g.convolution_2d(x, w1, padding=[1, 1, 1, 1], name="conv_a", **kw)
+    y = g.convolution_2d(h, w2, name="conv_b", **kw)
+    exe = g.compile({x: mg.ShapedType((1, 3, 16, 16), mg.float32)}, [y], device="cpu")
+    a = np.ones((1, 3, 16, 16), np.float32)
+    with mg.profiler.profile() as prof:
+        for _ in range(3):
+            exe.run([a])
+    convs = {k: v for k, v in prof.steps.items() if ": convolution" in k}
+    assert len(convs) == 2, prof.steps
+    assert any(k.startswith("conv_a") and "float32(1, 3, 16, 16)" in k and k.endswith("-> float32(1, 8, 16, 16)")
+               for k in convs), convs
+    assert any(k.startswith("conv_b") and k.endswith("-> float32(1, 4, 16, 16)") for k in convs), convs
+    assert all(calls == 3 for _, calls in prof.steps.values()), prof.steps
+    # every timed step is in the per-kernel totals too
+    assert abs(sum(s for s, _ in prof.steps.values()) - sum(s for s, _ in prof.kernels.values())) < 1e-9
+    assert "conv_a" in prof.table(steps=True)
+
+
 def _plan(exe):
     return {e["node"]: e for e in exe.memory_plan()}
 

@@ -1090,8 +1090,8 @@ PYBIND11_MODULE(_core, m) {
       for (auto& kv : m) d[py::str(kv.first)] = py::make_tuple(kv.second.seconds, kv.second.calls);
       return d;
     };
-    return py::make_tuple(as_dict(t.graph_ops), as_dict(t.kernels));
-  }, "Returns ({graph op: (seconds, calls)}, {kernel op: (seconds, calls)}) since the last call, and clears them.");
+    return py::make_tuple(as_dict(t.graph_ops), as_dict(t.kernels), as_dict(t.steps));
+  }, "Returns ({graph op: (seconds, calls)}, {kernel op: ...}, {step: ...}) since the last call, and clears them.");
   m.def("devices", [] {
     std::vector<std::string> r;
     for (auto& d : available_devices()) r.push_back(d.str());

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <string>
 #include <utility>
 
 namespace mg {
@@ -26,6 +27,14 @@ void record_profile(const char* kernel_op, const char* graph_op, double seconds)
   auto& g = table().graph_ops[graph_op];
   g.seconds += seconds;
   g.calls += 1;
+}
+
+void record_profile(const char* kernel_op, const char* graph_op, double seconds, const std::string& step) {
+  record_profile(kernel_op, graph_op, seconds);
+  std::lock_guard<std::mutex> l(g_mu);
+  auto& st = table().steps[step];
+  st.seconds += seconds;
+  st.calls += 1;
 }
 
 ProfileTotals take_profile() {

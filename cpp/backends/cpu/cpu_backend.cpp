@@ -365,6 +365,7 @@ struct Step {
   KernelFn fn;
   const char* op = "";        // the kernel's op
   const char* graph_op = "";  // the graph-level op it implements (a composite, or op itself)
+  std::string label;          // in the per-step profile: node, kernel, operand types
   std::vector<int> in, out;
   std::vector<const void*> in_ptr;
   std::vector<void*> out_ptr;
@@ -459,6 +460,11 @@ class CpuProgram final : public Program {
         st.graph_op = (conv.origin_op ? conv.origin_op : conv.op)->name.c_str();
         kctx.scratch_bytes = std::move(chain_scratch);
       }
+      // a convolution or product with its epilogue under the product's node, a group under its root's
+      st.label = (chain >= 0 ? g.node(epilogues.chains[size_t(chain)][0]).name : n.name) + ": " + st.op +
+                 (group >= 0 || chain >= 0 ? " (fused)" : "") + " ";
+      for (size_t k = 0; k < in.size(); ++k) st.label += (k ? ", " : "") + type_str(in[k]);
+      st.label += " -> " + type_str(n.outputs[0]);
       if (group >= 0 || chain >= 0) st.fn = std::move(fused);
       else if (fold != folds.matmul.end()) st.fn = make_matmul_kernel(kctx, fold->second[0], fold->second[1]);
       else st.fn = (*f)(kctx);
@@ -525,7 +531,7 @@ class CpuProgram final : public Program {
       if (profile) {
         auto t0 = std::chrono::steady_clock::now();
         st.fn(st.in_ptr.data(), st.out_ptr.data());
-        record_profile(st.op, st.graph_op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        record_profile(st.op, st.graph_op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), st.label);
       } else {
         st.fn(st.in_ptr.data(), st.out_ptr.data());
       }
