@@ -10,7 +10,9 @@ PyTorch in float64:
     through the bordered plane's four phases (MPSGRAPH_CPU_DW3_PHASES=0: one flat loop); the
     bordered planes' rows copied one plane a call (MPSGRAPH_CPU_DW3_COPY_ROWS=0: a row a call);
     AVX2 stride-1 rows ending in a vector step by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: the
-    compiler's scalar remainder), the same bits;
+    compiler's scalar remainder), the same bits; stride-1 bordered planes as pairs of output rows
+    written straight into the output (MPSGRAPH_CPU_DW3_ROW_PAIRS=0: one flat loop, copied out),
+    the same bits;
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
     column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
@@ -892,4 +894,29 @@ def test_depthwise3x3_s1_vector_end_same_bits(case, chain, monkeypatch):
     y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
     compiled = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_S1_AVX2": "0"}, monkeypatch), [x])[0]
     np.testing.assert_array_equal(y, compiled)
+    _dw_agree(case, x, w, bias, chain, y)
+
+
+# ---------------- depthwise 3x3 stride-1 bordered planes in row pairs (MPSGRAPH_CPU_DW3_ROW_PAIRS) ----------------
+
+@pytest.mark.parametrize("case", [DW[i] for i in (0, 4, 8, 9, 10)] +
+                         [((2, 6, 56, 56), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((1, 5, 9, 8), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((2, 3, 8, 13), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((1, 4, 1, 9), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+                          ((1, 4, 6, 40), 1, (1, 1), (0, 2, 1, 1), (1, 1))],
+                         ids=lambda c: "x".join(map(str, c[0])) + "p" + "".join(map(str, c[3])))
+@pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise3x3_row_pairs_same_bits(case, chain, threads, monkeypatch):
+    """Stride-1 bordered planes as pairs of output rows sharing their source rows, written
+    straight into the output (MPSGRAPH_CPU_DW3_ROW_PAIRS=0: one flat loop over the bordered
+    plane, copied out): the same sums, so the same bits; odd and even row counts, one row, rows
+    of 8 to 56, uneven padding, 7x7 planes (7 wide: the flat loop)."""
+    x, w, bias = _dw_setup(case, 19)
+    build = _dw_build(case, w, bias, chain)
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        flat = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_ROW_PAIRS": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, flat)
     _dw_agree(case, x, w, bias, chain, y)

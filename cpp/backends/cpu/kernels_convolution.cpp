@@ -117,6 +117,7 @@ struct Plan {
   int64_t Wb = 0, Hb = 0;  // dw3_border: the bordered plane's width and height
   bool dw3_phase = false;  // dw3_border at stride 2: the bordered plane's even rows, then its odd ones
   bool dw3_s1_avx2 = true;  // dw3: conv_depthwise.h's AVX2 stride-1 rows by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: compiled)
+  bool dw3_row_pairs = false;  // dw3_border at stride 1: Dw3PlaneFn's row pairs, straight into the output
   int64_t pbL = 0, pbT = 0;  // padding before, innermost and outer (2-d)
   std::shared_ptr<const std::vector<float>> zeros;  // dw3: a source row of zeros (rows in the padding)
   int64_t tile = 1;        // output positions per column tile
@@ -198,6 +199,9 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   }
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
   p.dw3_s1_avx2 = !switched_off("MPSGRAPH_CPU_DW3_S1_AVX2");
+  // MPSGRAPH_CPU_DW3_ROW_PAIRS=0 keeps the flat loop over the bordered plane and its copy out
+  p.dw3_row_pairs = p.dw3_border && p.sL == 1 && p.OL >= 8 && dw3_s1_plane_fn() &&
+                    !switched_off("MPSGRAPH_CPU_DW3_ROW_PAIRS");
 
   // innermost dim: output j reads source j * s + off, off = tap * dilation - pad_before
   const int64_t dL = dil.back(), pbL = pads[2 * (k - 1)];
@@ -605,6 +609,7 @@ CopyRowsFn copy_rows_fn() {
 void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const Epi& epi) {
   const Dw3RowFn row = dw3_row_fn(p.sL, p.dw3_s1_avx2);
   const CopyRowsFn copy_rows = copy_rows_fn();
+  const Dw3PlaneFn plane_s1 = p.dw3_row_pairs ? dw3_s1_plane_fn() : nullptr;
   RowEpilogue re = epi.e && epi.row ? *epi.row : RowEpilogue{true};
   constexpr float inf = std::numeric_limits<float>::infinity();
   const std::pair<float, float> bounds = row_bounds(re, epi.in);
@@ -665,6 +670,11 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
       if (p.dw3_border) {
         float *xb = plane.data(), *yb = xb + Hb * Wb;
         copy_rows(xb + p.pbT * Wb + p.pbL, Wb, xc + p.pbL, p.IL, IH, p.IL);
+        if (plane_s1) {
+          plane_s1(xb, Wb, wc, yc, p.OL, p.R, bias, lo, hi);
+          if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
+          continue;
+        }
         const float* rows[3] = {xb, xb + Wb, xb + 2 * Wb};
         row(rows, wc, yb, 0, (p.R - 1) * Wb + p.OL, bias, lo, hi);
         copy_rows(yc, p.OL, yb, Wb, p.R, p.OL);
