@@ -12,7 +12,7 @@ PyTorch in float64:
     AVX2 stride-1 rows ending in a vector step by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: the
     compiler's scalar remainder), the same bits; stride-1 bordered planes as pairs of output rows
     written straight into the output (MPSGRAPH_CPU_DW3_ROW_PAIRS=0: one flat loop, copied out),
-    the same bits;
+    and stride-2 ones from the phases the same way (MPSGRAPH_CPU_DW3_PHASE_PAIRS=0), the same bits;
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
     column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
@@ -918,5 +918,26 @@ def test_depthwise3x3_row_pairs_same_bits(case, chain, threads, monkeypatch):
     with _threads(threads):
         y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
         flat = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_ROW_PAIRS": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, flat)
+    _dw_agree(case, x, w, bias, chain, y)
+
+
+@pytest.mark.parametrize("case", DW_PHASES +
+                         [((2, 3, 17, 17), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+                          ((1, 4, 2, 31), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+                          ((2, 5, 33, 20), 1, (2, 2), (0, 1, 2, 1), (1, 1))],
+                         ids=lambda c: "x".join(map(str, c[0])) + "p" + "".join(map(str, c[3])))
+@pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise3x3_phase_pairs_same_bits(case, chain, threads, monkeypatch):
+    """Stride-2 planes through the bordered plane's phases as pairs of output rows sharing a
+    source row, written straight into the output (MPSGRAPH_CPU_DW3_PHASE_PAIRS=0: one flat loop
+    over the phases, copied out): the same sums, so the same bits; odd and even row counts, one
+    row, rows of 8 to 28 (and of fewer than 8: the flat loop), uneven padding."""
+    x, w, bias = _dw_setup(case, 23)
+    build = _dw_build(case, w, bias, chain)
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        flat = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_PHASE_PAIRS": "0"}, monkeypatch), [x])[0]
     np.testing.assert_array_equal(y, flat)
     _dw_agree(case, x, w, bias, chain, y)

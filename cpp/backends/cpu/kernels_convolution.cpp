@@ -118,6 +118,7 @@ struct Plan {
   bool dw3_phase = false;  // dw3_border at stride 2: the bordered plane's even rows, then its odd ones
   bool dw3_s1_avx2 = true;  // dw3: conv_depthwise.h's AVX2 stride-1 rows by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: compiled)
   bool dw3_row_pairs = false;  // dw3_border at stride 1: Dw3PlaneFn's row pairs, straight into the output
+  bool dw3_phase_pairs = false;  // dw3_phase: Dw3PhasePlaneFn's row pairs, straight into the output
   int64_t pbL = 0, pbT = 0;  // padding before, innermost and outer (2-d)
   std::shared_ptr<const std::vector<float>> zeros;  // dw3: a source row of zeros (rows in the padding)
   int64_t tile = 1;        // output positions per column tile
@@ -197,6 +198,8 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.Wb = 2 * std::max(p.OL + 1, (p.pbL + p.IL + 1) / 2);
     p.Hb = p.R + 1;
   }
+  // MPSGRAPH_CPU_DW3_PHASE_PAIRS=0 keeps the flat loop over the phases and its copy out
+  p.dw3_phase_pairs = p.dw3_phase && p.OL >= 8 && dw3_s2_plane_fn() && !switched_off("MPSGRAPH_CPU_DW3_PHASE_PAIRS");
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
   p.dw3_s1_avx2 = !switched_off("MPSGRAPH_CPU_DW3_S1_AVX2");
   // MPSGRAPH_CPU_DW3_ROW_PAIRS=0 keeps the flat loop over the bordered plane and its copy out
@@ -610,6 +613,7 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
   const Dw3RowFn row = dw3_row_fn(p.sL, p.dw3_s1_avx2);
   const CopyRowsFn copy_rows = copy_rows_fn();
   const Dw3PlaneFn plane_s1 = p.dw3_row_pairs ? dw3_s1_plane_fn() : nullptr;
+  const Dw3PhasePlaneFn plane_s2 = p.dw3_phase_pairs ? dw3_s2_plane_fn() : nullptr;
   RowEpilogue re = epi.e && epi.row ? *epi.row : RowEpilogue{true};
   constexpr float inf = std::numeric_limits<float>::infinity();
   const std::pair<float, float> bounds = row_bounds(re, epi.in);
@@ -660,6 +664,11 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
           const int64_t i0 = (q - p.pbT) & 1, b0 = (i0 + p.pbT) >> 1;  // (pbT >= 0)
           const int64_t rows = std::min((IH - i0 + 1) / 2, Hb - b0);
           if (rows > 0) copy_rows(f + q * phase + b0 * Wb + p.pbL, Wb, xc + p.pbL + i0 * p.IL, 2 * p.IL, rows, p.IL);
+        }
+        if (plane_s2) {
+          plane_s2(f, f + phase, Wb, wc, yc, p.OL, p.R, bias, lo, hi);
+          if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
+          continue;
         }
         const float* rows[3] = {f, f + phase, f + Wb};
         row(rows, wc, yb, 0, nq + 1, bias, lo, hi);  // nq in vectors (the loop reads one ahead)
