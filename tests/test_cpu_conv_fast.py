@@ -897,47 +897,37 @@ def test_depthwise3x3_s1_vector_end_same_bits(case, chain, monkeypatch):
     _dw_agree(case, x, w, bias, chain, y)
 
 
-# ---------------- depthwise 3x3 stride-1 bordered planes in row pairs (MPSGRAPH_CPU_DW3_ROW_PAIRS) ----------------
+# ---------------- depthwise 3x3 bordered planes in row pairs (MPSGRAPH_CPU_DW3_ROW_PAIRS, _PHASE_PAIRS) ----------------
 
-@pytest.mark.parametrize("case", [DW[i] for i in (0, 4, 8, 9, 10)] +
-                         [((2, 6, 56, 56), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
-                          ((1, 5, 9, 8), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
-                          ((2, 3, 8, 13), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
-                          ((1, 4, 1, 9), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
-                          ((1, 4, 6, 40), 1, (1, 1), (0, 2, 1, 1), (1, 1))],
-                         ids=lambda c: "x".join(map(str, c[0])) + "p" + "".join(map(str, c[3])))
+DW_PAIRS = [(c, "MPSGRAPH_CPU_DW3_ROW_PAIRS") for c in
+            [DW[i] for i in (0, 4, 8, 9, 10)] +
+            [((2, 6, 56, 56), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 5, 9, 8), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((2, 3, 8, 13), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 4, 1, 9), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 4, 6, 40), 1, (1, 1), (0, 2, 1, 1), (1, 1))]] + \
+           [(c, "MPSGRAPH_CPU_DW3_PHASE_PAIRS") for c in
+            DW_PHASES +
+            [((2, 3, 17, 17), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+             ((1, 4, 2, 31), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+             ((2, 5, 33, 20), 1, (2, 2), (0, 1, 2, 1), (1, 1))]]
+
+
+@pytest.mark.parametrize("case,switch", DW_PAIRS,
+                         ids=lambda c: c.split("_")[-2].lower() if isinstance(c, str) else
+                         "x".join(map(str, c[0])) + f"s{c[2][0]}p" + "".join(map(str, c[3])))
 @pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_depthwise3x3_row_pairs_same_bits(case, chain, threads, monkeypatch):
-    """Stride-1 bordered planes as pairs of output rows sharing their source rows, written
-    straight into the output (MPSGRAPH_CPU_DW3_ROW_PAIRS=0: one flat loop over the bordered
-    plane, copied out): the same sums, so the same bits; odd and even row counts, one row, rows
-    of 8 to 56, uneven padding, 7x7 planes (7 wide: the flat loop)."""
+def test_depthwise3x3_row_pairs_same_bits(case, switch, chain, threads, monkeypatch):
+    """Bordered planes as pairs of output rows sharing their source rows, written straight into
+    the output (the switch off: one flat loop over the bordered plane, copied out): the same
+    sums, so the same bits. Stride 1 (MPSGRAPH_CPU_DW3_ROW_PAIRS) and stride 2 through the
+    bordered plane's phases (MPSGRAPH_CPU_DW3_PHASE_PAIRS); odd and even row counts, one row,
+    rows of 8 to 56, uneven padding, rows of fewer than 8 (the flat loop)."""
     x, w, bias = _dw_setup(case, 19)
     build = _dw_build(case, w, bias, chain)
     with _threads(threads):
         y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
-        flat = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_ROW_PAIRS": "0"}, monkeypatch), [x])[0]
-    np.testing.assert_array_equal(y, flat)
-    _dw_agree(case, x, w, bias, chain, y)
-
-
-@pytest.mark.parametrize("case", DW_PHASES +
-                         [((2, 3, 17, 17), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
-                          ((1, 4, 2, 31), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
-                          ((2, 5, 33, 20), 1, (2, 2), (0, 1, 2, 1), (1, 1))],
-                         ids=lambda c: "x".join(map(str, c[0])) + "p" + "".join(map(str, c[3])))
-@pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_depthwise3x3_phase_pairs_same_bits(case, chain, threads, monkeypatch):
-    """Stride-2 planes through the bordered plane's phases as pairs of output rows sharing a
-    source row, written straight into the output (MPSGRAPH_CPU_DW3_PHASE_PAIRS=0: one flat loop
-    over the phases, copied out): the same sums, so the same bits; odd and even row counts, one
-    row, rows of 8 to 28 (and of fewer than 8: the flat loop), uneven padding."""
-    x, w, bias = _dw_setup(case, 23)
-    build = _dw_build(case, w, bias, chain)
-    with _threads(threads):
-        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
-        flat = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_PHASE_PAIRS": "0"}, monkeypatch), [x])[0]
+        flat = _run(_compile(build, [x], {switch: "0"}, monkeypatch), [x])[0]
     np.testing.assert_array_equal(y, flat)
     _dw_agree(case, x, w, bias, chain, y)
