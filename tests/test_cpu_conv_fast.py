@@ -10,7 +10,9 @@ PyTorch in float64:
     through the bordered plane's four phases (MPSGRAPH_CPU_DW3_PHASES=0: one flat loop); the
     bordered planes' rows copied one plane a call (MPSGRAPH_CPU_DW3_COPY_ROWS=0: a row a call);
     AVX2 stride-1 rows ending in a vector step by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: the
-    compiler's scalar remainder), the same bits;
+    compiler's scalar remainder), the same bits; stride-1 bordered planes as pairs of output rows
+    written straight into the output (MPSGRAPH_CPU_DW3_ROW_PAIRS=0: one flat loop, copied out),
+    and stride-2 ones from the phases the same way (MPSGRAPH_CPU_DW3_PHASE_PAIRS=0), the same bits;
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
     column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
@@ -233,7 +235,8 @@ DW = [((1, 8, 14, 14), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
       ((2, 3, 9, 64), 1, (2, 2), (1, 0, 1, 0), (1, 1)),
       ((1, 6, 40, 45), 1, (1, 1), (1, 1, 1, 1), (1, 1)),  # stride 1, 32 to 63 wide: bordered too
       ((2, 5, 33, 50), 1, (1, 1), (0, 2, 2, 0), (1, 1)),
-      ((1, 3, 12, 131), 1, (2, 2), (1, 1, 1, 1), (1, 1))]  # stride 2, rows of 66: the last 8 redone
+      ((1, 3, 12, 131), 1, (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2, rows of 66: the last 8 redone
+      ((1, 4, 9, 140), 1, (1, 1), (1, 1, 1, 1), (1, 1))]  # stride 1, 128 or more wide: the flat rows
 
 # stride 2 on narrow planes (the bordered plane's four phases): MobileNetV2's 28x28 and 7x7
 # outputs, odd sizes, paddings 0 to 2 on either side, a multiplier, outputs that a source
@@ -335,7 +338,7 @@ def test_depthwise3x3_copy_rows_same_bits(case, threads, monkeypatch):
     _dw_agree(case, x, w, bias, "bias_relu6", y)
 
 
-@pytest.mark.parametrize("idx", [1, 0, 6])
+@pytest.mark.parametrize("idx", [1, 0, 6, 16])
 def test_depthwise3x3_non_finite_source(idx):
     """An infinity or NaN reaches only the outputs that read it (the padding is not multiplied
     in): the strided rows, the bordered narrow planes and the flat wide ones."""
@@ -876,7 +879,7 @@ def test_packed_half_tail_same_bits(shape, wshape, stride, pad, threads, monkeyp
 
 # ---------------- depthwise 3x3 stride-1 rows ending in a vector step (MPSGRAPH_CPU_DW3_S1_AVX2) ----------------
 
-@pytest.mark.parametrize("case", [DW[i] for i in (0, 2, 4, 6, 8, 9, 10, 13, 14)] +
+@pytest.mark.parametrize("case", [DW[i] for i in (0, 2, 4, 6, 8, 9, 10, 13, 14, 16)] +
                          [((2, 6, 56, 56), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
                           ((3, 16, 7, 7), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
                           ((1, 5, 9, 8), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
@@ -886,10 +889,53 @@ def test_packed_half_tail_same_bits(shape, wshape, stride, pad, threads, monkeyp
 def test_depthwise3x3_s1_vector_end_same_bits(case, chain, monkeypatch):
     """Stride-1 rows whose length is no multiple of 8 end with the last 8 outputs redone by hand
     (MPSGRAPH_CPU_DW3_S1_AVX2=0: the compiler's scalar remainder): the same sums, so the same
-    bits; bordered 7x7 to 56x56 planes, flat 112-wide rows, rows shorter than 8."""
+    bits; bordered 7x7 to 112x112 planes, flat 140-wide rows, rows shorter than 8."""
     x, w, bias = _dw_setup(case, 17)
     build = _dw_build(case, w, bias, chain)
     y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
     compiled = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_S1_AVX2": "0"}, monkeypatch), [x])[0]
     np.testing.assert_array_equal(y, compiled)
     _dw_agree(case, x, w, bias, chain, y)
+
+
+# ---------------- depthwise 3x3 bordered planes in row pairs (MPSGRAPH_CPU_DW3_ROW_PAIRS, _PHASE_PAIRS) ----------------
+
+DW_PAIRS = [(c, "MPSGRAPH_CPU_DW3_ROW_PAIRS") for c in
+            [DW[i] for i in (0, 4, 8, 9, 10)] +
+            [((2, 6, 56, 56), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 5, 9, 8), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((2, 3, 8, 13), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 4, 1, 9), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 4, 6, 40), 1, (1, 1), (0, 2, 1, 1), (1, 1)),
+             ((2, 3, 13, 112), 1, (1, 1), (1, 1, 1, 1), (1, 1)),  # switched off: the flat path
+             ((1, 2, 5, 127), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 2, 5, 128), 1, (1, 1), (1, 1, 1, 1), (1, 1))]] + \
+           [(c, "MPSGRAPH_CPU_DW3_PHASE_PAIRS") for c in
+            DW_PHASES +
+            [((2, 3, 17, 17), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+             ((1, 4, 2, 31), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+             ((2, 5, 33, 20), 1, (2, 2), (0, 1, 2, 1), (1, 1))]]
+
+
+@pytest.mark.parametrize("case,switch", DW_PAIRS,
+                         ids=lambda c: c.split("_")[-2].lower() if isinstance(c, str) else
+                         "x".join(map(str, c[0])) + f"s{c[2][0]}p" + "".join(map(str, c[3])))
+@pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise3x3_row_pairs_same_bits(case, switch, chain, threads, monkeypatch):
+    """Bordered planes as pairs of output rows sharing their source rows, written straight into
+    the output (the switch off: one flat loop over the bordered plane, copied out): the same
+    sums, so the same bits (from 64 wide, in the columns inside the edges). Stride 1 (MPSGRAPH_CPU_DW3_ROW_PAIRS) and stride 2 through the
+    bordered plane's phases (MPSGRAPH_CPU_DW3_PHASE_PAIRS); odd and even row counts, one row,
+    rows of 8 to 128 (from 64 the switch off takes the unbordered flat path; 128 is too wide to
+    be bordered), uneven padding, rows of fewer than 8 (the flat loop)."""
+    x, w, bias = _dw_setup(case, 19)
+    build = _dw_build(case, w, bias, chain)
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        flat = _run(_compile(build, [x], {switch: "0"}, monkeypatch), [x])[0]
+    # from 64 wide the switch off takes the unbordered flat path, whose edge columns sum only
+    # the taps inside the plane (an ulp apart): those columns agree with PyTorch only
+    inner = np.s_[..., 1:-1] if case[0][3] >= 64 else np.s_[...]
+    np.testing.assert_array_equal(y[inner], flat[inner])
+    _dw_agree(case, x, w, bias, chain, y, flat)

@@ -2,7 +2,8 @@
 own: sizes that are not a multiple of any vector width and large enough to be split over
 threads, scalar and full operands, NaN and signed zeros (clamp with scalar bounds, select with
 a full predicate, streamed pooling rows, the depthwise convolution, matrix products whose
-transposed operands are folded into the BLAS call, Winograd convolutions)."""
+transposed operands are folded into the BLAS call, Winograd convolutions, float32 means over
+contiguous runs in AVX2)."""
 import numpy as np
 import pytest
 
@@ -291,3 +292,46 @@ def test_winograd_non_finite_runs_the_generic_path(where, monkeypatch):
         ref = _conv_ref(bad_x, bad_w, pads)
     np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
     np.testing.assert_array_equal(np.isinf(y), np.isinf(ref))
+
+
+def _mean_var(x, axes, env, monkeypatch):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    try:
+        g = mg.Graph()
+        p = g.placeholder(x.shape, mg.float32)
+        exe = g.compile({p: x}, [g.mean(p, axes=axes, keep_dims=True), g.variance(p, axes=axes)], device="cpu")
+    finally:
+        for k in env:
+            monkeypatch.delenv(k)
+    return [np.asarray(r) for r in exe.run([mg.TensorData(x)])]
+
+
+@pytest.mark.parametrize("shape,axes", [((8, 64, 7, 7), [2, 3]), ((3, 5, 4, 4), [2, 3]), ((2, 6, 17), [2]),
+                                        ((4, 23), [1]), ((5, 200), [1]), ((2, 3, 15), [2]), ((0, 3, 49), [2]),
+                                        ((1, 2, 3, 300), [1, 3])])
+@pytest.mark.parametrize("special", [False, True])
+def test_mean_lanes_same_bits(shape, axes, special, monkeypatch):
+    """float32 means (and variance's first pass) over runs of 16 or more in AVX2 eight double
+    lanes at a time, a tail of fewer than 8 masked (MPSGRAPH_CPU_MEAN_LANES=0: the compiled lanes
+    loop): the same bits, NaN, infinities and signed zeros included; runs of 4 to 300, no outputs,
+    and runs split over reduced dims; within float32 rounding of the float64 mean."""
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal(shape).astype(np.float32) * 100
+    if special and x.size:
+        flat = x.reshape(-1)
+        flat[0], flat[min(5, flat.size - 1)] = np.inf, np.nan
+        flat[-1] = -np.inf
+        x.reshape(shape[0], -1)[-1, :] = -0.0
+    mean, var = _mean_var(x, axes, {}, monkeypatch)
+    mean0, var0 = _mean_var(x, axes, {"MPSGRAPH_CPU_MEAN_LANES": "0"}, monkeypatch)
+    np.testing.assert_array_equal(mean, mean0)
+    np.testing.assert_array_equal(var, var0)
+    with np.errstate(invalid="ignore"):
+        ref = np.mean(x.astype(np.float64), axis=tuple(axes), keepdims=True)
+    assert mean.shape == ref.shape
+    np.testing.assert_array_equal(np.isnan(mean), np.isnan(ref))
+    np.testing.assert_array_equal(np.signbit(mean[ref == 0]), np.signbit(ref[ref == 0]))
+    fin = np.isfinite(ref)
+    np.testing.assert_array_equal(mean[~fin], ref[~fin].astype(np.float32))
+    assert np.all(np.abs(mean[fin] - ref[fin]) <= 1e-6 * np.abs(ref[fin]) + 1e-30)

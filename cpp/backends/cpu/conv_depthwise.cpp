@@ -117,6 +117,84 @@ MG_TARGET_AVX2 void row_avx2_s1(const float* const* rows, const float* w, float*
   s1_eight(rows, row_vectors(w, bias, lo, hi), y, j1 - 8);
 }
 
+// NR (1 or 2) output rows' 8 outputs at column j, from source rows b, b + wb, ...: row r's taps
+// read rows r to r + 2, so a pair loads four rows, not six. The taps add as GCC contracts
+// row_body's: the first tap fused onto the second's product, then the rest in order.
+template <int NR>
+MG_TARGET_AVX2 inline void s1_rows(const float* b, int64_t wb, const RowVectors& k, float* y, int64_t ol, int64_t j) {
+  __m256 v[NR];
+#pragma GCC unroll 4
+  for (int s = 0; s < NR + 2; ++s) {  // source row s
+    const __m256 x[3] = {_mm256_loadu_ps(b + s * wb + j), _mm256_loadu_ps(b + s * wb + j + 1),
+                         _mm256_loadu_ps(b + s * wb + j + 2)};
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; ++r) {
+      const int kt = s - r;  // the tap row of source row s for output row r
+      if (kt < 0 || kt > 2) continue;
+      int t = 0;
+      if (kt == 0) v[r] = _mm256_fmadd_ps(k.w[0], x[0], _mm256_mul_ps(k.w[1], x[1])), t = 2;
+      for (; t < 3; ++t) v[r] = _mm256_fmadd_ps(k.w[3 * kt + t], x[t], v[r]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) _mm256_storeu_ps(y + r * ol + j, bias_clamp(v[r], k));
+}
+
+// A row's last group of fewer than 8 is redone as its last 8 outputs (the same values).
+template <int NR>
+MG_TARGET_AVX2 inline void s1_row_group(const float* b, int64_t wb, const RowVectors& k, float* y, int64_t ol) {
+  int64_t j = 0;
+  for (; j + 8 <= ol; j += 8) s1_rows<NR>(b, wb, k, y, ol, j);
+  if (j < ol) s1_rows<NR>(b, wb, k, y, ol, ol - 8);
+}
+
+MG_TARGET_AVX2 void plane_avx2_s1(const float* b, int64_t wb, const float* w, float* y, int64_t ol, int64_t nr,
+                                  float bias, float lo, float hi) {
+  const RowVectors k = row_vectors(w, bias, lo, hi);
+  int64_t r = 0;
+  for (; r + 2 <= nr; r += 2) s1_row_group<2>(b + r * wb, wb, k, y + r * ol, ol);
+  if (r < nr) s1_row_group<1>(b + r * wb, wb, k, y + r * ol, ol);
+}
+
+// NR (1 or 2) stride-2 output rows' 8 outputs at column j from the phases: output row r reads
+// source rows 2r to 2r + 2 (even row r, odd row r, even row r + 1), so a pair shares one. The
+// taps add in s2_eight's order.
+template <int NR>
+MG_TARGET_AVX2 inline void s2_rows(const float* even, const float* odd, int64_t wb, const RowVectors& k, float* y,
+                                   int64_t ol, int64_t j) {
+  __m256 v[NR];
+  const int64_t i = 2 * j;
+#pragma GCC unroll 5
+  for (int s = 0; s < 2 * NR + 1; ++s) {  // source row s
+    const float* p = (s & 1 ? odd : even) + (s >> 1) * wb + i;
+    const __m256 x[3] = {load_evens_or_odds(p, true), load_evens_or_odds(p, false), load_evens_or_odds(p + 1, false)};
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; ++r) {
+      const int kt = s - 2 * r;
+      if (kt < 0 || kt > 2) continue;
+      int t = 0;
+      if (kt == 0) v[r] = _mm256_mul_ps(k.w[0], x[0]), t = 1;
+      for (; t < 3; ++t) v[r] = _mm256_fmadd_ps(k.w[3 * kt + t], x[t], v[r]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) store_in_order(y + r * ol + j, bias_clamp(v[r], k));
+}
+
+template <int NR>
+MG_TARGET_AVX2 inline void s2_row_group(const float* even, const float* odd, int64_t wb, const RowVectors& k, float* y,
+                                        int64_t ol) {
+  int64_t j = 0;
+  for (; j + 8 <= ol; j += 8) s2_rows<NR>(even, odd, wb, k, y, ol, j);
+  if (j < ol) s2_rows<NR>(even, odd, wb, k, y, ol, ol - 8);
+}
+
+MG_TARGET_AVX2 void plane_avx2_s2(const float* even, const float* odd, int64_t wb, const float* w, float* y, int64_t ol,
+                                  int64_t nr, float bias, float lo, float hi) {
+  const RowVectors k = row_vectors(w, bias, lo, hi);
+  int64_t r = 0;
+  for (; r + 2 <= nr; r += 2) s2_row_group<2>(even + r * wb, odd + r * wb, wb, k, y + r * ol, ol);
+  if (r < nr) s2_row_group<1>(even + r * wb, odd + r * wb, wb, k, y + r * ol, ol);
+}
+
 template <int S>
 MG_TARGET_AVX512 void row_avx512(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1,
                                  float bias, float lo, float hi) {
@@ -136,6 +214,20 @@ Dw3RowFn dw3_row_fn(int64_t stride, bool s1_by_hand) {
   (void)s1_by_hand;
 #endif
   return s1 ? row_generic<1> : row_generic<2>;
+}
+
+Dw3PlaneFn dw3_s1_plane_fn() {
+#if MG_CPU_X86
+  if (best_isa() == Isa::Avx2) return plane_avx2_s1;
+#endif
+  return nullptr;
+}
+
+Dw3PhasePlaneFn dw3_s2_plane_fn() {
+#if MG_CPU_X86
+  if (best_isa() == Isa::Avx2) return plane_avx2_s2;
+#endif
+  return nullptr;
 }
 
 }  // namespace mg::cpu

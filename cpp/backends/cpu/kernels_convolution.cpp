@@ -117,6 +117,8 @@ struct Plan {
   int64_t Wb = 0, Hb = 0;  // dw3_border: the bordered plane's width and height
   bool dw3_phase = false;  // dw3_border at stride 2: the bordered plane's even rows, then its odd ones
   bool dw3_s1_avx2 = true;  // dw3: conv_depthwise.h's AVX2 stride-1 rows by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: compiled)
+  bool dw3_row_pairs = false;  // dw3_border at stride 1 (up to 127 wide): Dw3PlaneFn's row pairs, into the output
+  bool dw3_phase_pairs = false;  // dw3_phase: Dw3PhasePlaneFn's row pairs, straight into the output
   int64_t pbL = 0, pbT = 0;  // padding before, innermost and outer (2-d)
   std::shared_ptr<const std::vector<float>> zeros;  // dw3: a source row of zeros (rows in the padding)
   int64_t tile = 1;        // output positions per column tile
@@ -181,10 +183,14 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   p.pbL = pads[2 * (k - 1)];
   p.pbT = k == 2 ? pads[0] : 0;
   p.dw3_flat = p.dw3 && strides[0] == 1 && dil[0] == 1 && p.sL == 1 && p.OL == p.IL;
+  // MPSGRAPH_CPU_DW3_ROW_PAIRS=0 keeps the flat loop over the bordered plane and its copy out
+  const bool row_pairs = p.dw3 && p.sL == 1 && p.OL >= 8 && dw3_s1_plane_fn() &&
+                         !switched_off("MPSGRAPH_CPU_DW3_ROW_PAIRS");
   // narrow planes: the edge columns would cost as much as the rest (at stride 1 up to 56 wide:
-  // MobileNetV2's 144 channels at 56x56 335 -> 272 us; at 112 the copies cost more, 1.07x)
+  // MobileNetV2's 144 channels at 56x56 335 -> 272 us; at 112 the copies cost more, 1.07x).
+  // Row pairs (no copy out) pay at 112 too: 32 channels at 112x112, 0.91 -> 0.86 ms at batch 8.
   p.dw3_border = p.dw3 && strides[0] == p.sL && dil[0] == 1 && p.pbL >= 0 && p.pbT >= 0 &&
-                 (p.OL < 32 || (p.sL == 1 && p.OL < 64));
+                 (p.OL < 32 || (p.sL == 1 && p.OL < (row_pairs ? 128 : 64)));
   if (p.dw3_border) {
     p.Wb = std::max(p.pbL + p.IL, p.sL * (p.OL - 1) + 3);
     p.Hb = std::max(p.pbT + src[2], p.sL * (p.R - 1) + 3);
@@ -196,8 +202,11 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.Wb = 2 * std::max(p.OL + 1, (p.pbL + p.IL + 1) / 2);
     p.Hb = p.R + 1;
   }
+  // MPSGRAPH_CPU_DW3_PHASE_PAIRS=0 keeps the flat loop over the phases and its copy out
+  p.dw3_phase_pairs = p.dw3_phase && p.OL >= 8 && dw3_s2_plane_fn() && !switched_off("MPSGRAPH_CPU_DW3_PHASE_PAIRS");
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
   p.dw3_s1_avx2 = !switched_off("MPSGRAPH_CPU_DW3_S1_AVX2");
+  p.dw3_row_pairs = p.dw3_border && row_pairs;
 
   // innermost dim: output j reads source j * s + off, off = tap * dilation - pad_before
   const int64_t dL = dil.back(), pbL = pads[2 * (k - 1)];
@@ -605,6 +614,8 @@ CopyRowsFn copy_rows_fn() {
 void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const Epi& epi) {
   const Dw3RowFn row = dw3_row_fn(p.sL, p.dw3_s1_avx2);
   const CopyRowsFn copy_rows = copy_rows_fn();
+  const Dw3PlaneFn plane_s1 = p.dw3_row_pairs ? dw3_s1_plane_fn() : nullptr;
+  const Dw3PhasePlaneFn plane_s2 = p.dw3_phase_pairs ? dw3_s2_plane_fn() : nullptr;
   RowEpilogue re = epi.e && epi.row ? *epi.row : RowEpilogue{true};
   constexpr float inf = std::numeric_limits<float>::infinity();
   const std::pair<float, float> bounds = row_bounds(re, epi.in);
@@ -656,6 +667,11 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
           const int64_t rows = std::min((IH - i0 + 1) / 2, Hb - b0);
           if (rows > 0) copy_rows(f + q * phase + b0 * Wb + p.pbL, Wb, xc + p.pbL + i0 * p.IL, 2 * p.IL, rows, p.IL);
         }
+        if (plane_s2) {
+          plane_s2(f, f + phase, Wb, wc, yc, p.OL, p.R, bias, lo, hi);
+          if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
+          continue;
+        }
         const float* rows[3] = {f, f + phase, f + Wb};
         row(rows, wc, yb, 0, nq + 1, bias, lo, hi);  // nq in vectors (the loop reads one ahead)
         copy_rows(yc, p.OL, yb, Wh, p.R, p.OL);
@@ -665,6 +681,11 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
       if (p.dw3_border) {
         float *xb = plane.data(), *yb = xb + Hb * Wb;
         copy_rows(xb + p.pbT * Wb + p.pbL, Wb, xc + p.pbL, p.IL, IH, p.IL);
+        if (plane_s1) {
+          plane_s1(xb, Wb, wc, yc, p.OL, p.R, bias, lo, hi);
+          if (!re.fused) epi(y, n, oc, oc + 1, 0, p.P);
+          continue;
+        }
         const float* rows[3] = {xb, xb + Wb, xb + 2 * Wb};
         row(rows, wc, yb, 0, (p.R - 1) * Wb + p.OL, bias, lo, hi);
         copy_rows(yc, p.OL, yb, Wb, p.R, p.OL);

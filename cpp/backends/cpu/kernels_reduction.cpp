@@ -20,9 +20,15 @@
 
 #include <stdexcept>
 
+#include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/elementwise_util.h"
+#include "backends/cpu/isa_target.h"
 #include "backends/cpu/reduce_walk.h"
 #include "core/ops/reduction_attrs.h"
+
+#if MG_CPU_X86
+#include <immintrin.h>
+#endif
 
 namespace mg::cpu {
 
@@ -125,6 +131,40 @@ inline void lanes(const P& pol, typename P::Acc& a, const S* q, int64_t n, int64
   for (int w = L / 2; w >= 1; w /= 2)
     for (int l = 0; l < w; ++l) pol.combine(b[l], b[l + w]);
   pol.combine(a, b[0]);
+}
+
+// A float run's sum in double as lanes() adds it (n >= 16): the same eight lanes (two vectors
+// of four), the tail in the first lanes, the same combining order, so the same bits. The tail's
+// missing lanes add +0.0, which leaves a lane as it is: a lane starts at +0.0 and never becomes
+// -0.0 (x + -x is +0.0).
+#if MG_CPU_X86
+MG_TARGET_AVX2 inline void add8(__m256d& lo, __m256d& hi, __m256 v) {
+  lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+  hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+MG_TARGET_AVX2 double lanes_sum_avx2(const float* q, int64_t n) {
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) add8(lo, hi, _mm256_loadu_ps(q + i));
+  if (i < n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    add8(lo, hi, _mm256_maskload_ps(q + i, _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n - i)), lane)));
+  }
+  const __m256d s4 = _mm256_add_pd(lo, hi);  // b[l] + b[l + 4]
+  const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+}
+#endif
+
+// lanes_sum_avx2 where this CPU runs it (MPSGRAPH_CPU_MEAN_LANES=0: the compiled lanes loop);
+// null otherwise.
+using LanesSumFn = double (*)(const float*, int64_t);
+LanesSumFn lanes_sum_fn() {
+#if MG_CPU_X86
+  if (best_isa() != Isa::Generic && !switched_off("MPSGRAPH_CPU_MEAN_LANES")) return lanes_sum_avx2;
+#endif
+  return nullptr;
 }
 
 // Accumulates reduce indices [rb, re) into acc[0..nb) for the outputs whose input base
@@ -270,11 +310,17 @@ struct ExtP {
 
 template <class S>
 struct MeanP {  // also the first pass of variance (O = double)
-  MG_DEFAULT_RUN
   using Acc = double;
   void* out;
   bool to_double;
   double n;
+  LanesSumFn lanes_sum = nullptr;  // float runs of 16 or more, else lanes()
+  template <class SS>
+  void run(Acc& a, const SS* q, int64_t n, int64_t r0, int64_t o) const {
+    if constexpr (std::is_same_v<SS, float>)
+      if (lanes_sum && n >= 16) return void(a += lanes_sum(q, n));
+    lanes(*this, a, q, n, r0, o);
+  }
   Acc init() const { return 0.0; }
   void add(Acc& a, S v, int64_t, int64_t) const { a += ldd(v); }
   void combine(Acc& a, const Acc& b) const { a += b; }
@@ -609,7 +655,10 @@ KernelFn mean_kernel(const KernelCtx& c) {
   return dispatch_reduce(c, pr, [&](auto tag) -> KernelFn {
     using S = decltype(tag);
     if constexpr (!std::is_floating_point_v<S>) no_kernel(c);
-    else return simple_kernel<S>(c, pr.plan, [n](void* o) { return MeanP<S>{o, false, n}; });
+    else {
+      const LanesSumFn f = lanes_sum_fn();
+      return simple_kernel<S>(c, pr.plan, [n, f](void* o) { return MeanP<S>{o, false, n, f}; });
+    }
   });
 }
 
@@ -624,11 +673,12 @@ KernelFn variance_kernel(const KernelCtx& c) {
       size_t np = plan.chunks > 1 ? size_t(plan.chunks * plan.num_out) : 0;
       const size_t mean = c.scratch(size_t(std::max<int64_t>(plan.num_out, 0)) * sizeof(double));
       const size_t partial = c.scratch(np * sizeof(double));
-      return [plan, n, mean, partial](const void* const* in, void* const* out) {
+      const LanesSumFn f = lanes_sum_fn();
+      return [plan, n, mean, partial, f](const void* const* in, void* const* out) {
         const S* x = static_cast<const S*>(in[0]);
         double* m = static_cast<double*>(out[mean]);
         double* p = static_cast<double*>(out[partial]);
-        run_plan(MeanP<S>{m, true, n}, plan, x, p);
+        run_plan(MeanP<S>{m, true, n, f}, plan, x, p);
         run_plan(VarP<S>{static_cast<S*>(out[0]), m, n}, plan, x, p);
       };
     }
