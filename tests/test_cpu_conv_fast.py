@@ -706,19 +706,26 @@ TILE16 = [((2, 32, 28, 28), (192, 1, 1), 1, 0), ((2, 192, 28, 28), (32, 1, 1), 1
           ((1, 192, 28, 28), (32, 1, 1), 1, 0)]  # batch 1: 6 tiles of 144, the planes layout from 128 columns
 
 
+def _epilogues_same_bits(seed, shape, wshape, stride, pad, threads, monkeypatch, switch, names):
+    """The product with each epilogue of `names` (None: none), `switch` on and off: the same bits,
+    and the float64 reference."""
+    x, w, b, res, ref, scale = _epilogue_case(seed, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        for name in names:
+            build = _epilogue_build(shape, w, b, res, stride, pad, name)
+            y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+            off = _run(_compile(build, [x, res], dict(env, **{switch: "0"}), monkeypatch), [x, res])[0]
+            np.testing.assert_array_equal(y, off, err_msg=str(name))
+            want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
+            assert np.all(np.abs(y - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+
+
 @pytest.mark.parametrize("shape,wshape,stride,pad", TILE16)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_tiles_of_whole_blocks_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
-    x, w, b, res, ref, scale = _epilogue_case(43, shape, wshape, stride, pad)
-    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
-    with _threads(threads):
-        for name in (None, "relu6", "relu6_residual"):
-            build = _epilogue_build(shape, w, b, res, stride, pad, name)
-            y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
-            cut = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_CONV_TILE16="0"), monkeypatch), [x, res])[0]
-            np.testing.assert_array_equal(y, cut, err_msg=str(name))
-            want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
-            assert np.all(np.abs(y - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+    _epilogues_same_bits(43, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_CONV_TILE16",
+                         (None, "relu6", "relu6_residual"))
 
 
 # ---------------- column blocks copied inline (MPSGRAPH_CPU_PACKED_COPY) ----------------
@@ -802,16 +809,8 @@ SHARES_WINOGRAD = [((2, 64, 16, 16), 24, (1, 1, 1, 1)), ((3, 72, 21, 19), 18, (0
 def test_unit_shares_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
     """Units claimed from each thread's own share first (MPSGRAPH_CPU_UNIT_SHARES=0: in turn from
     one counter): every unit is computed the same way, so the same bits, epilogues included."""
-    x, w, b, res, ref, scale = _epilogue_case(45, shape, wshape, stride, pad)
-    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
-    with _threads(threads):
-        for name in (None, "relu6_residual"):
-            build = _epilogue_build(shape, w, b, res, stride, pad, name)
-            y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
-            one = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_UNIT_SHARES="0"), monkeypatch), [x, res])[0]
-            np.testing.assert_array_equal(y, one, err_msg=str(name))
-            want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
-            assert np.all(np.abs(y - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+    _epilogues_same_bits(45, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_UNIT_SHARES",
+                         (None, "relu6_residual"))
 
 
 @pytest.mark.parametrize("shape,o,pads", SHARES_WINOGRAD)
@@ -834,7 +833,8 @@ def test_unit_shares_winograd_same_bits(shape, o, pads, threads, monkeypatch):
     assert np.all(np.abs(y - ref) <= 2e-6 * scale)
 
 
-# ---------------- a last panel of fewer rows (MPSGRAPH_CPU_PACKED_TAIL_ROWS) ----------------
+# ------- a last panel of fewer rows (MPSGRAPH_CPU_PACKED_TAIL_ROWS), column tails of at most 8 in one -------
+# ------- vector (MPSGRAPH_CPU_PACKED_HALF_TAIL) -------
 
 # (N, C, H, W), (O, kh, kw), stride, pad: output channels that leave 1 to 5 rows in the last
 # panel of 6 (AVX2 planes): columns read in place (prefetched on wide planes) and copied (depth
@@ -842,17 +842,6 @@ def test_unit_shares_winograd_same_bits(shape, o, pads, threads, monkeypatch):
 TAIL_ROWS = [((2, 24, 23, 25), (13, 1, 1), 1, 0), ((1, 192, 28, 28), (32, 1, 1), 1, 0),
              ((1, 32, 40, 40), (16, 1, 1), 1, 0), ((2, 384, 14, 14), (64, 1, 1), 1, 0),
              ((1, 300, 9, 21), (9, 1, 1), 1, 0), ((1, 17, 30, 29), (5, 3, 3), 1, 1)]
-
-
-@pytest.mark.parametrize("shape,wshape,stride,pad", TAIL_ROWS)
-@pytest.mark.parametrize("threads", [1, 2])
-def test_packed_tail_rows_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
-    """A last panel of fewer than 6 rows runs a kernel of that many rows (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0:
-    all 6, the rest zeros): the same multiply-adds for the rows stored, so the same bits."""
-    _packed_switch_same_bits(25, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_TAIL_ROWS")
-
-
-# ---------------- column tails of at most 8 in one vector (MPSGRAPH_CPU_PACKED_HALF_TAIL) ----------------
 
 # (N, C, H, W), (O, kh, kw), stride, pad: planes layout products whose last column block has 1 to
 # 8 columns (14x14: 196 = 12 x 16 + 4; 15x15: a tail of 1; 10x13: 8), columns read in place and
@@ -862,19 +851,18 @@ HALF_TAIL = [((2, 96, 14, 14), (576, 1, 1), 1, 0), ((1, 576, 14, 14), (96, 1, 1)
              ((1, 24, 13, 13), (7, 1, 1), 1, 0), ((1, 16, 18, 18), (12, 3, 3), 2, 1)]
 
 
-@pytest.mark.parametrize("shape,wshape,stride,pad", HALF_TAIL)
+@pytest.mark.parametrize("switch,case", [("MPSGRAPH_CPU_PACKED_TAIL_ROWS", c) for c in TAIL_ROWS] +
+                         [("MPSGRAPH_CPU_PACKED_HALF_TAIL", c) for c in HALF_TAIL])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_packed_half_tail_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
-    """A column tail of at most 8 runs one vector a row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two, the
-    second masked off): the same multiply-adds for the columns stored, so the same bits."""
-    _packed_switch_same_bits(26, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_HALF_TAIL")
-    x, w, b, res, ref, scale = _epilogue_case(27, shape, wshape, stride, pad)
-    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
-    with _threads(threads):
-        build = _epilogue_build(shape, w, b, res, stride, pad, "relu6_residual")
-        y = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
-        two = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_PACKED_HALF_TAIL="0"), monkeypatch), [x, res])[0]
-    np.testing.assert_array_equal(y, two)
+def test_packed_tail_kernels_same_bits(switch, case, threads, monkeypatch):
+    """A last panel of fewer than 6 rows runs a kernel of that many rows (PACKED_TAIL_ROWS=0: all
+    6, the rest zeros); a column tail of at most 8 runs one vector a row (PACKED_HALF_TAIL=0: two,
+    the second masked off). The same multiply-adds for what is stored, so the same bits, also
+    with the relu6-and-residual epilogue for the column tails."""
+    shape, wshape, stride, pad = case
+    _packed_switch_same_bits(25, shape, wshape, stride, pad, threads, monkeypatch, switch)
+    if switch == "MPSGRAPH_CPU_PACKED_HALF_TAIL":
+        _epilogues_same_bits(27, shape, wshape, stride, pad, threads, monkeypatch, switch, ("relu6_residual",))
 
 
 # ---------------- depthwise 3x3 stride-1 rows ending in a vector step (MPSGRAPH_CPU_DW3_S1_AVX2) ----------------
