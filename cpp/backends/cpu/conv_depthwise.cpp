@@ -73,99 +73,18 @@ MG_TARGET_AVX2 inline __m256 bias_clamp(__m256 v, const RowVectors& k) {
 // even and odd source columns of 8 outputs come from two loads and one shuffle each, in the
 // lane order (0 1 4 5 2 3 6 7) that the shuffles leave; one permute puts the sums in order. The
 // taps add in the same order as row_body, as fused multiply-adds.
-// The third tap's sources (2j + 2) are the odd ones from 2j + 1, so 8 outputs read up to
-// source 2j + 16, no further than the scalar loop; a last group of fewer than 8 is redone as
-// the row's last 8 outputs (the same sums: the same values).
-MG_TARGET_AVX2 inline void s2_eight(const float* const* rows, const RowVectors& k, float* y, int64_t j) {
-  const __m256* wv = k.w;
-  const int64_t i = 2 * j;
-  __m256 v = _mm256_mul_ps(wv[0], load_evens_or_odds(rows[0] + i, true));
-#pragma GCC unroll 3
-  for (int r = 0; r < 3; ++r) {  // a row's taps read the evens at i, the odds at i and at i + 1
-    if (r > 0) v = _mm256_fmadd_ps(wv[3 * r], load_evens_or_odds(rows[r] + i, true), v);
-    v = _mm256_fmadd_ps(wv[3 * r + 1], load_evens_or_odds(rows[r] + i, false), v);
-    v = _mm256_fmadd_ps(wv[3 * r + 2], load_evens_or_odds(rows[r] + i + 1, false), v);
-  }
-  store_in_order(y + j, bias_clamp(v, k));
-}
-
-MG_TARGET_AVX2 void row_avx2_s2(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,
-                                float lo, float hi) {
-  const RowVectors k = row_vectors(w, bias, lo, hi);
-  int64_t j = j0;
-  for (; j + 8 <= j1; j += 8) s2_eight(rows, k, y, j);
-  if (j < j1 && j1 - j0 >= 8) return s2_eight(rows, k, y, j1 - 8);
-  row_body<2>(rows, w, y, j, j1, bias, lo, hi);
-}
-
-// Stride 1: the compiler's loop over whole vectors, then a last group of fewer than 8 as the
-// row's last 8 outputs redone by hand (the same multiplies and adds, not fused, in row_body's
-// order, so the same sums) instead of the compiler's scalar remainder of up to 7 outputs of 9
-// taps each: on 7x7 planes (61 outputs a bordered plane) a third of the work.
-MG_TARGET_AVX2 inline void s1_eight(const float* const* rows, const RowVectors& k, float* y, int64_t j) {
-  __m256 v = _mm256_mul_ps(k.w[0], _mm256_loadu_ps(rows[0] + j));
-#pragma GCC unroll 8
-  for (int t = 1; t < 9; ++t) v = _mm256_add_ps(v, _mm256_mul_ps(k.w[t], _mm256_loadu_ps(rows[t / 3] + j + t % 3)));
-  _mm256_storeu_ps(y + j, bias_clamp(v, k));
-}
-
-MG_TARGET_AVX2 void row_avx2_s1(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,
-                                float lo, float hi) {
-  const int64_t n = j1 - j0, rest = n % 8;
-  if (n < 8 || rest == 0) return row_body<1>(rows, w, y, j0, j1, bias, lo, hi);
-  row_body<1>(rows, w, y, j0, j1 - rest, bias, lo, hi);  // the compiler's loop, in whole vectors
-  s1_eight(rows, row_vectors(w, bias, lo, hi), y, j1 - 8);
-}
-
-// NR (1 or 2) output rows' 8 outputs at column j, from source rows b, b + wb, ...: row r's taps
-// read rows r to r + 2, so a pair loads four rows, not six. The taps add as GCC contracts
-// row_body's: the first tap fused onto the second's product, then the rest in order.
+//
+// NR (1 or 2) stride-2 output rows' 8 outputs at column j from source rows src[0 .. 2 NR]:
+// output row r reads rows 2r to 2r + 2 (from the phases: even row r, odd row r, even row r + 1),
+// so a pair shares one. The third tap's sources (2j + 2) are the odd ones from 2j + 1, so 8
+// outputs read up to source 2j + 16, no further than the scalar loop.
 template <int NR>
-MG_TARGET_AVX2 inline void s1_rows(const float* b, int64_t wb, const RowVectors& k, float* y, int64_t ol, int64_t j) {
-  __m256 v[NR];
-#pragma GCC unroll 4
-  for (int s = 0; s < NR + 2; ++s) {  // source row s
-    const __m256 x[3] = {_mm256_loadu_ps(b + s * wb + j), _mm256_loadu_ps(b + s * wb + j + 1),
-                         _mm256_loadu_ps(b + s * wb + j + 2)};
-#pragma GCC unroll 2
-    for (int r = 0; r < NR; ++r) {
-      const int kt = s - r;  // the tap row of source row s for output row r
-      if (kt < 0 || kt > 2) continue;
-      int t = 0;
-      if (kt == 0) v[r] = _mm256_fmadd_ps(k.w[0], x[0], _mm256_mul_ps(k.w[1], x[1])), t = 2;
-      for (; t < 3; ++t) v[r] = _mm256_fmadd_ps(k.w[3 * kt + t], x[t], v[r]);
-    }
-  }
-  for (int r = 0; r < NR; ++r) _mm256_storeu_ps(y + r * ol + j, bias_clamp(v[r], k));
-}
-
-// A row's last group of fewer than 8 is redone as its last 8 outputs (the same values).
-template <int NR>
-MG_TARGET_AVX2 inline void s1_row_group(const float* b, int64_t wb, const RowVectors& k, float* y, int64_t ol) {
-  int64_t j = 0;
-  for (; j + 8 <= ol; j += 8) s1_rows<NR>(b, wb, k, y, ol, j);
-  if (j < ol) s1_rows<NR>(b, wb, k, y, ol, ol - 8);
-}
-
-MG_TARGET_AVX2 void plane_avx2_s1(const float* b, int64_t wb, const float* w, float* y, int64_t ol, int64_t nr,
-                                  float bias, float lo, float hi) {
-  const RowVectors k = row_vectors(w, bias, lo, hi);
-  int64_t r = 0;
-  for (; r + 2 <= nr; r += 2) s1_row_group<2>(b + r * wb, wb, k, y + r * ol, ol);
-  if (r < nr) s1_row_group<1>(b + r * wb, wb, k, y + r * ol, ol);
-}
-
-// NR (1 or 2) stride-2 output rows' 8 outputs at column j from the phases: output row r reads
-// source rows 2r to 2r + 2 (even row r, odd row r, even row r + 1), so a pair shares one. The
-// taps add in s2_eight's order.
-template <int NR>
-MG_TARGET_AVX2 inline void s2_rows(const float* even, const float* odd, int64_t wb, const RowVectors& k, float* y,
-                                   int64_t ol, int64_t j) {
+MG_TARGET_AVX2 inline void s2_rows(const float* const* src, const RowVectors& k, float* y, int64_t ol, int64_t j) {
   __m256 v[NR];
   const int64_t i = 2 * j;
 #pragma GCC unroll 5
   for (int s = 0; s < 2 * NR + 1; ++s) {  // source row s
-    const float* p = (s & 1 ? odd : even) + (s >> 1) * wb + i;
+    const float* p = src[s] + i;
     const __m256 x[3] = {load_evens_or_odds(p, true), load_evens_or_odds(p, false), load_evens_or_odds(p + 1, false)};
 #pragma GCC unroll 2
     for (int r = 0; r < NR; ++r) {
@@ -179,12 +98,73 @@ MG_TARGET_AVX2 inline void s2_rows(const float* even, const float* odd, int64_t 
   for (int r = 0; r < NR; ++r) store_in_order(y + r * ol + j, bias_clamp(v[r], k));
 }
 
+MG_TARGET_AVX2 void row_avx2_s2(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,
+                                float lo, float hi) {
+  const RowVectors k = row_vectors(w, bias, lo, hi);
+  int64_t j = j0;
+  // a last group of fewer than 8 is redone as the row's last 8 outputs (the same values)
+  for (; j + 8 <= j1; j += 8) s2_rows<1>(rows, k, y, 0, j);
+  if (j < j1 && j1 - j0 >= 8) return s2_rows<1>(rows, k, y, 0, j1 - 8);
+  row_body<2>(rows, w, y, j, j1, bias, lo, hi);
+}
+
+// NR (1 or 2) stride-1 output rows' 8 outputs at column j from source rows src[0 .. NR + 1]:
+// row r's taps read rows r to r + 2, so a pair loads four rows, not six. The taps add as GCC
+// contracts row_body's: the first tap fused onto the second's product, then the rest in order.
+template <int NR>
+MG_TARGET_AVX2 inline void s1_rows(const float* const* src, const RowVectors& k, float* y, int64_t ol, int64_t j) {
+  __m256 v[NR];
+#pragma GCC unroll 4
+  for (int s = 0; s < NR + 2; ++s) {  // source row s
+    const __m256 x[3] = {_mm256_loadu_ps(src[s] + j), _mm256_loadu_ps(src[s] + j + 1), _mm256_loadu_ps(src[s] + j + 2)};
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; ++r) {
+      const int kt = s - r;  // the tap row of source row s for output row r
+      if (kt < 0 || kt > 2) continue;
+      int t = 0;
+      if (kt == 0) v[r] = _mm256_fmadd_ps(k.w[0], x[0], _mm256_mul_ps(k.w[1], x[1])), t = 2;
+      for (; t < 3; ++t) v[r] = _mm256_fmadd_ps(k.w[3 * kt + t], x[t], v[r]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) _mm256_storeu_ps(y + r * ol + j, bias_clamp(v[r], k));
+}
+
+// Stride 1: the compiler's loop over whole vectors, then a last group of fewer than 8 as the
+// row's last 8 outputs redone by hand (the same sums) instead of the compiler's scalar
+// remainder of up to 7 outputs of 9 taps each: on 7x7 planes (61 outputs a bordered plane) a
+// third of the work.
+MG_TARGET_AVX2 void row_avx2_s1(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,
+                                float lo, float hi) {
+  const int64_t n = j1 - j0, rest = n % 8;
+  if (n < 8 || rest == 0) return row_body<1>(rows, w, y, j0, j1, bias, lo, hi);
+  row_body<1>(rows, w, y, j0, j1 - rest, bias, lo, hi);  // the compiler's loop, in whole vectors
+  s1_rows<1>(rows, row_vectors(w, bias, lo, hi), y, 0, j1 - 8);
+}
+
+// A row's last group of fewer than 8 is redone as its last 8 outputs (the same values).
+template <int NR>
+MG_TARGET_AVX2 inline void s1_row_group(const float* b, int64_t wb, const RowVectors& k, float* y, int64_t ol) {
+  const float* src[4] = {b, b + wb, b + 2 * wb, b + 3 * wb};
+  int64_t j = 0;
+  for (; j + 8 <= ol; j += 8) s1_rows<NR>(src, k, y, ol, j);
+  if (j < ol) s1_rows<NR>(src, k, y, ol, ol - 8);
+}
+
+MG_TARGET_AVX2 void plane_avx2_s1(const float* b, int64_t wb, const float* w, float* y, int64_t ol, int64_t nr,
+                                  float bias, float lo, float hi) {
+  const RowVectors k = row_vectors(w, bias, lo, hi);
+  int64_t r = 0;
+  for (; r + 2 <= nr; r += 2) s1_row_group<2>(b + r * wb, wb, k, y + r * ol, ol);
+  if (r < nr) s1_row_group<1>(b + r * wb, wb, k, y + r * ol, ol);
+}
+
 template <int NR>
 MG_TARGET_AVX2 inline void s2_row_group(const float* even, const float* odd, int64_t wb, const RowVectors& k, float* y,
                                         int64_t ol) {
+  const float* src[5] = {even, odd, even + wb, odd + wb, even + 2 * wb};
   int64_t j = 0;
-  for (; j + 8 <= ol; j += 8) s2_rows<NR>(even, odd, wb, k, y, ol, j);
-  if (j < ol) s2_rows<NR>(even, odd, wb, k, y, ol, ol - 8);
+  for (; j + 8 <= ol; j += 8) s2_rows<NR>(src, k, y, ol, j);
+  if (j < ol) s2_rows<NR>(src, k, y, ol, ol - 8);
 }
 
 MG_TARGET_AVX2 void plane_avx2_s2(const float* even, const float* odd, int64_t wb, const float* w, float* y, int64_t ol,
