@@ -6,7 +6,9 @@ JAX (jit), measured in this one process on the same GPU.
     python benchmarks/gpu.py --deadline 240             # skip what would start after 240 s
 
 Every framework gets its inputs already on the GPU and is timed to completion (mpsgraph's run
-returns when its results are ready; PyTorch is synchronised, JAX blocked until ready). Each figure
+returns when its results are ready; PyTorch is synchronised after the loop, JAX blocked until
+ready each call). The chains also time "mpsgraph queued" (run_async into a GPU buffer, waited for
+after the loop, as PyTorch is) and a device copy waited for each call, as run() is. Each figure
 is the median over 5 timed loops of the per-call time, each loop long enough to take >= 50 ms.
 float32 is compared without TF32 everywhere (mpsgraph never uses it; PyTorch's cuDNN and JAX are
 told not to). Nothing is asserted: this prints and records numbers."""
@@ -95,6 +97,18 @@ def on_gpu(a):
     return mg.TensorData(a).to(DEV)
 
 
+def queued(exe, inputs):
+    """mpsgraph timed as PyTorch is: runs queued with run_async into one result buffer on the
+    GPU, waited for once after the loop (run() waits for every run, which PyTorch does not)."""
+    outs = exe.run(inputs)  # result buffers on the GPU, written again by every queued run
+    last = []
+
+    def fn():
+        last[:] = [exe.run_async(inputs, out=outs)]
+
+    return fn, lambda: last[0].result()
+
+
 def mg_dtype(name):
     return {"float32": mg.float32, "float16": mg.float16, "bfloat16": mg.bfloat16}[name]
 
@@ -140,7 +154,7 @@ def w_chain(n):
         p = g.placeholder((n,), mg.float32)
         exe = g.compile({p: ((n,), mg.float32)}, [g.relu(p * 1.5 + 0.25) * g.sigmoid(p)], device=DEV)
         tx = on_gpu(x)
-        fns = {"mpsgraph": (lambda: exe.run([tx]), None)}
+        fns = {"mpsgraph": (lambda: exe.run([tx]), None), "mpsgraph queued": queued(exe, [tx])}
         if torch:
             xt = torch.from_numpy(x).cuda()
             f = lambda: torch.relu(xt * 1.5 + 0.25) * torch.sigmoid(xt)  # noqa: E731
@@ -148,6 +162,11 @@ def w_chain(n):
             cf = torch.compile(lambda v: torch.relu(v * 1.5 + 0.25) * torch.sigmoid(v))
             fns["torch.compile"] = (lambda: cf(xt), torch.cuda.synchronize)
             fns["device copy (torch clone)"] = (lambda: xt.clone(), torch.cuda.synchronize)
+
+            def copy_waited():
+                xt.clone()
+                torch.cuda.synchronize()
+            fns["device copy, waited each call"] = (copy_waited, None)
         if jax:
             jx = jax.numpy.asarray(x)
             f = jax.jit(lambda v: jax.nn.relu(v * 1.5 + 0.25) * jax.nn.sigmoid(v))

@@ -77,6 +77,30 @@ def test_benchmark_chain(n):
 
 
 @gpu
+@pytest.mark.parametrize("n", [1, 7, 1023, 1024, 4099, 3 * 4096 + 9, 1 << 20])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8])
+def test_packs_per_thread_match_one_pack(n, dtype):
+    """The vector path loads up to 4 packs per thread before computing any
+    (MPSGRAPH_CUDA_EW_PACKS=1: one pack per grid-stride step): the same bits at every size around
+    the 1024-pack block span, for one, two and three full-size operands (fewer packs each)."""
+    rng = np.random.default_rng(n)
+    xs = [rng.integers(0, 256, n).astype(dtype) if dtype == np.uint8 else rand((n,), dtype, rng) for _ in range(3)]
+    graphs = [lambda g, p: g.relu(p * 1.5 + 0.25) * g.sigmoid(p) if dtype != np.uint8 else p * p + 3,
+              lambda g, p, q: p * q + p, lambda g, p, q, r: p * q + r]
+    for k, build in enumerate(graphs):
+        arrays = xs[:k + 1]
+        got = {}
+        for packs in ("1", "4"):
+            with fusion(True), pytest.MonkeyPatch.context() as mp:
+                mp.setenv("MPSGRAPH_CUDA_EW_PACKS", packs)
+                got[packs], _ = compile_run(build, arrays, True)
+        np.testing.assert_array_equal(bits(got["4"][0]), bits(got["1"][0]))
+        if k == 1:
+            want = xs[0] * xs[1] + xs[0]  # numpy rounds each op to the dtype, as the kernel does
+            np.testing.assert_array_equal(got["4"][0], want)
+
+
+@gpu
 def test_dispatch_chain_is_one_kernel():
     """The 100-op chain (x*1.0001, +0.0001) runs as one kernel with no intermediate buffer, and
     equals numpy's float32 chain exactly (each op rounds once; nothing is contracted)."""

@@ -3,6 +3,7 @@
 // semantics (integer division and shifts never trap, NaN-propagating maximum/minimum,
 // saturating float-to-integer casts).
 #include <cstdint>
+#include <cstdlib>
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -413,6 +414,17 @@ ElementFn element_fn(const std::vector<EwNode>& nodes, const std::vector<TensorT
   return r;
 }
 
+namespace {
+
+// Read per kernel built, not once per process, so one process can time both kernels.
+int ew_packs() {
+  const char* env = std::getenv("MPSGRAPH_CUDA_EW_PACKS");
+  const int v = env ? std::atoi(env) : 4;
+  return v == 1 || v == 2 || v == 4 || v == 8 ? v : 4;
+}
+
+}  // namespace
+
 LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs, const Shape& shape) {
   const int64_t n = num_elements(shape);
   const DType out_dt = nodes.back().out;
@@ -430,6 +442,10 @@ LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<Te
     if (a == Access::Broadcast) bshapes.push_back(inputs[k].shape);
     if (a == Access::Direct) min_item = std::min(min_item, dtype_size(inputs[k].dtype));
   }
+  // at most 8 packs in flight per thread (registers): an 11-operand sum at 4 packs each took 128
+  int packs = ew_packs(), direct = 0;
+  for (Access a : acc) direct += a == Access::Direct;
+  while (packs > 1 && packs * direct > 8) packs /= 2;
   // 16-byte accesses: V elements per thread, where every direct operand and the output are aligned
   const int V = int(std::min<size_t>(8, std::max<size_t>(1, 16 / min_item)));
   const bool wide = n >= (int64_t(1) << 30);
@@ -458,14 +474,37 @@ LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<Te
     }
     return c + ")";
   };
-  src += "  if (vec) {\n    const I nv = p.n / " + VS + ";\n    for (I c = tid; c < nv; c += nth) {\n      const I i0 = c * " + VS + ";\n";
-  for (size_t k = 0; k < in_dt.size(); ++k)
-    if (acc[k] == Access::Direct) {
-      const std::string K = num(int64_t(k)), pk = "Pack<" + storage_type(in_dt[k]) + ", " + VS + ">";
-      src += "      const " + pk + " l" + K + " = *reinterpret_cast<const " + pk + "*>(a" + K + " + i0);\n";
-    }
-  src += "      Pack<" + ost + ", " + VS + "> r;\n#pragma unroll\n      for (int j = 0; j < " + VS + "; ++j) r.v[j] = " + call("i0, j", true) +
-         ";\n      *reinterpret_cast<Pack<" + ost + ", " + VS + ">*>(out + i0) = r;\n    }\n    i = nv * " + VS + " + tid;\n  }\n";
+  // U packs per thread, all loaded before any is computed, so each thread keeps U 16-byte
+  // loads in flight; the grid covers the packs once (a grid-stride loop of one load at a time
+  // left the 16M chain at 85% of copy bandwidth). MPSGRAPH_CUDA_EW_PACKS=1 is that loop.
+  if (packs > 1) {
+    const std::string UN = num(packs), span = num(256 * packs);
+    src += "  if (vec) {\n    const I nv = p.n / " + VS + ", c0 = (I)blockIdx.x * " + span + " + (I)threadIdx.x;\n";
+    for (size_t k = 0; k < in_dt.size(); ++k)
+      if (acc[k] == Access::Direct) {
+        const std::string K = num(int64_t(k)), pk = "Pack<" + storage_type(in_dt[k]) + ", " + VS + ">";
+        src += "    " + pk + " packs" + K + "[" + UN + "];\n#pragma unroll\n    for (int u = 0; u < " + UN + "; ++u)\n      if (c0 + u * 256 < nv) packs" +
+               K + "[u] = *reinterpret_cast<const " + pk + "*>(a" + K + " + (c0 + u * 256) * " + VS + ");\n";
+      }
+    src += "#pragma unroll\n    for (int u = 0; u < " + UN + "; ++u) {\n      const I i0 = (c0 + u * 256) * " + VS + ";\n      if (i0 >= nv * " + VS +
+           ") break;\n";
+    for (size_t k = 0; k < in_dt.size(); ++k)
+      if (acc[k] == Access::Direct) {
+        const std::string K = num(int64_t(k)), pk = "Pack<" + storage_type(in_dt[k]) + ", " + VS + ">";
+        src += "      const " + pk + "& l" + K + " = packs" + K + "[u];\n";
+      }
+    src += "      Pack<" + ost + ", " + VS + "> r;\n#pragma unroll\n      for (int j = 0; j < " + VS + "; ++j) r.v[j] = " + call("i0, j", true) +
+           ";\n      *reinterpret_cast<Pack<" + ost + ", " + VS + ">*>(out + i0) = r;\n    }\n    i = nv * " + VS + " + tid;\n  }\n";
+  } else {
+    src += "  if (vec) {\n    const I nv = p.n / " + VS + ";\n    for (I c = tid; c < nv; c += nth) {\n      const I i0 = c * " + VS + ";\n";
+    for (size_t k = 0; k < in_dt.size(); ++k)
+      if (acc[k] == Access::Direct) {
+        const std::string K = num(int64_t(k)), pk = "Pack<" + storage_type(in_dt[k]) + ", " + VS + ">";
+        src += "      const " + pk + " l" + K + " = *reinterpret_cast<const " + pk + "*>(a" + K + " + i0);\n";
+      }
+    src += "      Pack<" + ost + ", " + VS + "> r;\n#pragma unroll\n      for (int j = 0; j < " + VS + "; ++j) r.v[j] = " + call("i0, j", true) +
+           ";\n      *reinterpret_cast<Pack<" + ost + ", " + VS + ">*>(out + i0) = r;\n    }\n    i = nv * " + VS + " + tid;\n  }\n";
+  }
   src += "  for (; i < p.n; i += nth) out[i] = " + call("i, 0", false) + ";\n}\n";
   // no multiply-add contraction: an op computes the same alone or fused with its neighbours
   const Kernel kern = nvrtc_kernel(src, "k", {"--fmad=false"});
@@ -476,7 +515,8 @@ LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<Te
   const size_t out_align = std::min<size_t>(16, dtype_size(out_dt) * size_t(V));
   const int64_t max_blocks = int64_t(context().sm_count) * 8;  // a full GPU of 256-thread blocks, grid-stride beyond
   auto blocks_for = [max_blocks](int64_t work) { return std::max<int64_t>(1, std::min<int64_t>((work + 255) / 256, max_blocks)); };
-  const int64_t blocks_vec = blocks_for((n + V - 1) / V), blocks_scalar = blocks_for(n);
+  const int64_t blocks_vec = packs > 1 ? std::max<int64_t>(1, (n / V + 256 * packs - 1) / (256 * packs)) : blocks_for((n + V - 1) / V),
+                blocks_scalar = blocks_for(n);
   std::vector<int32_t> params32(params.begin(), params.end());
   const size_t nin = in_dt.size();
   return [=](cudaStream_t st, const void* const* in, void* const* out) {
