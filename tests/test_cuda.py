@@ -167,3 +167,36 @@ def test_matmul_shapes(xs, ys, dtype):
         feeds = {x: xv.astype(dtype), y: yv.astype(dtype)}
     r = g.run(feeds, [z], device="cuda")[z].numpy().astype(np.float64)
     np.testing.assert_array_equal(r, np.matmul(xv.astype(np.float64), yv.astype(np.float64)))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gigaflop_gemms_are_exact_on_integers(dtype):
+    """GEMMs of about 1 GFLOP (plain, batched, with the bias/ReLU epilogue): integer operands
+    make cuBLASLt's float sums exact whatever its algorithm splits, so the results must be
+    numpy's products rounded to the dtype, bit for bit."""
+    import ml_dtypes
+    np_dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    dt = mg.as_dtype(dtype)
+    rng = np.random.default_rng(7)
+    for xs, ys, bias in [((1024, 512), (512, 1024), False), ((4, 256, 512), (4, 512, 1024), False),
+                         ((1024, 512), (512, 1024), True)]:
+        xv, yv = rng.integers(-3, 4, xs).astype(np.float64), rng.integers(-3, 4, ys).astype(np.float64)
+        bv = rng.integers(-8, 9, ys[-1]).astype(np.float64)
+        g = mg.Graph()
+        x, y, b = g.placeholder(xs, dt), g.placeholder(ys, dt), g.placeholder((ys[-1],), dt)
+        z = g.relu(x @ y + b) if bias else x @ y
+        want = np.maximum(np.matmul(xv, yv) + bv, 0) if bias else np.matmul(xv, yv)
+        feeds = {x: xv.astype(np_dt), y: yv.astype(np_dt)}
+        if bias:
+            feeds[b] = bv.astype(np_dt)
+        got = g.run(feeds, [z], device="cuda")[z].numpy()
+        # the float sums are exact: the product is rounded to the dtype once, and the bias sum
+        # once more, unless the epilogue adds the bias before rounding
+        once = want.astype(np_dt).astype(np.float64)
+        if bias:
+            twice = np.maximum(np.matmul(xv, yv).astype(np_dt).astype(np.float64) + bv, 0).astype(np_dt).astype(np.float64)
+            got64 = got.astype(np.float64)
+            assert np.all((got64 == once) | (got64 == twice)), f"[{dtype}] {np.sum((got64 != once) & (got64 != twice))} wrong"
+        else:
+            np.testing.assert_array_equal(got.astype(np.float64), once)
