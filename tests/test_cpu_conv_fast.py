@@ -12,7 +12,8 @@ PyTorch in float64:
     AVX2 stride-1 rows ending in a vector step by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: the
     compiler's scalar remainder), the same bits; stride-1 bordered planes as pairs of output rows
     written straight into the output (MPSGRAPH_CPU_DW3_ROW_PAIRS=0: one flat loop, copied out),
-    and stride-2 ones from the phases the same way (MPSGRAPH_CPU_DW3_PHASE_PAIRS=0), the same bits;
+    and stride-2 ones from the phases the same way (MPSGRAPH_CPU_DW3_PHASE_PAIRS=0), rows of 4
+    to 7 outputs included (MPSGRAPH_CPU_DW3_NARROW_ROWS=0: 8 and more only), the same bits;
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
     column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
@@ -902,7 +903,19 @@ DW_PAIRS = [(c, "MPSGRAPH_CPU_DW3_ROW_PAIRS") for c in
             DW_PHASES +
             [((2, 3, 17, 17), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
              ((1, 4, 2, 31), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
-             ((2, 5, 33, 20), 1, (2, 2), (0, 1, 2, 1), (1, 1))]]
+             ((2, 5, 33, 20), 1, (2, 2), (0, 1, 2, 1), (1, 1))]] + \
+           [(c, "MPSGRAPH_CPU_DW3_NARROW_ROWS") for c in  # rows of 4 to 7 outputs (3: the flat loop still)
+            [((2, 9, 7, 7), 1, (1, 1), (1, 1, 1, 1), (1, 1)),  # MobileNetV2's 7x7
+             ((1, 4, 6, 4), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 3, 1, 6), 2, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 5, 9, 5), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
+             ((1, 5, 9, 7), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
+             ((1, 4, 6, 5), 1, (1, 1), (0, 2, 1, 1), (1, 1)),
+             ((2, 9, 14, 14), 1, (2, 2), (1, 1, 1, 1), (1, 1)),  # MobileNetV2's 14x14 to 7x7
+             ((1, 4, 9, 9), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
+             ((1, 3, 2, 13), 2, (2, 2), (1, 1, 1, 1), (1, 1)),
+             ((1, 5, 15, 13), 2, (2, 2), (0, 2, 1, 0), (1, 1)),
+             ((3, 4, 8, 11), 1, (2, 2), (2, 0, 0, 2), (1, 1))]]
 
 
 @pytest.mark.parametrize("case,switch", DW_PAIRS,
@@ -916,7 +929,9 @@ def test_depthwise3x3_row_pairs_same_bits(case, switch, chain, threads, monkeypa
     sums, so the same bits (from 64 wide, in the columns inside the edges). Stride 1 (MPSGRAPH_CPU_DW3_ROW_PAIRS) and stride 2 through the
     bordered plane's phases (MPSGRAPH_CPU_DW3_PHASE_PAIRS); odd and even row counts, one row,
     rows of 8 to 128 (from 64 the switch off takes the unbordered flat path; 128 is too wide to
-    be bordered), uneven padding, rows of fewer than 8 (the flat loop)."""
+    be bordered), uneven padding, rows of fewer than 8. Rows of 4 to 7 as one vector each, its
+    lanes past the row overwritten by the next row (MPSGRAPH_CPU_DW3_NARROW_ROWS=0: the flat
+    loop), at both strides; rows of 3 stay on the flat loop."""
     x, w, bias = _dw_setup(case, 19)
     build = _dw_build(case, w, bias, chain)
     with _threads(threads):

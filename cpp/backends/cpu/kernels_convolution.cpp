@@ -183,8 +183,11 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   p.pbL = pads[2 * (k - 1)];
   p.pbT = k == 2 ? pads[0] : 0;
   p.dw3_flat = p.dw3 && strides[0] == 1 && dil[0] == 1 && p.sL == 1 && p.OL == p.IL;
+  // the row-pair planes take rows of 4 to 7 outputs as one vector each (MPSGRAPH_CPU_DW3_NARROW_ROWS=0: 8
+  // and more only; MobileNetV2's 7x7 planes then keep the flat loop and its copy out)
+  const int64_t min_ol = switched_off("MPSGRAPH_CPU_DW3_NARROW_ROWS") ? 8 : 4;
   // MPSGRAPH_CPU_DW3_ROW_PAIRS=0 keeps the flat loop over the bordered plane and its copy out
-  const bool row_pairs = p.dw3 && p.sL == 1 && p.OL >= 8 && dw3_s1_plane_fn() &&
+  const bool row_pairs = p.dw3 && p.sL == 1 && p.OL >= min_ol && dw3_s1_plane_fn() &&
                          !switched_off("MPSGRAPH_CPU_DW3_ROW_PAIRS");
   // narrow planes: the edge columns would cost as much as the rest (at stride 1 up to 56 wide:
   // MobileNetV2's 144 channels at 56x56 335 -> 272 us; at 112 the copies cost more, 1.07x).
@@ -203,7 +206,7 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.Hb = p.R + 1;
   }
   // MPSGRAPH_CPU_DW3_PHASE_PAIRS=0 keeps the flat loop over the phases and its copy out
-  p.dw3_phase_pairs = p.dw3_phase && p.OL >= 8 && dw3_s2_plane_fn() && !switched_off("MPSGRAPH_CPU_DW3_PHASE_PAIRS");
+  p.dw3_phase_pairs = p.dw3_phase && p.OL >= min_ol && dw3_s2_plane_fn() && !switched_off("MPSGRAPH_CPU_DW3_PHASE_PAIRS");
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
   p.dw3_s1_avx2 = !switched_off("MPSGRAPH_CPU_DW3_S1_AVX2");
   p.dw3_row_pairs = p.dw3_border && row_pairs;
