@@ -21,7 +21,9 @@ PyTorch in float64:
     ahead of the kernel (MPSGRAPH_CPU_PACKED_PREFETCH=0: not);
   * the packed layout vectorised along the output channels for products of few columns
     (MPSGRAPH_CPU_PACKED_CHANNELS=0 keeps BLAS there): 7x7 and 14x14 planes, odd channel counts,
-    column tails, stride 2 with padding, images side by side;
+    column tails, stride 2 with padding, images side by side; its full blocks stored a row at a
+    time after a transpose in registers (MPSGRAPH_CPU_PACKED_ROW_STORE=0: a float at a time
+    through the stack), the same bits;
   * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
     a bias only before a residual add, NaN bounds left to the clamp kernel), and a residual add
     after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
@@ -942,3 +944,39 @@ def test_depthwise3x3_row_pairs_same_bits(case, switch, chain, threads, monkeypa
     inner = np.s_[..., 1:-1] if case[0][3] >= 64 else np.s_[...]
     np.testing.assert_array_equal(y[inner], flat[inner])
     _dw_agree(case, x, w, bias, chain, y, flat)
+
+
+# ---------------- the channels kernel's blocks stored a row at a time (MPSGRAPH_CPU_PACKED_ROW_STORE) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: products in the channels layout, full blocks of 6
+# columns stored as rows after a transpose in registers: MobileNetV2's 7x7 expansion (depth 160)
+# and projections (depth 576, 960: depth blocks, a residual), panels of fewer than 16 rows,
+# column tails (7x7: a tail of one), an im2col 3x3, several images.
+ROW_STORE = CHANNELS[:6] + [((2, 960, 7, 7), (160, 1, 1), 1, 0), ((3, 576, 7, 7), (37, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", ROW_STORE)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_channels_row_store_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The same values stored by rows (MPSGRAPH_CPU_PACKED_ROW_STORE=0: through the stack a float
+    at a time): the same bits, with the bias, clamp and residual folded into the store."""
+    _epilogues_same_bits(61, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_ROW_STORE",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
+
+
+@pytest.mark.parametrize("xshape,n,transposed", MATMUL[:5])
+def test_packed_matmul_row_store_same_bits(xshape, n, transposed, monkeypatch):
+    """A classifier's product on the channels layout stores its blocks by rows too: the same bits."""
+    rng = np.random.default_rng(62)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    y = rng.standard_normal((n, xshape[-1]) if transposed else (xshape[-1], n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    for epilogue in (None, "bias_relu"):
+        build = _matmul_build(xshape, y, transposed, epilogue, b)
+        on = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        off = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_ROW_STORE": "0"}, monkeypatch), [x])[0]
+        np.testing.assert_array_equal(on, off)
+        ref = x.astype(np.float64) @ (y.T if transposed else y).astype(np.float64)
+        if epilogue:
+            ref = np.maximum(ref + b, 0)
+        assert np.allclose(on, ref, rtol=1e-5, atol=1e-4)
