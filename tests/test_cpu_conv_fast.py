@@ -27,7 +27,8 @@ PyTorch in float64:
   * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
     a bias only before a residual add, NaN bounds left to the clamp kernel), and a residual add
     after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
-    applied to the product;
+    applied to the product; the clamp as max and min (MPSGRAPH_CPU_PACKED_MINMAX=0: compares
+    and blends), the same bits, NaN, infinities and zero signs included;
   * 1x1 products of many weights as (image, tile) units over the pool, each on one thread
     (MPSGRAPH_CPU_DIRECT_UNITS=0: one image at a time, its product split over the pool);
   * (image, tile) units of whole 16-column blocks where that keeps their number
@@ -980,3 +981,43 @@ def test_packed_matmul_row_store_same_bits(xshape, n, transposed, monkeypatch):
         if epilogue:
             ref = np.maximum(ref + b, 0)
         assert np.allclose(on, ref, rtol=1e-5, atol=1e-4)
+
+
+# ---------------- the packed store's clamp as max and min (MPSGRAPH_CPU_PACKED_MINMAX) ----------------
+
+# the planes layout (1x1, im2col stems, column tails, AVX2 row tails) and the channels layout
+MINMAX = PACKED[:4] + PACKED[6:] + CHANNELS[1:3] + [((2, 96, 7, 7), (40, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", MINMAX)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_minmax_clamp_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The clamp folded into the packed store as max(lo, v) then min(hi, v)
+    (MPSGRAPH_CPU_PACKED_MINMAX=0: compares and blends): the same bits (a sum from +0 is never
+    -0, so only a bound of -0 could tell them apart), with relu, relu6, other bounds and a
+    residual after the clamp."""
+    _epilogues_same_bits(63, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_MINMAX",
+                         ("relu", "relu6", "max_min", "bias_residual", "relu6_residual"))
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", [MINMAX[0], MINMAX[2], CHANNELS[1]])
+@pytest.mark.parametrize("lo", [0.0, -0.0, -np.inf])
+def test_packed_minmax_non_finite_and_signed_zero(shape, wshape, stride, pad, lo, monkeypatch):
+    """NaN and infinite sums pass max and min as the compares pass them, and a -0 bound (where
+    they would differ) keeps the compares: the same bits as the switch off, zero signs included."""
+    rng = np.random.default_rng(64)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[:, :, -2:] = 0.0  # sums of zeros: +0 (and -0 products)
+    x.reshape(-1)[[3, 40, 77]] = [np.nan, np.inf, -np.inf]
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        y = g.convolution(px, g.constant(w), strides=stride, padding=(pad,) * 4)
+        return [g.clamp(y, g.constant(np.float32(lo)), g.constant(np.float32(6)))], [px]
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    on = _run(_compile(build, [x], env, monkeypatch), [x])[0]
+    off = _run(_compile(build, [x], dict(env, MPSGRAPH_CPU_PACKED_MINMAX="0"), monkeypatch), [x])[0]
+    np.testing.assert_array_equal(on, off)
+    np.testing.assert_array_equal(np.signbit(on), np.signbit(off))
+    assert np.isnan(on).any() and (on == 6).any()

@@ -100,10 +100,14 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
   }
 }
 
-// v + b, then the clamp, per lane as finish() does (the comparisons keep a NaN v).
+// v + b, then the clamp, per lane as finish() does (the comparisons keep a NaN v). minmax
+// (PackedStore::minmax): the clamp as max(lo, v) then min(hi, v), two operations instead of
+// four (they return their second operand, v, where it is NaN); they differ from the
+// comparisons only where v is a zero of the other sign than an equal bound.
 MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __m256 b, bool bias, bool clamp,
-                                                                    __m256 lo, __m256 hi) {
+                                                                    __m256 lo, __m256 hi, bool minmax = false) {
   if (bias) v = _mm256_add_ps(v, b);
+  if (clamp && minmax) return _mm256_min_ps(hi, _mm256_max_ps(lo, v));
   if (clamp) {
     v = _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LE_OQ));
     v = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GE_OQ));
@@ -139,13 +143,13 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
       if (!kHalf) c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
     }
   }
-  const bool has_bias = s && s->bias, clamp = s && s->clamp;
+  const bool has_bias = s && s->bias, clamp = s && s->clamp, mm = s && s->minmax;
   const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
 #pragma GCC unroll 6
   for (int r = 0; r < kRows; ++r) {
     if (r >= rows) break;
     const __m256 b = has_bias ? _mm256_set1_ps(s->bias[(i0 + r) * s->bias_stride]) : _mm256_setzero_ps();
-    __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi);
+    __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi, mm), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi, mm);
     if (R) {
       const float* Rr = R + r * s->ldr;
       v0 = _mm256_add_ps(v0, kFull ? _mm256_loadu_ps(Rr) : _mm256_maskload_ps(Rr, m0));
@@ -231,7 +235,7 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
   // (the accumulators are only read after the loop: written back, GCC keeps them on the stack)
   alignas(32) float t[NC][kChanRows];
   alignas(32) float bias[kChanRows] = {};
-  const bool has_bias = s && s->bias, clamp = s && s->clamp;
+  const bool has_bias = s && s->bias, clamp = s && s->clamp, mm = s && s->minmax;
   if (has_bias)  // channels along the lanes: the bias is two vectors
     for (int64_t r = 0; r < rows; ++r) bias[r] = s->bias[(i0 + r) * s->bias_stride];
   const __m256 b0 = _mm256_load_ps(bias), b1 = _mm256_load_ps(bias + 8);
@@ -241,8 +245,8 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
       __m256 v[2][8];  // the block's rows 0-7 and 8-15, a column a vector, then a row a vector
 #pragma GCC unroll 6
       for (int j = 0; j < NC; ++j) {
-        v[0][j] = finish8(c0[j], b0, has_bias, clamp, lo, hi);
-        v[1][j] = finish8(c1[j], b1, has_bias, clamp, lo, hi);
+        v[0][j] = finish8(c0[j], b0, has_bias, clamp, lo, hi, mm);
+        v[1][j] = finish8(c1[j], b1, has_bias, clamp, lo, hi, mm);
       }
       v[0][6] = v[0][7] = v[1][6] = v[1][7] = _mm256_setzero_ps();
       transpose8(v[0]);
@@ -266,8 +270,8 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
   }
 #pragma GCC unroll 6
   for (int j = 0; j < NC; ++j) {
-    _mm256_store_ps(t[j], finish8(c0[j], b0, has_bias, clamp, lo, hi));
-    _mm256_store_ps(t[j] + 8, finish8(c1[j], b1, has_bias, clamp, lo, hi));
+    _mm256_store_ps(t[j], finish8(c0[j], b0, has_bias, clamp, lo, hi, mm));
+    _mm256_store_ps(t[j] + 8, finish8(c1[j], b1, has_bias, clamp, lo, hi, mm));
   }
   if (R) {
     for (int64_t r = 0; r < rows; ++r)

@@ -397,6 +397,7 @@ struct RowEpilogue {
   bool bias_channel = false, relu = false;
   int res = -1;  // the op after those an add of a whole tensor (a residual): its operand, else -1;
                  // only the packed store folds it (not counted in `folded`)
+  bool minmax = false;  // the packed store clamps with max and min (PackedStore::minmax)
 };
 
 RowEpilogue row_epilogue(const ConvEpilogue& e) {
@@ -420,6 +421,8 @@ RowEpilogue row_epilogue(const ConvEpilogue& e) {
   }
   r.folded = i;
   r.fused = i == ops.size();
+  // MPSGRAPH_CPU_PACKED_MINMAX=0 (read at compile) keeps the packed store's clamp as compares and blends
+  r.minmax = !switched_off("MPSGRAPH_CPU_PACKED_MINMAX");
   // MPSGRAPH_CPU_PACKED_RESIDUAL=0 (read at compile) leaves the residual add to its own pass
   if (i < ops.size() && ops[i].kind == K::Add && ops[i].arg == A::Full && !switched_off("MPSGRAPH_CPU_PACKED_RESIDUAL"))
     r.res = ops[i].input;
@@ -462,6 +465,8 @@ struct Epi {
     st.clamp = re.relu || re.lo >= 0 || re.hi >= 0;
     st.lo = lo;
     st.hi = hi;
+    auto minus_zero = [](float v) { return v == 0.0f && std::signbit(v); };
+    st.minmax = re.minmax && !minus_zero(lo) && !minus_zero(hi);
     Epi rest = *this;
     rest.from = re.folded;
     if (re.res >= 0 && at >= 0) {  // the residual read where the block is stored, not in another pass
