@@ -28,7 +28,8 @@ PyTorch in float64:
     a bias only before a residual add, NaN bounds left to the clamp kernel), and a residual add
     after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
     applied to the product; the clamp as max and min (MPSGRAPH_CPU_PACKED_MINMAX=0: compares
-    and blends), the same bits, NaN, infinities and zero signs included;
+    and blends), the same bits, NaN, infinities and zero signs included; outputs larger than
+    32 MiB stored past the caches (MPSGRAPH_CPU_PACKED_STREAM=0: plain stores), the same bits;
   * 1x1 products of many weights as (image, tile) units over the pool, each on one thread
     (MPSGRAPH_CPU_DIRECT_UNITS=0: one image at a time, its product split over the pool);
   * (image, tile) units of whole 16-column blocks where that keeps their number
@@ -1021,3 +1022,21 @@ def test_packed_minmax_non_finite_and_signed_zero(shape, wshape, stride, pad, lo
     np.testing.assert_array_equal(on, off)
     np.testing.assert_array_equal(np.signbit(on), np.signbit(off))
     assert np.isnan(on).any() and (on == 6).any()
+
+
+# ---------------- outputs larger than L3 stored past the caches (MPSGRAPH_CPU_PACKED_STREAM) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: outputs of more than 32 MiB (MobileNetV2's
+# 8x96x112x112 is 38.5 MB): rows 32-byte aligned (streamed) and odd planes (rows that are not:
+# plain stores), a 1x1 and an im2col 3x3.
+STREAM = [((2, 8, 260, 260), (64, 1, 1), 1, 0), ((1, 8, 181, 181), (256, 1, 1), 1, 0),
+          ((1, 3, 360, 360), (264, 3, 3), 2, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", STREAM)
+def test_packed_stream_large_outputs_same_bits(shape, wshape, stride, pad, monkeypatch):
+    """Full blocks stored with streaming stores where the output exceeds 32 MiB: the same bits as
+    plain stores (the switch off), with the bias and clamp, a residual, and an epilogue op left
+    after the store (then nothing is streamed: it would read the output back)."""
+    _epilogues_same_bits(65, shape, wshape, stride, pad, 2, monkeypatch, "MPSGRAPH_CPU_PACKED_STREAM",
+                         (None, "relu6", "relu6_residual", "max_min"))

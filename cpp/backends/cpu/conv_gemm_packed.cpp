@@ -144,6 +144,7 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
     }
   }
   const bool has_bias = s && s->bias, clamp = s && s->clamp, mm = s && s->minmax;
+  const bool stream = kFull && s && s->stream && (reinterpret_cast<uintptr_t>(C) | uintptr_t(ldc * 4)) % 32 == 0;
   const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
 #pragma GCC unroll 6
   for (int r = 0; r < kRows; ++r) {
@@ -155,7 +156,10 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
       v0 = _mm256_add_ps(v0, kFull ? _mm256_loadu_ps(Rr) : _mm256_maskload_ps(Rr, m0));
       if (!kHalf) v1 = _mm256_add_ps(v1, kFull ? _mm256_loadu_ps(Rr + 8) : _mm256_maskload_ps(Rr + 8, m1));
     }
-    if (kFull) {  // masked stores are slow on AMD (microcoded): only for the tails
+    if (kFull && stream) {
+      _mm256_stream_ps(C + r * ldc, v0);
+      _mm256_stream_ps(C + r * ldc + 8, v1);
+    } else if (kFull) {  // masked stores are slow on AMD (microcoded): only for the tails
       _mm256_storeu_ps(C + r * ldc, v0);
       _mm256_storeu_ps(C + r * ldc + 8, v1);
     } else {
@@ -497,6 +501,9 @@ void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N,
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / per_block);
   parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
     run_columns(a, B, ldb, C, ldc, b0 * a.nr, std::min(N, b1 * a.nr), store);
+#if MG_CPU_X86
+    if (store && store->stream) _mm_sfence();  // the streamed stores, before the pool says done
+#endif
   });
 }
 

@@ -74,6 +74,9 @@ constexpr int64_t kPackedMinColumns = 512;  // columns from which the packed pla
 // and from which at depths up to this (128: MobileNetV2's 28x28 1x1 layers at batch 1 in tiles
 // of 144 columns ran 1.3-1.45x faster in planes than along the channels)
 constexpr int64_t kPlanesMinColumns = 128, kPlanesMaxDepth = 1024;
+// outputs of more bytes than this (the L3 of the 2-core development machine, 32 MiB) are
+// stored past the caches (Plan::stream_out)
+constexpr int64_t kStreamBytes = int64_t(32) << 20;
 
 // d[j] = s[2 * j] for j < n (stride-2 im2col rows: the stems). With AVX2, 8 at a time from two
 // loads and two shuffles instead of 8 scalar copies; the loads stop before reading past s[2n - 2].
@@ -130,6 +133,7 @@ struct Plan {
   int64_t col_elems = 0;   // per slot
   int64_t images = 1;      // > 1: forward products of this many images' columns side by side (few positions each)
   std::shared_ptr<const PackedWeights> packed;  // forward float32, constant weights, one group: packed at compile
+  bool stream_out = false;  // packed: the output, larger than L3, stored past the caches (PackedStore::stream)
   Stride2Fn stride2 = nullptr;  // float32 im2col rows of innermost stride 2
   int64_t items() const { return N * G; }
   int64_t units() const { return tiles_parallel ? items() * ntiles : items(); }
@@ -304,6 +308,13 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     }
   }
   p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
+  // Outputs larger than L3 go to memory whatever the stores, and the next layer reads them from
+  // there: stored past the caches they cost no reads for ownership (MobileNetV2's 8x96x112x112,
+  // 38.5 MB: 1.05x, and 1.09x for the depthwise layer after it, whose reads no longer meet
+  // its dirty lines). Smaller ones stay cached for the next layer (14.5 MB streamed: that
+  // layer 0.7-0.9x). MPSGRAPH_CPU_PACKED_STREAM=0 keeps every output in the caches.
+  p.stream_out = kind == Kind::Forward && packed && p.N * p.O * p.P * int64_t(sizeof(float)) > kStreamBytes &&
+                 !switched_off("MPSGRAPH_CPU_PACKED_STREAM");
   // MPSGRAPH_CPU_UNIT_SHARES=0: the units claimed in turn from one counter
   p.own_shares = p.ours && !switched_off("MPSGRAPH_CPU_UNIT_SHARES");
   p.col_elems = p.direct || p.depthwise ? 0 : p.CK * p.tile;
@@ -531,6 +542,7 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
         if (p.packed) {  // the bias and clamp in the store, while the block is in registers
           PackedStore st;
           const Epi rest = epi.fold(st, g * p.Og, y_off + p0, p.P);
+          st.stream = p.stream_out && (!rest.e || rest.from >= rest.e->ops.size());  // nothing read back after
           packed_gemm(*p.packed, b, ldb, pt, y, p.P, &st);
           return rest(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
         }
