@@ -69,6 +69,13 @@ MG_TARGET_AVX2 inline __m256 bias_clamp(__m256 v, const RowVectors& k) {
   return _mm256_blendv_ps(v, k.hi, _mm256_cmp_ps(v, k.hi, _CMP_GE_OQ));
 }
 
+// The first n (< 8) lanes of v at p: a plane's last row when rows are shorter than 8.
+MG_TARGET_AVX2 inline void store_first(float* p, __m256 v, int64_t n) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, v);
+  for (int64_t i = 0; i < n; ++i) p[i] = t[i];
+}
+
 // Stride 2 by hand (GCC's vectorised stride-2 loop is slower than ONNX Runtime's by 2x): the
 // even and odd source columns of 8 outputs come from two loads and one shuffle each, in the
 // lane order (0 1 4 5 2 3 6 7) that the shuffles leave; one permute puts the sums in order. The
@@ -78,13 +85,6 @@ MG_TARGET_AVX2 inline __m256 bias_clamp(__m256 v, const RowVectors& k) {
 // output row r reads rows 2r to 2r + 2 (from the phases: even row r, odd row r, even row r + 1),
 // so a pair shares one. The third tap's sources (2j + 2) are the odd ones from 2j + 1, so 8
 // outputs read up to source 2j + 16, no further than the scalar loop.
-// The first n (< 8) lanes of v at p: a plane's last row when rows are shorter than 8.
-MG_TARGET_AVX2 inline void store_first(float* p, __m256 v, int64_t n) {
-  alignas(32) float t[8];
-  _mm256_store_ps(t, v);
-  for (int64_t i = 0; i < n; ++i) p[i] = t[i];
-}
-
 // last: the lanes stored of the last of the NR rows (8: all).
 template <int NR>
 MG_TARGET_AVX2 inline void s2_rows(const float* const* src, const RowVectors& k, float* y, int64_t ol, int64_t j,
@@ -128,6 +128,7 @@ MG_TARGET_AVX2 void row_avx2_s2(const float* const* rows, const float* w, float*
 // NR (1 or 2) stride-1 output rows' 8 outputs at column j from source rows src[0 .. NR + 1]:
 // row r's taps read rows r to r + 2, so a pair loads four rows, not six. The taps add as GCC
 // contracts row_body's: the first tap fused onto the second's product, then the rest in order.
+// last: as s2_rows'.
 template <int NR>
 MG_TARGET_AVX2 inline void s1_rows(const float* const* src, const RowVectors& k, float* y, int64_t ol, int64_t j,
                                    int64_t last = 8) {

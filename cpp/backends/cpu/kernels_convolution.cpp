@@ -187,8 +187,8 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   p.pbL = pads[2 * (k - 1)];
   p.pbT = k == 2 ? pads[0] : 0;
   p.dw3_flat = p.dw3 && strides[0] == 1 && dil[0] == 1 && p.sL == 1 && p.OL == p.IL;
-  // the row-pair planes take rows of 4 to 7 outputs as one vector each (MPSGRAPH_CPU_DW3_NARROW_ROWS=0: 8
-  // and more only; MobileNetV2's 7x7 planes then keep the flat loop and its copy out)
+  // the row-pair planes take rows of 4 to 7 outputs as one vector each (MPSGRAPH_CPU_DW3_NARROW_ROWS=0:
+  // 8 and more only; MobileNetV2's 7x7 planes then keep the flat loop and its copy out)
   const int64_t min_ol = switched_off("MPSGRAPH_CPU_DW3_NARROW_ROWS") ? 8 : 4;
   // MPSGRAPH_CPU_DW3_ROW_PAIRS=0 keeps the flat loop over the bordered plane and its copy out
   const bool row_pairs = p.dw3 && p.sL == 1 && p.OL >= min_ol && dw3_s1_plane_fn() &&
@@ -210,7 +210,8 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.Hb = p.R + 1;
   }
   // MPSGRAPH_CPU_DW3_PHASE_PAIRS=0 keeps the flat loop over the phases and its copy out
-  p.dw3_phase_pairs = p.dw3_phase && p.OL >= min_ol && dw3_s2_plane_fn() && !switched_off("MPSGRAPH_CPU_DW3_PHASE_PAIRS");
+  p.dw3_phase_pairs =
+      p.dw3_phase && p.OL >= min_ol && dw3_s2_plane_fn() && !switched_off("MPSGRAPH_CPU_DW3_PHASE_PAIRS");
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
   p.dw3_s1_avx2 = !switched_off("MPSGRAPH_CPU_DW3_S1_AVX2");
   p.dw3_row_pairs = p.dw3_border && row_pairs;
@@ -310,9 +311,9 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
   // Outputs larger than L3 go to memory whatever the stores, and the next layer reads them from
   // there: stored past the caches they cost no reads for ownership (MobileNetV2's 8x96x112x112,
-  // 38.5 MB: 1.05x, and 1.09x for the depthwise layer after it, whose reads no longer meet
-  // its dirty lines). Smaller ones stay cached for the next layer (14.5 MB streamed: that
-  // layer 0.7-0.9x). MPSGRAPH_CPU_PACKED_STREAM=0 keeps every output in the caches.
+  // 38.5 MB: 1.05-1.07x, the depthwise layer after it 1.04-1.09x, in two runs of three; level in
+  // the third). Smaller ones stay cached for the next layer (14.5 MB streamed: the layers that
+  // read them 0.69-0.93x). MPSGRAPH_CPU_PACKED_STREAM=0 keeps every output in the caches.
   p.stream_out = kind == Kind::Forward && packed && p.N * p.O * p.P * int64_t(sizeof(float)) > kStreamBytes &&
                  !switched_off("MPSGRAPH_CPU_PACKED_STREAM");
   // MPSGRAPH_CPU_UNIT_SHARES=0: the units claimed in turn from one counter
