@@ -12,7 +12,8 @@ PyTorch in float64:
     AVX2 stride-1 rows ending in a vector step by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: the
     compiler's scalar remainder), the same bits; stride-1 bordered planes as pairs of output rows
     written straight into the output (MPSGRAPH_CPU_DW3_ROW_PAIRS=0: one flat loop, copied out),
-    and stride-2 ones from the phases the same way (MPSGRAPH_CPU_DW3_PHASE_PAIRS=0), the same bits;
+    and stride-2 ones from the phases the same way (MPSGRAPH_CPU_DW3_PHASE_PAIRS=0), rows of 4
+    to 7 outputs included (MPSGRAPH_CPU_DW3_NARROW_ROWS=0: 8 and more only), the same bits;
   * constant weights packed at compile for the GEMM (MPSGRAPH_CPU_PACKED=0 keeps BLAS): 1x1
     convolutions on the source planes, im2col ones (stem, 7x7), images side by side, row and
     column tails, fused epilogues, multi-threaded splits, every ISA path; depths up to 256 read
@@ -20,11 +21,15 @@ PyTorch in float64:
     ahead of the kernel (MPSGRAPH_CPU_PACKED_PREFETCH=0: not);
   * the packed layout vectorised along the output channels for products of few columns
     (MPSGRAPH_CPU_PACKED_CHANNELS=0 keeps BLAS there): 7x7 and 14x14 planes, odd channel counts,
-    column tails, stride 2 with padding, images side by side;
+    column tails, stride 2 with padding, images side by side; its full blocks stored a row at a
+    time after a transpose in registers (MPSGRAPH_CPU_PACKED_ROW_STORE=0: a float at a time
+    through the stack), the same bits;
   * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
     a bias only before a residual add, NaN bounds left to the clamp kernel), and a residual add
     after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
-    applied to the product;
+    applied to the product; the clamp as max and min (MPSGRAPH_CPU_PACKED_MINMAX=0: compares
+    and blends), the same bits, NaN, infinities and zero signs included; outputs larger than
+    32 MiB stored past the caches (MPSGRAPH_CPU_PACKED_STREAM=0: plain stores), the same bits;
   * 1x1 products of many weights as (image, tile) units over the pool, each on one thread
     (MPSGRAPH_CPU_DIRECT_UNITS=0: one image at a time, its product split over the pool);
   * (image, tile) units of whole 16-column blocks where that keeps their number
@@ -902,7 +907,19 @@ DW_PAIRS = [(c, "MPSGRAPH_CPU_DW3_ROW_PAIRS") for c in
             DW_PHASES +
             [((2, 3, 17, 17), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
              ((1, 4, 2, 31), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
-             ((2, 5, 33, 20), 1, (2, 2), (0, 1, 2, 1), (1, 1))]]
+             ((2, 5, 33, 20), 1, (2, 2), (0, 1, 2, 1), (1, 1))]] + \
+           [(c, "MPSGRAPH_CPU_DW3_NARROW_ROWS") for c in  # rows of 4 to 7 outputs (3: the flat loop still)
+            [((2, 9, 7, 7), 1, (1, 1), (1, 1, 1, 1), (1, 1)),  # MobileNetV2's 7x7
+             ((1, 4, 6, 4), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 3, 1, 6), 2, (1, 1), (1, 1, 1, 1), (1, 1)),
+             ((1, 5, 9, 5), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
+             ((1, 5, 9, 7), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
+             ((1, 4, 6, 5), 1, (1, 1), (0, 2, 1, 1), (1, 1)),
+             ((2, 9, 14, 14), 1, (2, 2), (1, 1, 1, 1), (1, 1)),  # MobileNetV2's 14x14 to 7x7
+             ((1, 4, 9, 9), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
+             ((1, 3, 2, 13), 2, (2, 2), (1, 1, 1, 1), (1, 1)),
+             ((1, 5, 15, 13), 2, (2, 2), (0, 2, 1, 0), (1, 1)),
+             ((3, 4, 8, 11), 1, (2, 2), (2, 0, 0, 2), (1, 1))]]
 
 
 @pytest.mark.parametrize("case,switch", DW_PAIRS,
@@ -916,7 +933,9 @@ def test_depthwise3x3_row_pairs_same_bits(case, switch, chain, threads, monkeypa
     sums, so the same bits (from 64 wide, in the columns inside the edges). Stride 1 (MPSGRAPH_CPU_DW3_ROW_PAIRS) and stride 2 through the
     bordered plane's phases (MPSGRAPH_CPU_DW3_PHASE_PAIRS); odd and even row counts, one row,
     rows of 8 to 128 (from 64 the switch off takes the unbordered flat path; 128 is too wide to
-    be bordered), uneven padding, rows of fewer than 8 (the flat loop)."""
+    be bordered), uneven padding, rows of fewer than 8. Rows of 4 to 7 as one vector each, its
+    lanes past the row overwritten by the next row (MPSGRAPH_CPU_DW3_NARROW_ROWS=0: the flat
+    loop), at both strides; rows of 3 stay on the flat loop."""
     x, w, bias = _dw_setup(case, 19)
     build = _dw_build(case, w, bias, chain)
     with _threads(threads):
@@ -927,3 +946,97 @@ def test_depthwise3x3_row_pairs_same_bits(case, switch, chain, threads, monkeypa
     inner = np.s_[..., 1:-1] if case[0][3] >= 64 else np.s_[...]
     np.testing.assert_array_equal(y[inner], flat[inner])
     _dw_agree(case, x, w, bias, chain, y, flat)
+
+
+# ---------------- the channels kernel's blocks stored a row at a time (MPSGRAPH_CPU_PACKED_ROW_STORE) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: products in the channels layout, full blocks of 6
+# columns stored as rows after a transpose in registers: MobileNetV2's 7x7 expansion (depth 160)
+# and projections (depth 576, 960: depth blocks, a residual), panels of fewer than 16 rows,
+# column tails (7x7: a tail of one), an im2col 3x3, several images.
+ROW_STORE = CHANNELS[:6] + [((2, 960, 7, 7), (160, 1, 1), 1, 0), ((3, 576, 7, 7), (37, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", ROW_STORE)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_channels_row_store_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The same values stored by rows (MPSGRAPH_CPU_PACKED_ROW_STORE=0: through the stack a float
+    at a time): the same bits, with the bias, clamp and residual folded into the store."""
+    _epilogues_same_bits(61, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_ROW_STORE",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
+
+
+@pytest.mark.parametrize("xshape,n,transposed", MATMUL[:5])
+def test_packed_matmul_row_store_same_bits(xshape, n, transposed, monkeypatch):
+    """A classifier's product on the channels layout stores its blocks by rows too: the same bits."""
+    rng = np.random.default_rng(62)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    y = rng.standard_normal((n, xshape[-1]) if transposed else (xshape[-1], n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    for epilogue in (None, "bias_relu"):
+        build = _matmul_build(xshape, y, transposed, epilogue, b)
+        on = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        off = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_ROW_STORE": "0"}, monkeypatch), [x])[0]
+        np.testing.assert_array_equal(on, off)
+        ref = x.astype(np.float64) @ (y.T if transposed else y).astype(np.float64)
+        if epilogue:
+            ref = np.maximum(ref + b, 0)
+        assert np.allclose(on, ref, rtol=1e-5, atol=1e-4)
+
+
+# ---------------- the packed store's clamp as max and min (MPSGRAPH_CPU_PACKED_MINMAX) ----------------
+
+# the planes layout (1x1, im2col stems, column tails, AVX2 row tails) and the channels layout
+MINMAX = PACKED[:4] + PACKED[6:] + CHANNELS[1:3] + [((2, 96, 7, 7), (40, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", MINMAX)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_minmax_clamp_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The clamp folded into the packed store as max(lo, v) then min(hi, v)
+    (MPSGRAPH_CPU_PACKED_MINMAX=0: compares and blends): the same bits (a sum from +0 is never
+    -0, so only a bound of -0 could tell them apart), with relu, relu6, other bounds and a
+    residual after the clamp."""
+    _epilogues_same_bits(63, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_MINMAX",
+                         ("relu", "relu6", "max_min", "bias_residual", "relu6_residual"))
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", [MINMAX[0], MINMAX[2], CHANNELS[1]])
+@pytest.mark.parametrize("lo", [0.0, -0.0, -np.inf])
+def test_packed_minmax_non_finite_and_signed_zero(shape, wshape, stride, pad, lo, monkeypatch):
+    """NaN and infinite sums pass max and min as the compares pass them, and a -0 bound (where
+    they would differ) keeps the compares: the same bits as the switch off, zero signs included."""
+    rng = np.random.default_rng(64)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[:, :, -2:] = 0.0  # sums of zeros: +0 (and -0 products)
+    x.reshape(-1)[[3, 40, 77]] = [np.nan, np.inf, -np.inf]
+    w = rng.standard_normal((wshape[0], shape[1]) + wshape[1:]).astype(np.float32)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        y = g.convolution(px, g.constant(w), strides=stride, padding=(pad,) * 4)
+        return [g.clamp(y, g.constant(np.float32(lo)), g.constant(np.float32(6)))], [px]
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    on = _run(_compile(build, [x], env, monkeypatch), [x])[0]
+    off = _run(_compile(build, [x], dict(env, MPSGRAPH_CPU_PACKED_MINMAX="0"), monkeypatch), [x])[0]
+    np.testing.assert_array_equal(on, off)
+    np.testing.assert_array_equal(np.signbit(on), np.signbit(off))
+    assert np.isnan(on).any() and (on == 6).any()
+
+
+# ---------------- outputs larger than L3 stored past the caches (MPSGRAPH_CPU_PACKED_STREAM) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: outputs of more than 32 MiB (MobileNetV2's
+# 8x96x112x112 is 38.5 MB): rows 32-byte aligned (streamed) and odd planes (rows that are not:
+# plain stores), a 1x1 and an im2col 3x3.
+STREAM = [((2, 8, 260, 260), (64, 1, 1), 1, 0), ((1, 8, 181, 181), (256, 1, 1), 1, 0),
+          ((1, 3, 360, 360), (264, 3, 3), 2, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", STREAM)
+def test_packed_stream_large_outputs_same_bits(shape, wshape, stride, pad, monkeypatch):
+    """Full blocks stored with streaming stores where the output exceeds 32 MiB: the same bits as
+    plain stores (the switch off), with the bias and clamp, a residual, and an epilogue op left
+    after the store (then nothing is streamed: it would read the output back)."""
+    _epilogues_same_bits(65, shape, wshape, stride, pad, 2, monkeypatch, "MPSGRAPH_CPU_PACKED_STREAM",
+                         (None, "relu6", "relu6_residual", "max_min"))

@@ -69,6 +69,13 @@ MG_TARGET_AVX2 inline __m256 bias_clamp(__m256 v, const RowVectors& k) {
   return _mm256_blendv_ps(v, k.hi, _mm256_cmp_ps(v, k.hi, _CMP_GE_OQ));
 }
 
+// The first n (< 8) lanes of v at p: a plane's last row when rows are shorter than 8.
+MG_TARGET_AVX2 inline void store_first(float* p, __m256 v, int64_t n) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, v);
+  for (int64_t i = 0; i < n; ++i) p[i] = t[i];
+}
+
 // Stride 2 by hand (GCC's vectorised stride-2 loop is slower than ONNX Runtime's by 2x): the
 // even and odd source columns of 8 outputs come from two loads and one shuffle each, in the
 // lane order (0 1 4 5 2 3 6 7) that the shuffles leave; one permute puts the sums in order. The
@@ -78,8 +85,10 @@ MG_TARGET_AVX2 inline __m256 bias_clamp(__m256 v, const RowVectors& k) {
 // output row r reads rows 2r to 2r + 2 (from the phases: even row r, odd row r, even row r + 1),
 // so a pair shares one. The third tap's sources (2j + 2) are the odd ones from 2j + 1, so 8
 // outputs read up to source 2j + 16, no further than the scalar loop.
+// last: the lanes stored of the last of the NR rows (8: all).
 template <int NR>
-MG_TARGET_AVX2 inline void s2_rows(const float* const* src, const RowVectors& k, float* y, int64_t ol, int64_t j) {
+MG_TARGET_AVX2 inline void s2_rows(const float* const* src, const RowVectors& k, float* y, int64_t ol, int64_t j,
+                                   int64_t last = 8) {
   __m256 v[NR];
   const int64_t i = 2 * j;
 #pragma GCC unroll 5
@@ -95,7 +104,15 @@ MG_TARGET_AVX2 inline void s2_rows(const float* const* src, const RowVectors& k,
       for (; t < 3; ++t) v[r] = _mm256_fmadd_ps(k.w[3 * kt + t], x[t], v[r]);
     }
   }
-  for (int r = 0; r < NR; ++r) store_in_order(y + r * ol + j, bias_clamp(v[r], k));
+  for (int r = 0; r < NR; ++r) {
+    if (r == NR - 1 && last < 8) {
+      const __m256 u = bias_clamp(v[r], k);
+      store_first(y + r * ol + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(u), _MM_SHUFFLE(3, 1, 2, 0))),
+                  last);
+    } else {
+      store_in_order(y + r * ol + j, bias_clamp(v[r], k));
+    }
+  }
 }
 
 MG_TARGET_AVX2 void row_avx2_s2(const float* const* rows, const float* w, float* y, int64_t j0, int64_t j1, float bias,
@@ -111,8 +128,10 @@ MG_TARGET_AVX2 void row_avx2_s2(const float* const* rows, const float* w, float*
 // NR (1 or 2) stride-1 output rows' 8 outputs at column j from source rows src[0 .. NR + 1]:
 // row r's taps read rows r to r + 2, so a pair loads four rows, not six. The taps add as GCC
 // contracts row_body's: the first tap fused onto the second's product, then the rest in order.
+// last: as s2_rows'.
 template <int NR>
-MG_TARGET_AVX2 inline void s1_rows(const float* const* src, const RowVectors& k, float* y, int64_t ol, int64_t j) {
+MG_TARGET_AVX2 inline void s1_rows(const float* const* src, const RowVectors& k, float* y, int64_t ol, int64_t j,
+                                   int64_t last = 8) {
   __m256 v[NR];
 #pragma GCC unroll 4
   for (int s = 0; s < NR + 2; ++s) {  // source row s
@@ -126,7 +145,10 @@ MG_TARGET_AVX2 inline void s1_rows(const float* const* src, const RowVectors& k,
       for (; t < 3; ++t) v[r] = _mm256_fmadd_ps(k.w[3 * kt + t], x[t], v[r]);
     }
   }
-  for (int r = 0; r < NR; ++r) _mm256_storeu_ps(y + r * ol + j, bias_clamp(v[r], k));
+  for (int r = 0; r < NR; ++r) {
+    if (r == NR - 1 && last < 8) store_first(y + r * ol + j, bias_clamp(v[r], k), last);
+    else _mm256_storeu_ps(y + r * ol + j, bias_clamp(v[r], k));
+  }
 }
 
 // Stride 1: the compiler's loop over whole vectors, then a last group of fewer than 8 as the
@@ -141,10 +163,15 @@ MG_TARGET_AVX2 void row_avx2_s1(const float* const* rows, const float* w, float*
   s1_rows<1>(rows, row_vectors(w, bias, lo, hi), y, 0, j1 - 8);
 }
 
-// A row's last group of fewer than 8 is redone as its last 8 outputs (the same values).
+// A row's last group of fewer than 8 is redone as its last 8 outputs (the same values). Rows
+// shorter than 8 (4 to 7) are one vector each whose lanes past the row spill into the next
+// row's first outputs, which that row's store then overwrites; the plane's last row (last:
+// true) stores only its own.
 template <int NR>
-MG_TARGET_AVX2 inline void s1_row_group(const float* b, int64_t wb, const RowVectors& k, float* y, int64_t ol) {
+MG_TARGET_AVX2 inline void s1_row_group(const float* b, int64_t wb, const RowVectors& k, float* y, int64_t ol,
+                                        bool last) {
   const float* src[4] = {b, b + wb, b + 2 * wb, b + 3 * wb};
+  if (ol < 8) return s1_rows<NR>(src, k, y, ol, 0, last ? ol : 8);
   int64_t j = 0;
   for (; j + 8 <= ol; j += 8) s1_rows<NR>(src, k, y, ol, j);
   if (j < ol) s1_rows<NR>(src, k, y, ol, ol - 8);
@@ -154,14 +181,16 @@ MG_TARGET_AVX2 void plane_avx2_s1(const float* b, int64_t wb, const float* w, fl
                                   float bias, float lo, float hi) {
   const RowVectors k = row_vectors(w, bias, lo, hi);
   int64_t r = 0;
-  for (; r + 2 <= nr; r += 2) s1_row_group<2>(b + r * wb, wb, k, y + r * ol, ol);
-  if (r < nr) s1_row_group<1>(b + r * wb, wb, k, y + r * ol, ol);
+  for (; r + 2 <= nr; r += 2) s1_row_group<2>(b + r * wb, wb, k, y + r * ol, ol, r + 2 == nr);
+  if (r < nr) s1_row_group<1>(b + r * wb, wb, k, y + r * ol, ol, true);
 }
 
+// As s1_row_group (rows of 4 to 7 outputs included).
 template <int NR>
 MG_TARGET_AVX2 inline void s2_row_group(const float* even, const float* odd, int64_t wb, const RowVectors& k, float* y,
-                                        int64_t ol) {
+                                        int64_t ol, bool last) {
   const float* src[5] = {even, odd, even + wb, odd + wb, even + 2 * wb};
+  if (ol < 8) return s2_rows<NR>(src, k, y, ol, 0, last ? ol : 8);
   int64_t j = 0;
   for (; j + 8 <= ol; j += 8) s2_rows<NR>(src, k, y, ol, j);
   if (j < ol) s2_rows<NR>(src, k, y, ol, ol - 8);
@@ -171,8 +200,8 @@ MG_TARGET_AVX2 void plane_avx2_s2(const float* even, const float* odd, int64_t w
                                   int64_t nr, float bias, float lo, float hi) {
   const RowVectors k = row_vectors(w, bias, lo, hi);
   int64_t r = 0;
-  for (; r + 2 <= nr; r += 2) s2_row_group<2>(even + r * wb, odd + r * wb, wb, k, y + r * ol, ol);
-  if (r < nr) s2_row_group<1>(even + r * wb, odd + r * wb, wb, k, y + r * ol, ol);
+  for (; r + 2 <= nr; r += 2) s2_row_group<2>(even + r * wb, odd + r * wb, wb, k, y + r * ol, ol, r + 2 == nr);
+  if (r < nr) s2_row_group<1>(even + r * wb, odd + r * wb, wb, k, y + r * ol, ol, true);
 }
 
 template <int S>

@@ -16,17 +16,19 @@ using Dw3RowFn = void (*)(const float* const* rows, const float* w, float* y, in
 // instead of the compiler's scalar remainder (the same bits).
 Dw3RowFn dw3_row_fn(int64_t stride, bool s1_by_hand = true);
 
-// A stride-1 plane from its zero-bordered copy b (row width wb, nr + 2 rows), output rows of
-// ol >= 8: y[r * ol + j] = clamp(sum over kt, t of w[3kt + t] * b[(r + kt) * wb + j + t] + bias,
-// lo, hi), the same sums as Dw3RowFn's rows. Output rows run in pairs that share their source
-// rows (four rows loaded for two outputs, not six), and straight into y (no bordered output
-// rows to copy out). Null where no such path (AVX2 only).
+// A stride-1 plane from its zero-bordered copy b (row width wb, nr + 2 rows, readable 10 floats
+// past the last row's start), output rows of ol >= 4: y[r * ol + j] = clamp(sum over kt, t of
+// w[3kt + t] * b[(r + kt) * wb + j + t] + bias, lo, hi), the same sums as Dw3RowFn's rows.
+// Output rows run in pairs that share their source rows (four rows loaded for two outputs, not
+// six), and straight into y (no bordered output rows to copy out); rows shorter than 8 are one
+// vector each, written over by the next row past their end. Null where no such path (AVX2 only).
 using Dw3PlaneFn = void (*)(const float* b, int64_t wb, const float* w, float* y, int64_t ol, int64_t nr,
                             float bias, float lo, float hi);
 Dw3PlaneFn dw3_s1_plane_fn();
 
 // A stride-2 plane from its zero-bordered copy as two phases, its even rows at even and its odd
-// rows at odd (row width wb each, nr + 1 even rows, nr odd ones), output rows of ol >= 8:
+// rows at odd (row width wb each, nr + 1 even rows, nr odd ones, each readable 17 floats past
+// its last row's start), output rows of ol >= 4:
 // y[r * ol + j] sums tap row 0 from even row r, tap row 1 from odd row r and tap row 2 from even
 // row r + 1, each at columns 2j to 2j + 2; the same sums as Dw3RowFn's stride-2 rows. Output
 // rows in pairs (five rows loaded for two outputs, not six), straight into y. Null where no

@@ -48,6 +48,9 @@ struct PackedWeights {
   bool tail_rows = false;
   // AVX2 planes: column tails of at most 8 in one vector a row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two)
   bool half_tail = false;
+  // channels: full blocks stored a row at a time after a transpose in registers
+  // (MPSGRAPH_CPU_PACKED_ROW_STORE=0: through the stack, a float at a time)
+  bool row_store = false;
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -97,10 +100,14 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
   }
 }
 
-// v + b, then the clamp, per lane as finish() does (the comparisons keep a NaN v).
+// v + b, then the clamp, per lane as finish() does (the comparisons keep a NaN v). minmax
+// (PackedStore::minmax): the clamp as max(lo, v) then min(hi, v), two operations instead of
+// four (they return their second operand, v, where it is NaN); they differ from the
+// comparisons only where v is a zero of the other sign than an equal bound.
 MG_TARGET_AVX2 inline __attribute__((always_inline)) __m256 finish8(__m256 v, __m256 b, bool bias, bool clamp,
-                                                                    __m256 lo, __m256 hi) {
+                                                                    __m256 lo, __m256 hi, bool minmax = false) {
   if (bias) v = _mm256_add_ps(v, b);
+  if (clamp && minmax) return _mm256_min_ps(hi, _mm256_max_ps(lo, v));
   if (clamp) {
     v = _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LE_OQ));
     v = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GE_OQ));
@@ -136,19 +143,23 @@ MG_TARGET_AVX2 void kernel_avx2(int64_t K, const float* a, const float* B, int64
       if (!kHalf) c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
     }
   }
-  const bool has_bias = s && s->bias, clamp = s && s->clamp;
+  const bool has_bias = s && s->bias, clamp = s && s->clamp, mm = s && s->minmax;
+  const bool stream = kFull && s && s->stream && (reinterpret_cast<uintptr_t>(C) | uintptr_t(ldc * 4)) % 32 == 0;
   const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
 #pragma GCC unroll 6
   for (int r = 0; r < kRows; ++r) {
     if (r >= rows) break;
     const __m256 b = has_bias ? _mm256_set1_ps(s->bias[(i0 + r) * s->bias_stride]) : _mm256_setzero_ps();
-    __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi);
+    __m256 v0 = finish8(c0[r], b, has_bias, clamp, lo, hi, mm), v1 = finish8(c1[r], b, has_bias, clamp, lo, hi, mm);
     if (R) {
       const float* Rr = R + r * s->ldr;
       v0 = _mm256_add_ps(v0, kFull ? _mm256_loadu_ps(Rr) : _mm256_maskload_ps(Rr, m0));
       if (!kHalf) v1 = _mm256_add_ps(v1, kFull ? _mm256_loadu_ps(Rr + 8) : _mm256_maskload_ps(Rr + 8, m1));
     }
-    if (kFull) {  // masked stores are slow on AMD (microcoded): only for the tails
+    if (kFull && stream) {
+      _mm256_stream_ps(C + r * ldc, v0);
+      _mm256_stream_ps(C + r * ldc + 8, v1);
+    } else if (kFull) {  // masked stores are slow on AMD (microcoded): only for the tails
       _mm256_storeu_ps(C + r * ldc, v0);
       _mm256_storeu_ps(C + r * ldc + 8, v1);
     } else {
@@ -172,13 +183,36 @@ using Avx2RowsKernel = void (*)(bool, bool, int64_t, const float*, const float*,
 constexpr Avx2RowsKernel kAvx2RowsKernels[kAvx2Rows] = {kernel_avx2_rows<1>, kernel_avx2_rows<2>, kernel_avx2_rows<3>,
                                                         kernel_avx2_rows<4>, kernel_avx2_rows<5>, kernel_avx2_rows<6>};
 
+// v[0..8) transposed in place: lane l of v[k] becomes lane k of v[l].
+MG_TARGET_AVX2 inline void transpose8(__m256* v) {
+  const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  v[0] = _mm256_permute2f128_ps(s0, s4, 0x20), v[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  v[2] = _mm256_permute2f128_ps(s2, s6, 0x20), v[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  v[4] = _mm256_permute2f128_ps(s0, s4, 0x31), v[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  v[6] = _mm256_permute2f128_ps(s2, s6, 0x31), v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
 // Channels: rows [i0, i0 + rows) of the panel a (kn x 16, one depth block), columns B[0..NC).
 // The partial sums of the block's 16 x NC outputs start from acc (unless first) and go back to
 // it (unless last: then C gets them, finished): the same fused multiply-adds in the same order.
+// by_rows (NC 6): the finished block transposed in registers and stored 6 floats a row (4 + 2),
+// not through the stack a float at a time (96 scalar moves against some 600 multiply-adds at
+// depth 160: MobileNetV2's 7x7 expansions).
 template <int NC>
 MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float* B, int64_t ldb, float* acc, bool first,
                                          bool last, float* C, int64_t ldc, int64_t rows, const PackedStore* s,
-                                         int64_t i0, const float* R) {
+                                         int64_t i0, const float* R, bool by_rows) {
   __m256 c0[NC], c1[NC];
 #pragma GCC unroll 6
   for (int j = 0; j < NC; ++j) {
@@ -205,15 +239,43 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
   // (the accumulators are only read after the loop: written back, GCC keeps them on the stack)
   alignas(32) float t[NC][kChanRows];
   alignas(32) float bias[kChanRows] = {};
-  const bool has_bias = s && s->bias, clamp = s && s->clamp;
+  const bool has_bias = s && s->bias, clamp = s && s->clamp, mm = s && s->minmax;
   if (has_bias)  // channels along the lanes: the bias is two vectors
     for (int64_t r = 0; r < rows; ++r) bias[r] = s->bias[(i0 + r) * s->bias_stride];
   const __m256 b0 = _mm256_load_ps(bias), b1 = _mm256_load_ps(bias + 8);
   const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
+  if constexpr (NC == kChanCols) {
+    if (by_rows) {
+      __m256 v[2][8];  // the block's rows 0-7 and 8-15, a column a vector, then a row a vector
+#pragma GCC unroll 6
+      for (int j = 0; j < NC; ++j) {
+        v[0][j] = finish8(c0[j], b0, has_bias, clamp, lo, hi, mm);
+        v[1][j] = finish8(c1[j], b1, has_bias, clamp, lo, hi, mm);
+      }
+      v[0][6] = v[0][7] = v[1][6] = v[1][7] = _mm256_setzero_ps();
+      transpose8(v[0]);
+      transpose8(v[1]);
+#pragma GCC unroll 16
+      for (int r = 0; r < kChanRows; ++r) {
+        if (r >= rows) break;
+        const __m256 u = v[r / 8][r % 8];
+        __m128 q0 = _mm256_castps256_ps128(u), q1 = _mm256_extractf128_ps(u, 1);
+        float* c = C + r * ldc;
+        if (R) {
+          const float* rr = R + r * s->ldr;
+          q0 = _mm_add_ps(q0, _mm_loadu_ps(rr));
+          q1 = _mm_add_ps(q1, _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(rr + 4))));
+        }
+        _mm_storeu_ps(c, q0);
+        _mm_storel_pi(reinterpret_cast<__m64*>(c + 4), q1);
+      }
+      return;
+    }
+  }
 #pragma GCC unroll 6
   for (int j = 0; j < NC; ++j) {
-    _mm256_store_ps(t[j], finish8(c0[j], b0, has_bias, clamp, lo, hi));
-    _mm256_store_ps(t[j] + 8, finish8(c1[j], b1, has_bias, clamp, lo, hi));
+    _mm256_store_ps(t[j], finish8(c0[j], b0, has_bias, clamp, lo, hi, mm));
+    _mm256_store_ps(t[j] + 8, finish8(c1[j], b1, has_bias, clamp, lo, hi, mm));
   }
   if (R) {
     for (int64_t r = 0; r < rows; ++r)
@@ -227,7 +289,7 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
 }
 
 using ChannelsKernel = void (*)(int64_t, const float*, const float*, int64_t, float*, bool, bool, float*, int64_t,
-                                int64_t, const PackedStore*, int64_t, const float*);
+                                int64_t, const PackedStore*, int64_t, const float*, bool);
 constexpr ChannelsKernel kChannelsKernels[kChanCols] = {kernel_channels_avx2<1>, kernel_channels_avx2<2>,
                                                         kernel_channels_avx2<3>, kernel_channels_avx2<4>,
                                                         kernel_channels_avx2<5>, kernel_channels_avx2<6>};
@@ -343,7 +405,7 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
         const int64_t n = std::min(kChanCols, N - j);
         kChannelsKernels[n - 1](kn, panel + k0 * kChanRows, B + (j * K + k0 * kChanCols), kChanCols,
                                 acc.data() + j * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0,
-                                s && s->res ? s->res + i0 * s->ldr + j : nullptr);
+                                s && s->res ? s->res + i0 * s->ldr + j : nullptr, a.row_store);
       }
     }
   }
@@ -369,6 +431,7 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->copy_inline = !switched_off("MPSGRAPH_CPU_PACKED_COPY");
   p->tail_rows = !switched_off("MPSGRAPH_CPU_PACKED_TAIL_ROWS");
   p->half_tail = !switched_off("MPSGRAPH_CPU_PACKED_HALF_TAIL");
+  p->row_store = !switched_off("MPSGRAPH_CPU_PACKED_ROW_STORE");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
@@ -438,6 +501,9 @@ void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N,
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / per_block);
   parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
     run_columns(a, B, ldb, C, ldc, b0 * a.nr, std::min(N, b1 * a.nr), store);
+#if MG_CPU_X86
+    if (store && store->stream) _mm_sfence();  // the streamed stores, before the pool says done
+#endif
   });
 }
 

@@ -37,6 +37,13 @@ struct PackedStore {
   float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
   const float* res = nullptr;
   int64_t ldr = 0;
+  // the AVX2 kernels clamp with max and min (the same values: a sum from +0 is never -0, so
+  // only a -0 bound would differ; the caller leaves it off for those)
+  bool minmax = false;
+  // the AVX2 planes kernel's full blocks stored past the caches where C's rows are 32-byte
+  // aligned (outputs larger than L3, which the next layer reads from memory anyway: no reads
+  // for ownership); packed_gemm fences them before it returns
+  bool stream = false;
 };
 
 // C (M, N), rows ldc apart, = the packed weights (M, K) @ B (K, N), rows ldb apart, then the

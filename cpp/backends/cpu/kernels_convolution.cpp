@@ -74,6 +74,9 @@ constexpr int64_t kPackedMinColumns = 512;  // columns from which the packed pla
 // and from which at depths up to this (128: MobileNetV2's 28x28 1x1 layers at batch 1 in tiles
 // of 144 columns ran 1.3-1.45x faster in planes than along the channels)
 constexpr int64_t kPlanesMinColumns = 128, kPlanesMaxDepth = 1024;
+// outputs of more bytes than this (the L3 of the 2-core development machine, 32 MiB) are
+// stored past the caches (Plan::stream_out)
+constexpr int64_t kStreamBytes = int64_t(32) << 20;
 
 // d[j] = s[2 * j] for j < n (stride-2 im2col rows: the stems). With AVX2, 8 at a time from two
 // loads and two shuffles instead of 8 scalar copies; the loads stop before reading past s[2n - 2].
@@ -130,6 +133,7 @@ struct Plan {
   int64_t col_elems = 0;   // per slot
   int64_t images = 1;      // > 1: forward products of this many images' columns side by side (few positions each)
   std::shared_ptr<const PackedWeights> packed;  // forward float32, constant weights, one group: packed at compile
+  bool stream_out = false;  // packed: the output, larger than L3, stored past the caches (PackedStore::stream)
   Stride2Fn stride2 = nullptr;  // float32 im2col rows of innermost stride 2
   int64_t items() const { return N * G; }
   int64_t units() const { return tiles_parallel ? items() * ntiles : items(); }
@@ -183,8 +187,11 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   p.pbL = pads[2 * (k - 1)];
   p.pbT = k == 2 ? pads[0] : 0;
   p.dw3_flat = p.dw3 && strides[0] == 1 && dil[0] == 1 && p.sL == 1 && p.OL == p.IL;
+  // the row-pair planes take rows of 4 to 7 outputs as one vector each (MPSGRAPH_CPU_DW3_NARROW_ROWS=0:
+  // 8 and more only; MobileNetV2's 7x7 planes then keep the flat loop and its copy out)
+  const int64_t min_ol = switched_off("MPSGRAPH_CPU_DW3_NARROW_ROWS") ? 8 : 4;
   // MPSGRAPH_CPU_DW3_ROW_PAIRS=0 keeps the flat loop over the bordered plane and its copy out
-  const bool row_pairs = p.dw3 && p.sL == 1 && p.OL >= 8 && dw3_s1_plane_fn() &&
+  const bool row_pairs = p.dw3 && p.sL == 1 && p.OL >= min_ol && dw3_s1_plane_fn() &&
                          !switched_off("MPSGRAPH_CPU_DW3_ROW_PAIRS");
   // narrow planes: the edge columns would cost as much as the rest (at stride 1 up to 56 wide:
   // MobileNetV2's 144 channels at 56x56 335 -> 272 us; at 112 the copies cost more, 1.07x).
@@ -203,7 +210,8 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     p.Hb = p.R + 1;
   }
   // MPSGRAPH_CPU_DW3_PHASE_PAIRS=0 keeps the flat loop over the phases and its copy out
-  p.dw3_phase_pairs = p.dw3_phase && p.OL >= 8 && dw3_s2_plane_fn() && !switched_off("MPSGRAPH_CPU_DW3_PHASE_PAIRS");
+  p.dw3_phase_pairs =
+      p.dw3_phase && p.OL >= min_ol && dw3_s2_plane_fn() && !switched_off("MPSGRAPH_CPU_DW3_PHASE_PAIRS");
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
   p.dw3_s1_avx2 = !switched_off("MPSGRAPH_CPU_DW3_S1_AVX2");
   p.dw3_row_pairs = p.dw3_border && row_pairs;
@@ -301,6 +309,13 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
     }
   }
   p.slots = p.ours ? int(std::min<int64_t>(threads, p.units())) : 1;
+  // Outputs larger than L3 go to memory whatever the stores, and the next layer reads them from
+  // there: stored past the caches they cost no reads for ownership (MobileNetV2's 8x96x112x112,
+  // 38.5 MB: 1.05-1.07x, the depthwise layer after it 1.04-1.09x, in two runs of three; level in
+  // the third). Smaller ones stay cached for the next layer (14.5 MB streamed: the layers that
+  // read them 0.69-0.93x). MPSGRAPH_CPU_PACKED_STREAM=0 keeps every output in the caches.
+  p.stream_out = kind == Kind::Forward && packed && p.N * p.O * p.P * int64_t(sizeof(float)) > kStreamBytes &&
+                 !switched_off("MPSGRAPH_CPU_PACKED_STREAM");
   // MPSGRAPH_CPU_UNIT_SHARES=0: the units claimed in turn from one counter
   p.own_shares = p.ours && !switched_off("MPSGRAPH_CPU_UNIT_SHARES");
   p.col_elems = p.direct || p.depthwise ? 0 : p.CK * p.tile;
@@ -394,6 +409,7 @@ struct RowEpilogue {
   bool bias_channel = false, relu = false;
   int res = -1;  // the op after those an add of a whole tensor (a residual): its operand, else -1;
                  // only the packed store folds it (not counted in `folded`)
+  bool minmax = false;  // the packed store clamps with max and min (PackedStore::minmax)
 };
 
 RowEpilogue row_epilogue(const ConvEpilogue& e) {
@@ -417,6 +433,8 @@ RowEpilogue row_epilogue(const ConvEpilogue& e) {
   }
   r.folded = i;
   r.fused = i == ops.size();
+  // MPSGRAPH_CPU_PACKED_MINMAX=0 (read at compile) keeps the packed store's clamp as compares and blends
+  r.minmax = !switched_off("MPSGRAPH_CPU_PACKED_MINMAX");
   // MPSGRAPH_CPU_PACKED_RESIDUAL=0 (read at compile) leaves the residual add to its own pass
   if (i < ops.size() && ops[i].kind == K::Add && ops[i].arg == A::Full && !switched_off("MPSGRAPH_CPU_PACKED_RESIDUAL"))
     r.res = ops[i].input;
@@ -459,6 +477,8 @@ struct Epi {
     st.clamp = re.relu || re.lo >= 0 || re.hi >= 0;
     st.lo = lo;
     st.hi = hi;
+    auto minus_zero = [](float v) { return v == 0.0f && std::signbit(v); };
+    st.minmax = re.minmax && !minus_zero(lo) && !minus_zero(hi);
     Epi rest = *this;
     rest.from = re.folded;
     if (re.res >= 0 && at >= 0) {  // the residual read where the block is stored, not in another pass
@@ -523,6 +543,7 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
         if (p.packed) {  // the bias and clamp in the store, while the block is in registers
           PackedStore st;
           const Epi rest = epi.fold(st, g * p.Og, y_off + p0, p.P);
+          st.stream = p.stream_out && (!rest.e || rest.from >= rest.e->ops.size());  // nothing read back after
           packed_gemm(*p.packed, b, ldb, pt, y, p.P, &st);
           return rest(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
         }
