@@ -1035,8 +1035,9 @@ STREAM = [((2, 8, 260, 260), (64, 1, 1), 1, 0), ((1, 8, 181, 181), (256, 1, 1), 
 
 @pytest.mark.parametrize("shape,wshape,stride,pad", STREAM)
 def test_packed_stream_large_outputs_same_bits(shape, wshape, stride, pad, monkeypatch):
-    """Full blocks stored with streaming stores where the output exceeds 32 MiB: the same bits as
-    plain stores (the switch off), with the bias and clamp, a residual, and an epilogue op left
-    after the store (then nothing is streamed: it would read the output back)."""
+    """Full blocks stored with streaming stores where the output exceeds the last-level cache
+    (32 MiB on the development machine): the same bits as plain stores (the switch off), with the
+    bias and clamp, a residual, and an epilogue op left after the store (then nothing is
+    streamed: it would read the output back)."""
     _epilogues_same_bits(65, shape, wshape, stride, pad, 2, monkeypatch, "MPSGRAPH_CPU_PACKED_STREAM",
                          (None, "relu6", "relu6_residual", "max_min"))

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
@@ -74,9 +75,23 @@ constexpr int64_t kPackedMinColumns = 512;  // columns from which the packed pla
 // and from which at depths up to this (128: MobileNetV2's 28x28 1x1 layers at batch 1 in tiles
 // of 144 columns ran 1.3-1.45x faster in planes than along the channels)
 constexpr int64_t kPlanesMinColumns = 128, kPlanesMaxDepth = 1024;
-// outputs of more bytes than this (the L3 of the 2-core development machine, 32 MiB) are
-// stored past the caches (Plan::stream_out)
-constexpr int64_t kStreamBytes = int64_t(32) << 20;
+// Outputs of more bytes than the last-level cache a core sees are stored past the caches
+// (Plan::stream_out). Linux says its size in sysfs (32 MiB on the 2-core development machine,
+// whose CPUID and sysconf report the whole socket's 256); 32 MiB where it cannot be read.
+int64_t stream_bytes() {
+  static const int64_t bytes = [] {
+    int64_t b = int64_t(32) << 20;
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");
+    int64_t v = 0;
+    char unit = 0;
+    if (f >> v && v > 0) {
+      f >> unit;
+      b = unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : v;
+    }
+    return b;
+  }();
+  return bytes;
+}
 
 // d[j] = s[2 * j] for j < n (stride-2 im2col rows: the stems). With AVX2, 8 at a time from two
 // loads and two shuffles instead of 8 scalar copies; the loads stop before reading past s[2n - 2].
@@ -314,7 +329,7 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   // 38.5 MB: 1.05-1.07x, the depthwise layer after it 1.04-1.09x, in two runs of three; level in
   // the third). Smaller ones stay cached for the next layer (14.5 MB streamed: the layers that
   // read them 0.69-0.93x). MPSGRAPH_CPU_PACKED_STREAM=0 keeps every output in the caches.
-  p.stream_out = kind == Kind::Forward && packed && p.N * p.O * p.P * int64_t(sizeof(float)) > kStreamBytes &&
+  p.stream_out = kind == Kind::Forward && packed && p.N * p.O * p.P * int64_t(sizeof(float)) > stream_bytes() &&
                  !switched_off("MPSGRAPH_CPU_PACKED_STREAM");
   // MPSGRAPH_CPU_UNIT_SHARES=0: the units claimed in turn from one counter
   p.own_shares = p.ours && !switched_off("MPSGRAPH_CPU_UNIT_SHARES");
