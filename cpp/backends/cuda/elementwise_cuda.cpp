@@ -477,34 +477,33 @@ LaunchFn make_elementwise(const std::vector<EwNode>& nodes, const std::vector<Te
   // U packs per thread, all loaded before any is computed, so each thread keeps U 16-byte
   // loads in flight; the grid covers the packs once (a grid-stride loop of one load at a time
   // left the 16M chain at 85% of copy bandwidth). MPSGRAPH_CUDA_EW_PACKS=1 is that loop.
+  auto pack = [&](size_t k) { return "Pack<" + storage_type(in_dt[k]) + ", " + VS + ">"; };
+  // the pack at element i0 from the packs l<k> of the direct operands, stored; then the tail's start
+  const std::string compute_store = "      Pack<" + ost + ", " + VS + "> r;\n#pragma unroll\n      for (int j = 0; j < " + VS +
+                                    "; ++j) r.v[j] = " + call("i0, j", true) + ";\n      *reinterpret_cast<Pack<" + ost + ", " +
+                                    VS + ">*>(out + i0) = r;\n    }\n    i = nv * " + VS + " + tid;\n  }\n";
   if (packs > 1) {
     const std::string UN = num(packs), span = num(256 * packs);
     src += "  if (vec) {\n    const I nv = p.n / " + VS + ", c0 = (I)blockIdx.x * " + span + " + (I)threadIdx.x;\n";
     for (size_t k = 0; k < in_dt.size(); ++k)
       if (acc[k] == Access::Direct) {
-        const std::string K = num(int64_t(k)), pk = "Pack<" + storage_type(in_dt[k]) + ", " + VS + ">";
-        src += "    " + pk + " packs" + K + "[" + UN + "];\n#pragma unroll\n    for (int u = 0; u < " + UN + "; ++u)\n      if (c0 + u * 256 < nv) packs" +
-               K + "[u] = *reinterpret_cast<const " + pk + "*>(a" + K + " + (c0 + u * 256) * " + VS + ");\n";
+        const std::string K = num(int64_t(k));
+        src += "    " + pack(k) + " packs" + K + "[" + UN + "];\n#pragma unroll\n    for (int u = 0; u < " + UN +
+               "; ++u)\n      if (c0 + u * 256 < nv) packs" + K + "[u] = *reinterpret_cast<const " + pack(k) + "*>(a" + K +
+               " + (c0 + u * 256) * " + VS + ");\n";
       }
-    src += "#pragma unroll\n    for (int u = 0; u < " + UN + "; ++u) {\n      const I i0 = (c0 + u * 256) * " + VS + ";\n      if (i0 >= nv * " + VS +
-           ") break;\n";
+    src += "#pragma unroll\n    for (int u = 0; u < " + UN + "; ++u) {\n      const I i0 = (c0 + u * 256) * " + VS +
+           ";\n      if (i0 >= nv * " + VS + ") break;\n";
     for (size_t k = 0; k < in_dt.size(); ++k)
-      if (acc[k] == Access::Direct) {
-        const std::string K = num(int64_t(k)), pk = "Pack<" + storage_type(in_dt[k]) + ", " + VS + ">";
-        src += "      const " + pk + "& l" + K + " = packs" + K + "[u];\n";
-      }
-    src += "      Pack<" + ost + ", " + VS + "> r;\n#pragma unroll\n      for (int j = 0; j < " + VS + "; ++j) r.v[j] = " + call("i0, j", true) +
-           ";\n      *reinterpret_cast<Pack<" + ost + ", " + VS + ">*>(out + i0) = r;\n    }\n    i = nv * " + VS + " + tid;\n  }\n";
+      if (acc[k] == Access::Direct) src += "      const " + pack(k) + "& l" + num(int64_t(k)) + " = packs" + num(int64_t(k)) + "[u];\n";
   } else {
     src += "  if (vec) {\n    const I nv = p.n / " + VS + ";\n    for (I c = tid; c < nv; c += nth) {\n      const I i0 = c * " + VS + ";\n";
     for (size_t k = 0; k < in_dt.size(); ++k)
-      if (acc[k] == Access::Direct) {
-        const std::string K = num(int64_t(k)), pk = "Pack<" + storage_type(in_dt[k]) + ", " + VS + ">";
-        src += "      const " + pk + " l" + K + " = *reinterpret_cast<const " + pk + "*>(a" + K + " + i0);\n";
-      }
-    src += "      Pack<" + ost + ", " + VS + "> r;\n#pragma unroll\n      for (int j = 0; j < " + VS + "; ++j) r.v[j] = " + call("i0, j", true) +
-           ";\n      *reinterpret_cast<Pack<" + ost + ", " + VS + ">*>(out + i0) = r;\n    }\n    i = nv * " + VS + " + tid;\n  }\n";
+      if (acc[k] == Access::Direct)
+        src += "      const " + pack(k) + " l" + num(int64_t(k)) + " = *reinterpret_cast<const " + pack(k) + "*>(a" +
+               num(int64_t(k)) + " + i0);\n";
   }
+  src += compute_store;
   src += "  for (; i < p.n; i += nth) out[i] = " + call("i, 0", false) + ";\n}\n";
   // no multiply-add contraction: an op computes the same alone or fused with its neighbours
   const Kernel kern = nvrtc_kernel(src, "k", {"--fmad=false"});
