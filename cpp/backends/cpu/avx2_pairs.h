@@ -19,10 +19,13 @@ MG_TARGET_AVX2 inline __m256 load_evens_or_odds(const float* p, bool even) {
   return evens_or_odds(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), even);
 }
 
-// Stores v, whose lanes are in evens_or_odds' order, in order.
-MG_TARGET_AVX2 inline void store_in_order(float* p, __m256 v) {
-  _mm256_storeu_ps(p, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0))));
+// v, whose lanes are in evens_or_odds' order, in order.
+MG_TARGET_AVX2 inline __m256 in_order(__m256 v) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), _MM_SHUFFLE(3, 1, 2, 0)));
 }
+
+// Stores v, whose lanes are in evens_or_odds' order, in order.
+MG_TARGET_AVX2 inline void store_in_order(float* p, __m256 v) { _mm256_storeu_ps(p, in_order(v)); }
 
 }  // namespace mg::cpu
 #endif

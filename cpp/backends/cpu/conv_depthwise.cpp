@@ -105,13 +105,8 @@ MG_TARGET_AVX2 inline void s2_rows(const float* const* src, const RowVectors& k,
     }
   }
   for (int r = 0; r < NR; ++r) {
-    if (r == NR - 1 && last < 8) {
-      const __m256 u = bias_clamp(v[r], k);
-      store_first(y + r * ol + j, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(u), _MM_SHUFFLE(3, 1, 2, 0))),
-                  last);
-    } else {
-      store_in_order(y + r * ol + j, bias_clamp(v[r], k));
-    }
+    if (r == NR - 1 && last < 8) store_first(y + r * ol + j, in_order(bias_clamp(v[r], k)), last);
+    else store_in_order(y + r * ol + j, bias_clamp(v[r], k));
   }
 }
 
@@ -163,18 +158,26 @@ MG_TARGET_AVX2 void row_avx2_s1(const float* const* rows, const float* w, float*
   s1_rows<1>(rows, row_vectors(w, bias, lo, hi), y, 0, j1 - 8);
 }
 
-// A row's last group of fewer than 8 is redone as its last 8 outputs (the same values). Rows
+using RowsFn = void (*)(const float* const* src, const RowVectors& k, float* y, int64_t ol, int64_t j, int64_t last);
+
+// NR output rows of ol by Rows (s1_rows or s2_rows) from source rows src, 8 outputs a step. A
+// row's last group of fewer than 8 is redone as its last 8 outputs (the same values). Rows
 // shorter than 8 (4 to 7) are one vector each whose lanes past the row spill into the next
 // row's first outputs, which that row's store then overwrites; the plane's last row (last:
 // true) stores only its own.
+template <RowsFn Rows>
+MG_TARGET_AVX2 inline void row_group(const float* const* src, const RowVectors& k, float* y, int64_t ol, bool last) {
+  if (ol < 8) return Rows(src, k, y, ol, 0, last ? ol : 8);
+  int64_t j = 0;
+  for (; j + 8 <= ol; j += 8) Rows(src, k, y, ol, j, 8);
+  if (j < ol) Rows(src, k, y, ol, ol - 8, 8);
+}
+
 template <int NR>
 MG_TARGET_AVX2 inline void s1_row_group(const float* b, int64_t wb, const RowVectors& k, float* y, int64_t ol,
                                         bool last) {
   const float* src[4] = {b, b + wb, b + 2 * wb, b + 3 * wb};
-  if (ol < 8) return s1_rows<NR>(src, k, y, ol, 0, last ? ol : 8);
-  int64_t j = 0;
-  for (; j + 8 <= ol; j += 8) s1_rows<NR>(src, k, y, ol, j);
-  if (j < ol) s1_rows<NR>(src, k, y, ol, ol - 8);
+  row_group<s1_rows<NR>>(src, k, y, ol, last);
 }
 
 MG_TARGET_AVX2 void plane_avx2_s1(const float* b, int64_t wb, const float* w, float* y, int64_t ol, int64_t nr,
@@ -185,15 +188,11 @@ MG_TARGET_AVX2 void plane_avx2_s1(const float* b, int64_t wb, const float* w, fl
   if (r < nr) s1_row_group<1>(b + r * wb, wb, k, y + r * ol, ol, true);
 }
 
-// As s1_row_group (rows of 4 to 7 outputs included).
 template <int NR>
 MG_TARGET_AVX2 inline void s2_row_group(const float* even, const float* odd, int64_t wb, const RowVectors& k, float* y,
                                         int64_t ol, bool last) {
   const float* src[5] = {even, odd, even + wb, odd + wb, even + 2 * wb};
-  if (ol < 8) return s2_rows<NR>(src, k, y, ol, 0, last ? ol : 8);
-  int64_t j = 0;
-  for (; j + 8 <= ol; j += 8) s2_rows<NR>(src, k, y, ol, j);
-  if (j < ol) s2_rows<NR>(src, k, y, ol, ol - 8);
+  row_group<s2_rows<NR>>(src, k, y, ol, last);
 }
 
 MG_TARGET_AVX2 void plane_avx2_s2(const float* even, const float* odd, int64_t wb, const float* w, float* y, int64_t ol,
