@@ -19,22 +19,26 @@ ProfileTotals& table() {
 bool profiling_enabled() { return g_on.load(std::memory_order_relaxed); }
 void set_profiling(bool on) { g_on = on; }
 
-void record_profile(const char* kernel_op, const char* graph_op, double seconds) {
+namespace {
+void add(OpProfile& p, double seconds) {
+  p.seconds += seconds;
+  p.calls += 1;
+}
+
+void record(const char* kernel_op, const char* graph_op, double seconds, const std::string* step) {
   std::lock_guard<std::mutex> l(g_mu);
-  auto& k = table().kernels[kernel_op];
-  k.seconds += seconds;
-  k.calls += 1;
-  auto& g = table().graph_ops[graph_op];
-  g.seconds += seconds;
-  g.calls += 1;
+  add(table().kernels[kernel_op], seconds);
+  add(table().graph_ops[graph_op], seconds);
+  if (step) add(table().steps[*step], seconds);
+}
+}  // namespace
+
+void record_profile(const char* kernel_op, const char* graph_op, double seconds) {
+  record(kernel_op, graph_op, seconds, nullptr);
 }
 
 void record_profile(const char* kernel_op, const char* graph_op, double seconds, const std::string& step) {
-  record_profile(kernel_op, graph_op, seconds);
-  std::lock_guard<std::mutex> l(g_mu);
-  auto& st = table().steps[step];
-  st.seconds += seconds;
-  st.calls += 1;
+  record(kernel_op, graph_op, seconds, &step);
 }
 
 ProfileTotals take_profile() {
