@@ -891,7 +891,7 @@ def test_depthwise3x3_s1_vector_end_same_bits(case, chain, monkeypatch):
     _dw_agree(case, x, w, bias, chain, y)
 
 
-# ---------------- depthwise 3x3 bordered planes in row pairs (MPSGRAPH_CPU_DW3_ROW_PAIRS, _PHASE_PAIRS) ----------------
+# ------------- depthwise 3x3 bordered planes in row pairs (MPSGRAPH_CPU_DW3_ROW_PAIRS, _PHASE_PAIRS) -------------
 
 DW_PAIRS = [(c, "MPSGRAPH_CPU_DW3_ROW_PAIRS") for c in
             [DW[i] for i in (0, 4, 8, 9, 10)] +
@@ -930,10 +930,10 @@ DW_PAIRS = [(c, "MPSGRAPH_CPU_DW3_ROW_PAIRS") for c in
 def test_depthwise3x3_row_pairs_same_bits(case, switch, chain, threads, monkeypatch):
     """Bordered planes as pairs of output rows sharing their source rows, written straight into
     the output (the switch off: one flat loop over the bordered plane, copied out): the same
-    sums, so the same bits (from 64 wide, in the columns inside the edges). Stride 1 (MPSGRAPH_CPU_DW3_ROW_PAIRS) and stride 2 through the
-    bordered plane's phases (MPSGRAPH_CPU_DW3_PHASE_PAIRS); odd and even row counts, one row,
-    rows of 8 to 128 (from 64 the switch off takes the unbordered flat path; 128 is too wide to
-    be bordered), uneven padding, rows of fewer than 8. Rows of 4 to 7 as one vector each, its
+    sums, so the same bits (from 64 wide, in the columns inside the edges). Stride 1
+    (MPSGRAPH_CPU_DW3_ROW_PAIRS) and stride 2 through the bordered plane's phases
+    (MPSGRAPH_CPU_DW3_PHASE_PAIRS); odd and even row counts, one row, rows of 8 to 128 (from 64
+    the switch off takes the unbordered flat path; 128 is too wide to be bordered), uneven padding, rows of fewer than 8. Rows of 4 to 7 as one vector each, its
     lanes past the row overwritten by the next row (MPSGRAPH_CPU_DW3_NARROW_ROWS=0: the flat
     loop), at both strides; rows of 3 stay on the flat loop."""
     x, w, bias = _dw_setup(case, 19)
