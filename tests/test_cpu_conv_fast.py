@@ -928,14 +928,15 @@ DW_PAIRS = [(c, "MPSGRAPH_CPU_DW3_ROW_PAIRS") for c in
 @pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_depthwise3x3_row_pairs_same_bits(case, switch, chain, threads, monkeypatch):
-    """Bordered planes as pairs of output rows sharing their source rows, written straight into
-    the output (the switch off: one flat loop over the bordered plane, copied out): the same
-    sums, so the same bits (from 64 wide, in the columns inside the edges). Stride 1
+    """Bordered planes as pairs of output rows sharing their source rows, written straight into the
+    output (the switch off: one flat loop over the bordered plane, copied out): the same sums,
+    so the same bits (from 64 wide, in the columns inside the edges). Stride 1
     (MPSGRAPH_CPU_DW3_ROW_PAIRS) and stride 2 through the bordered plane's phases
     (MPSGRAPH_CPU_DW3_PHASE_PAIRS); odd and even row counts, one row, rows of 8 to 128 (from 64
     the switch off takes the unbordered flat path; 128 is too wide to be bordered), uneven
-    padding, rows of fewer than 8. Rows of 4 to 7 as one vector each, its lanes past the row overwritten by the next row (MPSGRAPH_CPU_DW3_NARROW_ROWS=0: the flat
-    loop), at both strides; rows of 3 stay on the flat loop."""
+    padding, rows of fewer than 8. Rows of 4 to 7 as one vector each, its lanes past the row
+    overwritten by the next row (MPSGRAPH_CPU_DW3_NARROW_ROWS=0: the flat loop), at both
+    strides; rows of 3 stay on the flat loop."""
     x, w, bias = _dw_setup(case, 19)
     build = _dw_build(case, w, bias, chain)
     with _threads(threads):
