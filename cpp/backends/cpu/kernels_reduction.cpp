@@ -170,8 +170,13 @@ MG_TARGET_AVX2 void mean_rows_avx2(const float* x, int64_t rows, int64_t n, floa
     const float* q = x + r * n;
     __m256d lo[4], hi[4];
     for (int k = 0; k < 4; ++k) lo[k] = hi[k] = _mm256_setzero_pd();
+    // add8's lanes, each half loaded into its conversion (no 8-wide load and extract: fewer
+    // instructions, so more of the four rows' chains of adds in flight; 1.18-1.27x)
     for (int64_t i = 0; i < nv; i += 8)
-      for (int k = 0; k < 4; ++k) add8(lo[k], hi[k], _mm256_loadu_ps(q + k * n + i));
+      for (int k = 0; k < 4; ++k) {
+        lo[k] = _mm256_add_pd(lo[k], _mm256_cvtps_pd(_mm_loadu_ps(q + k * n + i)));
+        hi[k] = _mm256_add_pd(hi[k], _mm256_cvtps_pd(_mm_loadu_ps(q + k * n + i + 4)));
+      }
     if (nv < n)
       for (int k = 0; k < 4; ++k) add8(lo[k], hi[k], _mm256_maskload_ps(q + k * n + nv, tail));
     __m256d s[4];
