@@ -23,7 +23,8 @@ PyTorch in float64:
     (MPSGRAPH_CPU_PACKED_CHANNELS=0 keeps BLAS there): 7x7 and 14x14 planes, odd channel counts,
     column tails, stride 2 with padding, images side by side; its full blocks stored a row at a
     time after a transpose in registers (MPSGRAPH_CPU_PACKED_ROW_STORE=0: a float at a time
-    through the stack), the same bits;
+    through the stack), the same bits; its columns in blocks of as equal widths as 6 allows
+    (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0: blocks of 6 and a narrow tail), the same bits;
   * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
     a bias only before a residual add, NaN bounds left to the clamp kernel), and a residual add
     after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
@@ -978,6 +979,48 @@ def test_packed_matmul_row_store_same_bits(xshape, n, transposed, monkeypatch):
         build = _matmul_build(xshape, y, transposed, epilogue, b)
         on = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
         off = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_ROW_STORE": "0"}, monkeypatch), [x])[0]
+        np.testing.assert_array_equal(on, off)
+        ref = x.astype(np.float64) @ (y.T if transposed else y).astype(np.float64)
+        if epilogue:
+            ref = np.maximum(ref + b, 0)
+        assert np.allclose(on, ref, rtol=1e-5, atol=1e-4)
+
+
+# ---------------- the channels kernel's columns in blocks of even widths (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS) -------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: channels-layout products whose columns split into
+# blocks of 6 and a narrow tail: 49 (4 x 6 + 5 x 5, MobileNetV2's 7x7 expansion and projection,
+# depth blocks and a residual), 25 (5 x 5), 13 (5, 4, 4), 7 (4, 3), 4 at depth 300 (one block,
+# two depth blocks), 35 (5 x 6 + 5), an im2col 3x3 on 7x7 planes; batch 1, odd channel counts.
+EVEN_BLOCKS = [((1, 160, 7, 7), (960, 1, 1), 1, 0), ((2, 960, 7, 7), (160, 1, 1), 1, 0),
+               ((1, 37, 5, 5), (13, 1, 1), 1, 0), ((3, 17, 13, 1), (33, 1, 1), 1, 0), ((2, 9, 7, 1), (7, 1, 1), 1, 0),
+               ((1, 300, 2, 2), (21, 1, 1), 1, 0), ((1, 600, 7, 5), (21, 1, 1), 1, 0),
+               ((4, 64, 7, 7), (20, 3, 3), 1, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", EVEN_BLOCKS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_channels_even_blocks_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The columns in blocks of as equal widths as 6 allows (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0:
+    blocks of 6 and a tail): each output's sum runs over the same k in the same order, so the
+    same bits, with the bias, clamp and residual folded into the store (widths 5 stored by rows
+    too); within 2e-6 of sum |w||x| of the float64 reference."""
+    _epilogues_same_bits(63, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_EVEN_BLOCKS",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
+
+
+@pytest.mark.parametrize("xshape,n,transposed", MATMUL)
+def test_packed_matmul_even_blocks_same_bits(xshape, n, transposed, monkeypatch):
+    """A classifier's rows (2 to 16) as the channels layout's columns, in blocks of even widths
+    (8 rows: 4 + 4, not 6 + 2): the same bits as blocks of 6, and float64 numpy."""
+    rng = np.random.default_rng(64)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    y = rng.standard_normal((n, xshape[-1]) if transposed else (xshape[-1], n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    for epilogue in (None, "bias_relu"):
+        build = _matmul_build(xshape, y, transposed, epilogue, b)
+        on = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        off = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_EVEN_BLOCKS": "0"}, monkeypatch), [x])[0]
         np.testing.assert_array_equal(on, off)
         ref = x.astype(np.float64) @ (y.T if transposed else y).astype(np.float64)
         if epilogue:

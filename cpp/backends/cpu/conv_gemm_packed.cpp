@@ -28,6 +28,18 @@ namespace mg::cpu {
 
 constexpr int64_t kPanelRows = 8, kAvx2Rows = 6;  // planes: rows per panel (AVX-512, AVX2)
 constexpr int64_t kChanRows = 16, kChanCols = 6, kChanDepth = 256;
+
+// Channels: column block b of N columns (of ceil(N / 6) blocks), as its first column and width.
+// Block b's packed columns lie at b * 6 * K whatever its width (rows of 6 floats, the unused
+// ones not written).
+struct ChanBlock {
+  int64_t j, n;
+};
+inline ChanBlock chan_block(int64_t N, int64_t b, bool even) {
+  if (!even) return {b * kChanCols, std::min(kChanCols, N - b * kChanCols)};
+  const int64_t nb = (N + kChanCols - 1) / kChanCols, base = N / nb, extra = N % nb;
+  return {b * base + std::min(b, extra), base + (b < extra ? 1 : 0)};
+}
 // AVX2 planes: depths up to this read B in place (measured on Zen 3: the copy cost more than the
 // strided rows at MobileNetV2's 1x1 layers of 16 to 192 source channels, 1.05 to 1.2x; at
 // 288 (3x3 im2col of 32 channels) and 576 the copy paid, 1.07 and 1.12x)
@@ -51,6 +63,10 @@ struct PackedWeights {
   // channels: full blocks stored a row at a time after a transpose in registers
   // (MPSGRAPH_CPU_PACKED_ROW_STORE=0: through the stack, a float at a time)
   bool row_store = false;
+  // channels: the columns cut into blocks of as equal widths as 6 allows (49: 4 x 6 + 5 x 5, not
+  // 8 x 6 + 1), so no block is a column or two whose few sums wait on each other's latency
+  // (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0: blocks of 6 and a tail)
+  bool even_blocks = false;
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -244,7 +260,7 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
     for (int64_t r = 0; r < rows; ++r) bias[r] = s->bias[(i0 + r) * s->bias_stride];
   const __m256 b0 = _mm256_load_ps(bias), b1 = _mm256_load_ps(bias + 8);
   const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
-  if constexpr (NC == kChanCols) {
+  if constexpr (NC >= kChanCols - 1) {
     if (by_rows) {
       __m256 v[2][8];  // the block's rows 0-7 and 8-15, a column a vector, then a row a vector
 #pragma GCC unroll 6
@@ -252,7 +268,7 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
         v[0][j] = finish8(c0[j], b0, has_bias, clamp, lo, hi, mm);
         v[1][j] = finish8(c1[j], b1, has_bias, clamp, lo, hi, mm);
       }
-      v[0][6] = v[0][7] = v[1][6] = v[1][7] = _mm256_setzero_ps();
+      for (int j = NC; j < 8; ++j) v[0][j] = v[1][j] = _mm256_setzero_ps();
       transpose8(v[0]);
       transpose8(v[1]);
 #pragma GCC unroll 16
@@ -264,10 +280,12 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
         if (R) {
           const float* rr = R + r * s->ldr;
           q0 = _mm_add_ps(q0, _mm_loadu_ps(rr));
-          q1 = _mm_add_ps(q1, _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(rr + 4))));
+          if (NC == 6) q1 = _mm_add_ps(q1, _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(rr + 4))));
+          else q1 = _mm_add_ss(q1, _mm_load_ss(rr + 4));
         }
         _mm_storeu_ps(c, q0);
-        _mm_storel_pi(reinterpret_cast<__m64*>(c + 4), q1);
+        if (NC == 6) _mm_storel_pi(reinterpret_cast<__m64*>(c + 4), q1);
+        else _mm_store_ss(c + 4, q1);
       }
       return;
     }
@@ -330,7 +348,36 @@ MG_TARGET_AVX2 void pack_columns_avx2(const float* B, int64_t ldb, int64_t K, in
 }
 #endif
 
+#if MG_CPU_X86
+// One channels block of n (4 to 6) columns: four floats, then the rest.
+MG_TARGET_AVX2 void pack_block_avx2(const float* b, int64_t ldb, int64_t K, int64_t n, float* o) {
+  for (int64_t k = 0; k < K; ++k, b += ldb, o += kChanCols) {
+    _mm_storeu_ps(o, _mm_loadu_ps(b));
+    if (n == 6) std::memcpy(o + 4, b + 4, 2 * sizeof(float));  // one 8-byte move
+    else if (n == 5) o[4] = b[4];
+  }
+}
+#endif
+
+// Channels with even_blocks: B's columns in chan_block's blocks, each K rows of 6 floats.
+void pack_channels_even(const float* B, int64_t ldb, int64_t K, int64_t N, float* out) {
+  const int64_t nb = (N + kChanCols - 1) / kChanCols;
+  for (int64_t b = 0; b < nb; ++b) {
+    const ChanBlock c = chan_block(N, b, true);
+    const float* s = B + c.j;
+    float* o = out + b * kChanCols * K;
+#if MG_CPU_X86
+    if (c.n >= 4 && best_isa() != Isa::Generic) {
+      pack_block_avx2(s, ldb, K, c.n, o);
+      continue;
+    }
+#endif
+    for (int64_t k = 0; k < K; ++k) std::memcpy(o + k * kChanCols, s + k * ldb, sizeof(float) * size_t(c.n));
+  }
+}
+
 void pack_columns(const PackedWeights& a, const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
+  if (a.layout == PackedLayout::Channels && a.even_blocks) return pack_channels_even(B, ldb, K, N, out);
 #if MG_CPU_X86
   if (a.copy_inline) return pack_columns_avx2(B, ldb, K, N, nr, out);
 #endif
@@ -401,11 +448,12 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
     float* Ci = C + (i0 - c0) * ldc;
     for (int64_t k0 = 0; k0 < K; k0 += kChanDepth) {
       const int64_t kn = std::min(kChanDepth, K - k0);
-      for (int64_t j = 0; j < N; j += kChanCols) {
-        const int64_t n = std::min(kChanCols, N - j);
-        kChannelsKernels[n - 1](kn, panel + k0 * kChanRows, B + (j * K + k0 * kChanCols), kChanCols,
-                                acc.data() + j * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0,
-                                s && s->res ? s->res + i0 * s->ldr + j : nullptr, a.row_store);
+      for (int64_t bl = 0; bl < blocks; ++bl) {
+        const ChanBlock cb = chan_block(N, bl, a.even_blocks);
+        const int64_t j = cb.j, slot = bl * kChanCols;
+        kChannelsKernels[cb.n - 1](kn, panel + k0 * kChanRows, B + (slot * K + k0 * kChanCols), kChanCols,
+                                   acc.data() + slot * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0,
+                                   s && s->res ? s->res + i0 * s->ldr + j : nullptr, a.row_store);
       }
     }
   }
@@ -432,6 +480,7 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->tail_rows = !switched_off("MPSGRAPH_CPU_PACKED_TAIL_ROWS");
   p->half_tail = !switched_off("MPSGRAPH_CPU_PACKED_HALF_TAIL");
   p->row_store = !switched_off("MPSGRAPH_CPU_PACKED_ROW_STORE");
+  p->even_blocks = !switched_off("MPSGRAPH_CPU_PACKED_EVEN_BLOCKS");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
@@ -461,12 +510,15 @@ void packed_gemm_xwt(const PackedWeights& a, const float* X, int64_t ldx, int64_
                      const PackedStore* store) {
   if (rows <= 0 || a.layout != PackedLayout::Channels) return;
   const int64_t K = a.K, blocks = (rows + kChanCols - 1) / kChanCols;
-  thread_local std::vector<float> packed;  // X^T as pack_columns lays out columns: X's rows, 6 a block
+  thread_local std::vector<float> packed;  // X^T as pack_columns lays out columns: X's rows in chan_block's blocks
   packed.resize(size_t(K * blocks * kChanCols));
-  for (int64_t j = 0; j < rows; ++j) {
-    const float* x = X + j * ldx;
-    float* o = packed.data() + j / kChanCols * K * kChanCols + j % kChanCols;
-    for (int64_t k = 0; k < K; ++k) o[k * kChanCols] = x[k];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const ChanBlock cb = chan_block(rows, b, a.even_blocks);
+    for (int64_t j = cb.j; j < cb.j + cb.n; ++j) {
+      const float* x = X + j * ldx;
+      float* o = packed.data() + b * K * kChanCols + (j - cb.j);
+      for (int64_t k = 0; k < K; ++k) o[k * kChanCols] = x[k];
+    }
   }
   const float* Bp = packed.data();
   const int64_t panels = (a.M + kChanRows - 1) / kChanRows;
