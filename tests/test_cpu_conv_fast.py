@@ -38,7 +38,8 @@ PyTorch in float64:
   * the packed kernels' column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a
     memcpy call per row), a last panel of fewer than 6 rows computing only those
     (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6), and column tails of at most 8 in one vector a
-    row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same bits;
+    row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same bits; the last 6 + 1..3 rows as two
+    panels of about equal height (MPSGRAPH_CPU_PACKED_SPLIT_TAIL=0: 6 and the rest), the same bits;
   * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
     compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
   * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
@@ -869,6 +870,28 @@ def test_packed_tail_kernels_same_bits(switch, case, threads, monkeypatch):
     _packed_switch_same_bits(25, shape, wshape, stride, pad, threads, monkeypatch, switch)
     if switch == "MPSGRAPH_CPU_PACKED_HALF_TAIL":
         _epilogues_same_bits(27, shape, wshape, stride, pad, threads, monkeypatch, switch, ("relu6_residual",))
+
+
+# ---------------- the last 6 + 1..3 rows as two panels (MPSGRAPH_CPU_PACKED_SPLIT_TAIL) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes products (over 512 columns a unit, with 1 and 2
+# threads) of 6k + 1, 2 or 3 output channels (32: 4 + 4 after 4 x 6, 13: 4 + 3, 9: 5 + 4, 21,
+# 128), columns read in place (prefetched on 28x28) and copied (depth above 256), column tails,
+# odd widths, the stem's 3x3 stride-2 im2col.
+SPLIT_TAIL = [((1, 192, 28, 28), (32, 1, 1), 1, 0), ((2, 24, 23, 25), (13, 1, 1), 1, 0),
+              ((4, 40, 23, 25), (9, 1, 1), 1, 0), ((4, 300, 23, 23), (21, 1, 1), 1, 0),
+              ((4, 3, 47, 47), (32, 3, 3), 2, 1), ((4, 64, 23, 23), (128, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", SPLIT_TAIL)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_split_tail_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The last 6 + r rows (r 1 to 3) as two panels of about equal height (PACKED_SPLIT_TAIL=0: a
+    panel of 6 and one of r): each output's sum is the same multiply-adds in the same order, so
+    the same bits, with the bias, clamp and residual in the store; within 2e-6 of sum |w||x| of
+    the float64 reference."""
+    _epilogues_same_bits(65, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_SPLIT_TAIL",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
 
 
 # ---------------- depthwise 3x3 stride-1 rows ending in a vector step (MPSGRAPH_CPU_DW3_S1_AVX2) ----------------

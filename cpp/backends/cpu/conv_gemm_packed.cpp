@@ -67,6 +67,11 @@ struct PackedWeights {
   // 8 x 6 + 1), so no block is a column or two whose few sums wait on each other's latency
   // (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0: blocks of 6 and a tail)
   bool even_blocks = false;
+  // AVX2 planes, M % 6 of 1 to 3 past a full panel: packed_gemm runs the last 6 + M % 6 rows as
+  // two panels of about equal height (split_rows, then the rest; 8: 4 + 4, not 6 + 2), as a
+  // panel of 1 to 3 rows has too few accumulators to hide the multiply-add's latency
+  // (MPSGRAPH_CPU_PACKED_SPLIT_TAIL=0: 6 and the rest). Their two panels follow the others.
+  int64_t split_at = 0, split_rows = 0;  // split_rows 0: no split
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -389,6 +394,7 @@ void pack_columns(const PackedWeights& a, const float* B, int64_t ldb, int64_t K
 void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1,
                  const PackedStore* s, int64_t r0 = 0, int64_t r1 = -1) {
   if (r1 < 0) r1 = a.M;
+  const bool split = a.split_rows > 0 && r0 == 0 && r1 == a.M;  // all rows: the split panels
 #if MG_CPU_X86
   const float* R = s ? s->res : nullptr;
   const int64_t nr = a.nr, K = a.K;
@@ -402,9 +408,10 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
       pack_columns(a, B + c0, ldb, K, c1 - c0, nr, packed.data());
     }
-    for (int64_t i0 = r0; i0 < r1; i0 += a.mr) {
-      const float* panel = a.panels.data() + i0 * K;
-      const int64_t rows = std::min(a.mr, r1 - i0);
+    for (int64_t i0 = r0, rows = 0; i0 < r1; i0 += rows) {
+      const bool tail = split && i0 >= a.split_at;
+      rows = tail ? (i0 == a.split_at ? a.split_rows : r1 - i0) : std::min(a.mr, r1 - i0);
+      const float* panel = a.panels.data() + (tail ? ((a.M + a.mr - 1) / a.mr + (i0 > a.split_at)) * a.mr : i0) * K;
       float* Ci = C + i0 * ldc;
       for (int64_t j = c0; j < c1; j += nr) {
         const int64_t n = std::min(nr, c1 - j);
@@ -484,10 +491,19 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
-  const int64_t panels = (M + pr - 1) / pr;
-  p->panels.assign(size_t(panels * K * pr), 0.0f);
+  const int64_t panels = (M + pr - 1) / pr, rem = M % pr;
+  if (p->isa == Isa::Avx2 && layout == PackedLayout::Planes && p->tail_rows && M > pr && rem >= 1 && rem <= 3 &&
+      !switched_off("MPSGRAPH_CPU_PACKED_SPLIT_TAIL")) {
+    p->split_at = M - pr - rem;
+    p->split_rows = (pr + rem + 1) / 2;
+  }
+  p->panels.assign(size_t((panels + (p->split_rows ? 2 : 0)) * K * pr), 0.0f);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t k = 0; k < K; ++k) p->panels[size_t((i / pr * K + k) * pr + i % pr)] = w[i * ldw + k];
+  for (int64_t i = p->split_at; p->split_rows && i < M; ++i) {  // the split panels
+    const int64_t q = panels + (i >= p->split_at + p->split_rows), r = i - p->split_at - (q - panels) * p->split_rows;
+    for (int64_t k = 0; k < K; ++k) p->panels[size_t((q * K + k) * pr + r)] = w[i * ldw + k];
+  }
   return p;
 }
 
