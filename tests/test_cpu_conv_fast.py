@@ -40,6 +40,8 @@ PyTorch in float64:
     (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6), and column tails of at most 8 in one vector a
     row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same bits; the last 6 + 1..3 rows as two
     panels of about equal height (MPSGRAPH_CPU_PACKED_SPLIT_TAIL=0: 6 and the rest), the same bits;
+    B's columns in chunks of about 8 KiB, not 256 KiB, from depth 64 at up to 32768 weights
+    (MPSGRAPH_CPU_PACKED_L1_CHUNK=0), the same bits;
   * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
     compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
   * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
@@ -891,6 +893,30 @@ def test_packed_split_tail_same_bits(shape, wshape, stride, pad, threads, monkey
     the same bits, with the bias, clamp and residual in the store; within 2e-6 of sum |w||x| of
     the float64 reference."""
     _epilogues_same_bits(65, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_SPLIT_TAIL",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
+
+
+# ---------------- B's columns in chunks that stay in L1 (MPSGRAPH_CPU_PACKED_L1_CHUNK) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes products of depth 64 or more and at most 32768
+# weights: columns read in place on 28x28 planes (the residual projections 144 and 192 to 32),
+# copied at depth 384 and 300 (14x14: a column tail of 4 after each chunk's 16), 6k + 2 and
+# odd output channels, odd widths, an im2col 3x3 (depth 72); a 56x56 plane (rows 4 lines
+# apart: the L2 chunks still) as a control.
+L1_CHUNK = [((1, 192, 28, 28), (32, 1, 1), 1, 0), ((2, 144, 28, 28), (32, 1, 1), 1, 0),
+            ((4, 384, 14, 14), (64, 1, 1), 1, 0), ((3, 300, 13, 15), (21, 1, 1), 1, 0),
+            ((2, 72, 27, 29), (37, 1, 1), 1, 0), ((2, 8, 25, 27), (24, 3, 3), 1, 1),
+            ((1, 96, 56, 56), (24, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", L1_CHUNK)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_l1_chunk_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """B's columns in chunks of about 8 KiB, every panel over one before the next
+    (PACKED_L1_CHUNK=0: chunks of about 256 KiB): each output's sum is the same multiply-adds in
+    the same order, so the same bits, with the bias, clamp and residual in the store; within
+    2e-6 of sum |w||x| of the float64 reference."""
+    _epilogues_same_bits(66, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_L1_CHUNK",
                          (None, "relu6", "bias_then_residual", "relu6_residual"))
 
 

@@ -47,6 +47,9 @@ constexpr int64_t kReadDepth = 256;
 // read in place: B's rows prefetched where they lie this far apart (planes of 28x28 and more:
 // 1.27-1.49x; Winograd's rows of 49 to 196 tiles at 28x28 ran 1.2x slower with it)
 constexpr int64_t kPrefetchRows = 512;
+// l1_chunk: B's chunk at depths from kL1MinDepth, in floats (8 KiB: 16 columns from depth 128),
+// for weights of at most kL1MaxWeights floats (128 KiB, in L2: every chunk reads all of them)
+constexpr int64_t kL1Chunk = 2048, kL1MinDepth = 64, kL1MaxWeights = 32768;
 
 struct PackedWeights {
   int64_t M = 0, K = 0;
@@ -72,6 +75,13 @@ struct PackedWeights {
   // panel of 1 to 3 rows has too few accumulators to hide the multiply-add's latency
   // (MPSGRAPH_CPU_PACKED_SPLIT_TAIL=0: 6 and the rest). Their two panels follow the others.
   int64_t split_at = 0, split_rows = 0;  // split_rows 0: no split
+  // AVX2 planes from depth 64: B's columns in chunks of about 8 KiB (16 columns from depth 128)
+  // rather than 256 KiB, so every panel after the first reads the chunk from L1, not L2: the
+  // kernel's loads of B were its stalls (MPSGRAPH_CPU_PACKED_L1_CHUNK=0: the 256 KiB chunks).
+  // Not for rows read in place a multiple of 4 lines apart (56x56, 112x112 planes): their K
+  // lines fall in a quarter or fewer of L1's sets and evict each other (144 deep: 0.88x). The
+  // stem's 27-deep columns ran 0.95-0.99x with it.
+  bool l1_chunk = false;
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -398,11 +408,13 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
 #if MG_CPU_X86
   const float* R = s ? s->res : nullptr;
   const int64_t nr = a.nr, K = a.K;
-  const int64_t chunk = std::max<int64_t>(nr, (int64_t(65536) / std::max<int64_t>(K, 1)) / nr * nr);
+  const bool pack = a.isa == Isa::Avx2 && a.copy_b;
+  const bool l1 = a.isa == Isa::Avx2 && a.l1_chunk && K >= kL1MinDepth && a.M * K <= kL1MaxWeights &&
+                  (pack || ldb * int64_t(sizeof(float)) % 256 != 0);
+  const int64_t chunk = std::max<int64_t>(nr, ((l1 ? kL1Chunk : int64_t(65536)) / std::max<int64_t>(K, 1)) / nr * nr);
   thread_local std::vector<float> packed;  // AVX2: the chunk's columns by pack_columns
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
     const int64_t c1 = std::min(j1, c0 + chunk);
-    const bool pack = a.isa == Isa::Avx2 && a.copy_b;
     const bool prefetch = !pack && a.prefetch && ldb >= kPrefetchRows;
     if (pack) {
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
@@ -488,6 +500,7 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->half_tail = !switched_off("MPSGRAPH_CPU_PACKED_HALF_TAIL");
   p->row_store = !switched_off("MPSGRAPH_CPU_PACKED_ROW_STORE");
   p->even_blocks = !switched_off("MPSGRAPH_CPU_PACKED_EVEN_BLOCKS");
+  p->l1_chunk = !switched_off("MPSGRAPH_CPU_PACKED_L1_CHUNK");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
