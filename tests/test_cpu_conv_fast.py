@@ -899,14 +899,14 @@ def test_packed_split_tail_same_bits(shape, wshape, stride, pad, threads, monkey
 # ---------------- B's columns in chunks that stay in L1 (MPSGRAPH_CPU_PACKED_L1_CHUNK) ----------------
 
 # (N, C, H, W), (O, kh, kw), stride, pad: planes products of depth 64 or more and at most 32768
-# weights: columns read in place on 28x28 planes (the residual projections 144 and 192 to 32),
-# copied at depth 384 and 300 (14x14: a column tail of 4 after each chunk's 16), 6k + 2 and
-# odd output channels, odd widths, an im2col 3x3 (depth 72); a 56x56 plane (rows 4 lines
-# apart: the L2 chunks still) as a control.
+# weights: columns read in place on 28x28 planes (the residual projections 144 and 192 to 32, 37
+# outputs), copied at depth 384 and 300 (14x14: a column tail of 4 after each chunk's 16; odd
+# widths), 6k + 2 and odd output channels, an im2col 3x3 (depth 72); as controls (the 256 KiB
+# chunks still) a 56x56 plane (rows 4 lines apart) and a 27x29 one (rows that straddle lines).
 L1_CHUNK = [((1, 192, 28, 28), (32, 1, 1), 1, 0), ((2, 144, 28, 28), (32, 1, 1), 1, 0),
             ((4, 384, 14, 14), (64, 1, 1), 1, 0), ((3, 300, 13, 15), (21, 1, 1), 1, 0),
-            ((2, 72, 27, 29), (37, 1, 1), 1, 0), ((2, 8, 25, 27), (24, 3, 3), 1, 1),
-            ((1, 96, 56, 56), (24, 1, 1), 1, 0)]
+            ((2, 72, 28, 28), (37, 1, 1), 1, 0), ((2, 8, 28, 28), (24, 3, 3), 1, 1),
+            ((1, 96, 56, 56), (24, 1, 1), 1, 0), ((2, 72, 27, 29), (13, 1, 1), 1, 0)]
 
 
 @pytest.mark.parametrize("shape,wshape,stride,pad", L1_CHUNK)

@@ -78,9 +78,11 @@ struct PackedWeights {
   // AVX2 planes from depth 64: B's columns in chunks of about 8 KiB (16 columns from depth 128)
   // rather than 256 KiB, so every panel after the first reads the chunk from L1, not L2: the
   // kernel's loads of B were its stalls (MPSGRAPH_CPU_PACKED_L1_CHUNK=0: the 256 KiB chunks).
-  // Not for rows read in place a multiple of 4 lines apart (56x56, 112x112 planes): their K
-  // lines fall in a quarter or fewer of L1's sets and evict each other (144 deep: 0.88x). The
-  // stem's 27-deep columns ran 0.95-0.99x with it.
+  // Rows read in place only where they start on a cache line and are not a multiple of 4 lines
+  // apart: at 56x56 and 112x112 the K lines fall in a quarter or fewer of L1's sets and evict
+  // each other (144 deep: 0.88x); 14x14 rows straddle lines, so a block is twice the lines
+  // (192 deep: 0.95x, the 64-deep expansions 0.92x in the network). The stem's 27-deep
+  // columns ran 0.95-0.99x with it.
   bool l1_chunk = false;
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
@@ -409,8 +411,9 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
   const float* R = s ? s->res : nullptr;
   const int64_t nr = a.nr, K = a.K;
   const bool pack = a.isa == Isa::Avx2 && a.copy_b;
+  const int64_t row_bytes = ldb * int64_t(sizeof(float));
   const bool l1 = a.isa == Isa::Avx2 && a.l1_chunk && K >= kL1MinDepth && a.M * K <= kL1MaxWeights &&
-                  (pack || ldb * int64_t(sizeof(float)) % 256 != 0);
+                  (pack || (row_bytes % 64 == 0 && row_bytes % 256 != 0));
   const int64_t chunk = std::max<int64_t>(nr, ((l1 ? kL1Chunk : int64_t(65536)) / std::max<int64_t>(K, 1)) / nr * nr);
   thread_local std::vector<float> packed;  // AVX2: the chunk's columns by pack_columns
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
