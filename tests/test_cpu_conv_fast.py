@@ -41,7 +41,8 @@ PyTorch in float64:
     row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same bits; the last 6 + 1..3 rows as two
     panels of about equal height (MPSGRAPH_CPU_PACKED_SPLIT_TAIL=0: 6 and the rest), the same bits;
     B's columns in chunks of about 8 KiB, not 256 KiB, from depth 64 at up to 32768 weights
-    (MPSGRAPH_CPU_PACKED_L1_CHUNK=0), the same bits;
+    (MPSGRAPH_CPU_PACKED_L1_CHUNK=0), the same bits; copied columns in chunks of 128 KiB
+    (MPSGRAPH_CPU_PACKED_HALF_CHUNK=0: 256 KiB), the same bits;
   * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
     compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
   * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
@@ -918,6 +919,24 @@ def test_packed_l1_chunk_same_bits(shape, wshape, stride, pad, threads, monkeypa
     2e-6 of sum |w||x| of the float64 reference."""
     _epilogues_same_bits(66, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_L1_CHUNK",
                          (None, "relu6", "bias_then_residual", "relu6_residual"))
+
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes products whose columns are copied (depth above
+# 256) in chunks of 128 KiB: MobileNetV2's 576- and 384-deep projections to 96 (at depth 576 an
+# image's 196 columns in 3 x 56 + 28, not 112 + 84), odd widths and channels, an im2col 3x3
+# (depth 288).
+HALF_CHUNK = [((2, 576, 14, 14), (96, 1, 1), 1, 0), ((1, 384, 14, 14), (96, 1, 1), 1, 0),
+              ((2, 300, 23, 25), (21, 1, 1), 1, 0), ((2, 32, 19, 23), (40, 3, 3), 1, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", HALF_CHUNK)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_half_chunk_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """Copied columns in chunks of 128 KiB (PACKED_HALF_CHUNK=0: 256 KiB): each output's sum is
+    the same multiply-adds in the same order, so the same bits, with the bias, clamp and
+    residual in the store; within 2e-6 of sum |w||x| of the float64 reference."""
+    _epilogues_same_bits(67, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_HALF_CHUNK",
+                         (None, "relu6", "relu6_residual"))
 
 
 # ---------------- depthwise 3x3 stride-1 rows ending in a vector step (MPSGRAPH_CPU_DW3_S1_AVX2) ----------------

@@ -84,6 +84,10 @@ struct PackedWeights {
   // (192 deep: 0.95x, the 64-deep expansions 0.92x in the network). The stem's 27-deep
   // columns ran 0.95-0.99x with it.
   bool l1_chunk = false;
+  // AVX2 planes, B copied (depth above 256) outside l1_chunk: chunks of 128 KiB, not 256, so
+  // the chunk and weights of up to some 200 KiB share L2 (MobileNetV2's 384- and 576-deep
+  // projections to 96 channels 1.01-1.05x; MPSGRAPH_CPU_PACKED_HALF_CHUNK=0: 256 KiB)
+  bool half_chunk = false;
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -414,7 +418,8 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
   const int64_t row_bytes = ldb * int64_t(sizeof(float));
   const bool l1 = a.isa == Isa::Avx2 && a.l1_chunk && K >= kL1MinDepth && a.M * K <= kL1MaxWeights &&
                   (pack || (row_bytes % 64 == 0 && row_bytes % 256 != 0));
-  const int64_t chunk = std::max<int64_t>(nr, ((l1 ? kL1Chunk : int64_t(65536)) / std::max<int64_t>(K, 1)) / nr * nr);
+  const int64_t budget = l1 ? kL1Chunk : pack && a.half_chunk ? int64_t(32768) : int64_t(65536);  // floats
+  const int64_t chunk = std::max<int64_t>(nr, (budget / std::max<int64_t>(K, 1)) / nr * nr);
   thread_local std::vector<float> packed;  // AVX2: the chunk's columns by pack_columns
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
     const int64_t c1 = std::min(j1, c0 + chunk);
@@ -504,6 +509,7 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->row_store = !switched_off("MPSGRAPH_CPU_PACKED_ROW_STORE");
   p->even_blocks = !switched_off("MPSGRAPH_CPU_PACKED_EVEN_BLOCKS");
   p->l1_chunk = !switched_off("MPSGRAPH_CPU_PACKED_L1_CHUNK");
+  p->half_chunk = !switched_off("MPSGRAPH_CPU_PACKED_HALF_CHUNK");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
