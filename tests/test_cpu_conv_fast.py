@@ -38,7 +38,11 @@ PyTorch in float64:
   * the packed kernels' column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a
     memcpy call per row), a last panel of fewer than 6 rows computing only those
     (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6), and column tails of at most 8 in one vector a
-    row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same bits;
+    row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same bits; the last 6 + 1..3 rows as two
+    panels of about equal height (MPSGRAPH_CPU_PACKED_SPLIT_TAIL=0: 6 and the rest), the same bits;
+    B's columns in chunks of about 8 KiB, not 256 KiB, from depth 64 at up to 32768 weights
+    (MPSGRAPH_CPU_PACKED_L1_CHUNK=0), the same bits; copied columns in chunks of 128 KiB
+    (MPSGRAPH_CPU_PACKED_HALF_CHUNK=0: 256 KiB), the same bits;
   * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
     compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
   * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
@@ -869,6 +873,70 @@ def test_packed_tail_kernels_same_bits(switch, case, threads, monkeypatch):
     _packed_switch_same_bits(25, shape, wshape, stride, pad, threads, monkeypatch, switch)
     if switch == "MPSGRAPH_CPU_PACKED_HALF_TAIL":
         _epilogues_same_bits(27, shape, wshape, stride, pad, threads, monkeypatch, switch, ("relu6_residual",))
+
+
+# ---------------- the last 6 + 1..3 rows as two panels (MPSGRAPH_CPU_PACKED_SPLIT_TAIL) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes products (over 512 columns a unit, with 1 and 2
+# threads) of 6k + 1, 2 or 3 output channels (32: 4 + 4 after 4 x 6, 13: 4 + 3, 9: 5 + 4, 21,
+# 128), columns read in place (prefetched on 28x28) and copied (depth above 256), column tails,
+# odd widths, the stem's 3x3 stride-2 im2col.
+SPLIT_TAIL = [((1, 192, 28, 28), (32, 1, 1), 1, 0), ((2, 24, 23, 25), (13, 1, 1), 1, 0),
+              ((4, 40, 23, 25), (9, 1, 1), 1, 0), ((4, 300, 23, 23), (21, 1, 1), 1, 0),
+              ((4, 3, 47, 47), (32, 3, 3), 2, 1), ((4, 64, 23, 23), (128, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", SPLIT_TAIL)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_split_tail_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The last 6 + r rows (r 1 to 3) as two panels of about equal height (PACKED_SPLIT_TAIL=0: a
+    panel of 6 and one of r): each output's sum is the same multiply-adds in the same order, so
+    the same bits, with the bias, clamp and residual in the store; within 2e-6 of sum |w||x| of
+    the float64 reference."""
+    _epilogues_same_bits(65, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_SPLIT_TAIL",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
+
+
+# ---------------- B's columns in chunks that stay in L1 (MPSGRAPH_CPU_PACKED_L1_CHUNK) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes products of depth 64 or more and at most 32768
+# weights: columns read in place on 28x28 planes (the residual projections 144 and 192 to 32, 37
+# outputs), copied at depth 384 and 300 (14x14: a column tail of 4 after each chunk's 16; odd
+# widths), 6k + 2 and odd output channels, an im2col 3x3 (depth 72); as controls (the 256 KiB
+# chunks still) a 56x56 plane (rows 4 lines apart) and a 27x29 one (rows that straddle lines).
+L1_CHUNK = [((1, 192, 28, 28), (32, 1, 1), 1, 0), ((2, 144, 28, 28), (32, 1, 1), 1, 0),
+            ((4, 384, 14, 14), (64, 1, 1), 1, 0), ((3, 300, 13, 15), (21, 1, 1), 1, 0),
+            ((2, 72, 28, 28), (37, 1, 1), 1, 0), ((2, 8, 28, 28), (24, 3, 3), 1, 1),
+            ((1, 96, 56, 56), (24, 1, 1), 1, 0), ((2, 72, 27, 29), (13, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", L1_CHUNK)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_l1_chunk_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """B's columns in chunks of about 8 KiB, every panel over one before the next
+    (PACKED_L1_CHUNK=0: chunks of about 256 KiB): each output's sum is the same multiply-adds in
+    the same order, so the same bits, with the bias, clamp and residual in the store; within
+    2e-6 of sum |w||x| of the float64 reference."""
+    _epilogues_same_bits(66, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_L1_CHUNK",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
+
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes products whose columns are copied (depth above
+# 256) in chunks of 128 KiB: MobileNetV2's 576- and 384-deep projections to 96 (at depth 576 an
+# image's 196 columns in 3 x 56 + 28, not 112 + 84), odd widths and channels, an im2col 3x3
+# (depth 288).
+HALF_CHUNK = [((2, 576, 14, 14), (96, 1, 1), 1, 0), ((1, 384, 14, 14), (96, 1, 1), 1, 0),
+              ((2, 300, 23, 25), (21, 1, 1), 1, 0), ((2, 32, 19, 23), (40, 3, 3), 1, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", HALF_CHUNK)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_half_chunk_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """Copied columns in chunks of 128 KiB (PACKED_HALF_CHUNK=0: 256 KiB): each output's sum is
+    the same multiply-adds in the same order, so the same bits, with the bias, clamp and
+    residual in the store; within 2e-6 of sum |w||x| of the float64 reference."""
+    _epilogues_same_bits(67, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_HALF_CHUNK",
+                         (None, "relu6", "relu6_residual"))
 
 
 # ---------------- depthwise 3x3 stride-1 rows ending in a vector step (MPSGRAPH_CPU_DW3_S1_AVX2) ----------------

@@ -47,6 +47,9 @@ constexpr int64_t kReadDepth = 256;
 // read in place: B's rows prefetched where they lie this far apart (planes of 28x28 and more:
 // 1.27-1.49x; Winograd's rows of 49 to 196 tiles at 28x28 ran 1.2x slower with it)
 constexpr int64_t kPrefetchRows = 512;
+// l1_chunk: B's chunk at depths from kL1MinDepth, in floats (8 KiB: 16 columns from depth 128),
+// for weights of at most kL1MaxWeights floats (128 KiB, in L2: every chunk reads all of them)
+constexpr int64_t kL1Chunk = 2048, kL1MinDepth = 64, kL1MaxWeights = 32768;
 
 struct PackedWeights {
   int64_t M = 0, K = 0;
@@ -67,6 +70,24 @@ struct PackedWeights {
   // 8 x 6 + 1), so no block is a column or two whose few sums wait on each other's latency
   // (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0: blocks of 6 and a tail)
   bool even_blocks = false;
+  // AVX2 planes, M % 6 of 1 to 3 past a full panel: packed_gemm runs the last 6 + M % 6 rows as
+  // two panels of about equal height (split_rows, then the rest; 8: 4 + 4, not 6 + 2), as a
+  // panel of 1 to 3 rows has too few accumulators to hide the multiply-add's latency
+  // (MPSGRAPH_CPU_PACKED_SPLIT_TAIL=0: 6 and the rest). Their two panels follow the others.
+  int64_t split_at = 0, split_rows = 0;  // split_rows 0: no split
+  // AVX2 planes from depth 64: B's columns in chunks of about 8 KiB (16 columns from depth 128)
+  // rather than 256 KiB, so every panel after the first reads the chunk from L1, not L2: the
+  // kernel's loads of B were its stalls (MPSGRAPH_CPU_PACKED_L1_CHUNK=0: the 256 KiB chunks).
+  // Rows read in place only where they start on a cache line and are not a multiple of 4 lines
+  // apart: at 56x56 and 112x112 the K lines fall in a quarter or fewer of L1's sets and evict
+  // each other (144 deep: 0.88x); 14x14 rows straddle lines, so a block is twice the lines
+  // (192 deep: 0.95x, the 64-deep expansions 0.92x in the network). The stem's 27-deep
+  // columns ran 0.95-0.99x with it.
+  bool l1_chunk = false;
+  // AVX2 planes, B copied (depth above 256) outside l1_chunk: chunks of 128 KiB, not 256, so
+  // the chunk and weights of up to some 200 KiB share L2 (MobileNetV2's 384- and 576-deep
+  // projections to 96 channels 1.01-1.05x; MPSGRAPH_CPU_PACKED_HALF_CHUNK=0: 256 KiB)
+  bool half_chunk = false;
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -389,22 +410,28 @@ void pack_columns(const PackedWeights& a, const float* B, int64_t ldb, int64_t K
 void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1,
                  const PackedStore* s, int64_t r0 = 0, int64_t r1 = -1) {
   if (r1 < 0) r1 = a.M;
+  const bool split = a.split_rows > 0 && r0 == 0 && r1 == a.M;  // all rows: the split panels
 #if MG_CPU_X86
   const float* R = s ? s->res : nullptr;
   const int64_t nr = a.nr, K = a.K;
-  const int64_t chunk = std::max<int64_t>(nr, (int64_t(65536) / std::max<int64_t>(K, 1)) / nr * nr);
+  const bool pack = a.isa == Isa::Avx2 && a.copy_b;
+  const int64_t row_bytes = ldb * int64_t(sizeof(float));
+  const bool l1 = a.isa == Isa::Avx2 && a.l1_chunk && K >= kL1MinDepth && a.M * K <= kL1MaxWeights &&
+                  (pack || (row_bytes % 64 == 0 && row_bytes % 256 != 0));
+  const int64_t budget = l1 ? kL1Chunk : pack && a.half_chunk ? int64_t(32768) : int64_t(65536);  // floats
+  const int64_t chunk = std::max<int64_t>(nr, (budget / std::max<int64_t>(K, 1)) / nr * nr);
   thread_local std::vector<float> packed;  // AVX2: the chunk's columns by pack_columns
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
     const int64_t c1 = std::min(j1, c0 + chunk);
-    const bool pack = a.isa == Isa::Avx2 && a.copy_b;
     const bool prefetch = !pack && a.prefetch && ldb >= kPrefetchRows;
     if (pack) {
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
       pack_columns(a, B + c0, ldb, K, c1 - c0, nr, packed.data());
     }
-    for (int64_t i0 = r0; i0 < r1; i0 += a.mr) {
-      const float* panel = a.panels.data() + i0 * K;
-      const int64_t rows = std::min(a.mr, r1 - i0);
+    for (int64_t i0 = r0, rows = 0; i0 < r1; i0 += rows) {
+      const bool tail = split && i0 >= a.split_at;
+      rows = tail ? (i0 == a.split_at ? a.split_rows : r1 - i0) : std::min(a.mr, r1 - i0);
+      const float* panel = a.panels.data() + (tail ? ((a.M + a.mr - 1) / a.mr + (i0 > a.split_at)) * a.mr : i0) * K;
       float* Ci = C + i0 * ldc;
       for (int64_t j = c0; j < c1; j += nr) {
         const int64_t n = std::min(nr, c1 - j);
@@ -481,13 +508,24 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->half_tail = !switched_off("MPSGRAPH_CPU_PACKED_HALF_TAIL");
   p->row_store = !switched_off("MPSGRAPH_CPU_PACKED_ROW_STORE");
   p->even_blocks = !switched_off("MPSGRAPH_CPU_PACKED_EVEN_BLOCKS");
+  p->l1_chunk = !switched_off("MPSGRAPH_CPU_PACKED_L1_CHUNK");
+  p->half_chunk = !switched_off("MPSGRAPH_CPU_PACKED_HALF_CHUNK");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
-  const int64_t panels = (M + pr - 1) / pr;
-  p->panels.assign(size_t(panels * K * pr), 0.0f);
+  const int64_t panels = (M + pr - 1) / pr, rem = M % pr;
+  if (p->isa == Isa::Avx2 && layout == PackedLayout::Planes && p->tail_rows && M > pr && rem >= 1 && rem <= 3 &&
+      !switched_off("MPSGRAPH_CPU_PACKED_SPLIT_TAIL")) {
+    p->split_at = M - pr - rem;
+    p->split_rows = (pr + rem + 1) / 2;
+  }
+  p->panels.assign(size_t((panels + (p->split_rows ? 2 : 0)) * K * pr), 0.0f);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t k = 0; k < K; ++k) p->panels[size_t((i / pr * K + k) * pr + i % pr)] = w[i * ldw + k];
+  for (int64_t i = p->split_at; p->split_rows && i < M; ++i) {  // the split panels
+    const int64_t q = panels + (i >= p->split_at + p->split_rows), r = i - p->split_at - (q - panels) * p->split_rows;
+    for (int64_t k = 0; k < K; ++k) p->panels[size_t((q * K + k) * pr + r)] = w[i * ldw + k];
+  }
   return p;
 }
 
