@@ -292,9 +292,10 @@ def test_nhwc_transposes_are_absorbed():
     want = g.run({x: xv, w: wv}, [y], device="cpu")[y].numpy().astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * 12)
     storage = [e["storage"] for e in exe.memory_plan() if e["op"] == "transpose"]
-    # source, result and the weights' HWIO-to-OIHW transpose (the convolution copies those
-    # weights into the order it runs in)
-    assert storage.count("view") == 3, exe.memory_plan()
+    # source and the weights' HWIO-to-OIHW transpose (the convolution copies those weights into
+    # the order it runs in); the result's is computed inside the convolution + relu step where
+    # cuDNN fuses them, else a view too
+    assert storage.count("view") >= 2 and set(storage) == {"view"}, exe.memory_plan()
     # the convolution's direct result as a target too
     z = g.convolution_2d(x, w, padding_style="same")
     r = g.run({x: xv, w: wv}, [z, y], device="cuda")

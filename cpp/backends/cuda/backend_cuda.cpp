@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <list>
 #include <map>
 #include <memory>
@@ -27,6 +28,8 @@
 #include "backends/cuda/elementwise_cuda.h"
 #include "backends/cuda/epilogue_cuda.h"
 #include "backends/cuda/kernel_table.h"
+#include "core/array.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/ops/shape_attrs.h"
 #include "core/registry.h"
@@ -270,9 +273,10 @@ std::map<int32_t, std::vector<int32_t>> pool_prologues(const Graph& g, const std
   return r;
 }
 
-// Elementwise groups (or lone elementwise nodes) that are the only reader of a depthwise
-// convolution's channels-last result (the transpose it writes, `written_by`) run in the
-// convolution's output pass: the result never goes to memory. Per group root, the fused
+// Elementwise groups (or lone elementwise nodes) that are the only reader of a convolution's
+// channels-last result (the transpose it writes, `written_by`) run in the convolution's output
+// pass: the result never goes to memory (cuDNN's fused operation graphs for dense convolutions,
+// the generated depthwise kernel for depthwise ones). Per group root, the fused
 // step and the values it reads; `in_epilogue` marks the convolution, its transpose and the
 // group's other nodes. MPSGRAPH_CUDA_CONV_EPILOGUES=0 turns this off.
 struct ConvEpilogue {
@@ -305,6 +309,10 @@ std::map<int32_t, ConvEpilogue> conv_epilogues(const Graph& g, const std::vector
     else continue;
     const Node& root = g.node(members.back());
     if (root.outputs.size() != 1 || root.outputs[0].shape != g.type(tv).shape) continue;
+    // a group reading two convolutions' results (a residual block's downsampling shortcut) is
+    // computed after one of them only: the other's result must reach memory
+    const auto claimed = [&](int32_t m) { return in_epilogue[size_t(m)] != 0; };
+    if (r.count(members.back()) || std::any_of(members.begin(), members.end(), claimed)) continue;
     std::vector<TensorType> conv_in;
     KernelCtx dctx{d, conv_in, d.outputs};
     for (const ValueRef& v : d.inputs) {
@@ -316,13 +324,28 @@ std::map<int32_t, ConvEpilogue> conv_epilogues(const Graph& g, const std::vector
     dctx.out_perm.assign(p.size(), 0);
     for (size_t i = 0; i < p.size(); ++i) dctx.out_perm[size_t(p[i])] = int64_t(i);
     std::vector<ValueRef> order;
-    const ElementFn fn = fused_group_fn(g, members, order, int(16 / dtype_size(d.outputs[0].dtype)));
-    const auto at = std::find(order.begin(), order.end(), tv);
-    const int conv_arg = int(at - order.begin());
-    if (at == order.end() || std::find(fn.direct.begin(), fn.direct.end(), conv_arg) == fn.direct.end()) continue;
     std::vector<TensorType> fn_in;
-    for (const ValueRef& v : order) fn_in.push_back(g.type(v));
-    LaunchFn f = depthwise_with_epilogue(dctx, fn, fn_in, conv_arg);
+    const std::vector<EwNode> ew = fused_group_nodes(g, members, order, fn_in);
+    const auto at = std::find(order.begin(), order.end(), tv);
+    if (at == order.end()) continue;
+    const int conv_arg = int(at - order.begin());
+    std::vector<double> constant;
+    for (const ValueRef& v : order) {
+      const Node& src = g.node(v.node);
+      double c = std::numeric_limits<double>::quiet_NaN();
+      if (src.op->name == "constant" && num_elements(g.type(v).shape) == 1) {
+        const auto value = node_attr<std::shared_ptr<const Array>>(src, "value");
+        c = load_as_double(value->data(), g.type(v).dtype, 0);
+      }
+      constant.push_back(c);
+    }
+    LaunchFn f = conv_with_pointwise(dctx, ew, fn_in, constant, conv_arg);
+    if (!f) {
+      std::vector<ValueRef> same_order;
+      const ElementFn fn = fused_group_fn(g, members, same_order, int(16 / dtype_size(d.outputs[0].dtype)));
+      if (std::find(fn.direct.begin(), fn.direct.end(), conv_arg) == fn.direct.end()) continue;
+      f = depthwise_with_epilogue(dctx, fn, fn_in, conv_arg);
+    }
     if (!f) continue;
     ConvEpilogue e{std::move(f), d.inputs, dctx.scratch_bytes};
     for (size_t k = 0; k < order.size(); ++k)

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -31,9 +32,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/cudnn_graph_cuda.h"
 #include "backends/cuda/elementwise_cuda.h"
 #include "core/error.h"
 #include "core/ops/convolution_attrs.h"
@@ -866,6 +869,189 @@ KernelFactory factory(Kind kind) {
   };
 }
 
+
+// ---- convolutions with a pointwise epilogue, through cuDNN's graph API ----
+// A float16/bfloat16 2-d convolution whose source, weights and result are packed channels-last
+// (as the channels-last plan keeps ResNet's activations) and whose result's one reader is an
+// elementwise group cuDNN's pointwise operations express (a folded batch norm's scale and
+// shift, ReLU, clamp, a residual addition) runs as one cuDNN operation graph: the group's pass
+// over memory and its launch disappear. The group's values stay in float inside the fused
+// kernel (the unfused steps round the convolution's result to the storage type first). Where a
+// buffer is not 16-byte aligned at run time (a user's view), the step runs the convolution and
+// the group's kernel unfused. MPSGRAPH_CUDA_CUDNN_FUSION=0 turns this off.
+
+// The group's nodes as pointwise operations; false where one has no cuDNN counterpart with
+// the generated kernels' semantics. cuDNN's MAX/MIN turn a NaN into the other operand, so
+// maximum and minimum are not taken; ReLU keeps a NaN, as the graph's does, and a clamp
+// between two constant bounds is ReLU with those clips. `constant[k]`: input k's value where it
+// is a one-element constant, else NaN.
+bool pointwise_ops(const std::vector<EwNode>& nodes, DType dt, int conv_arg, const std::vector<char>& full,
+                   const std::vector<double>& constant, dnn_graph::ConvGraph& cg, std::vector<int64_t>& virtual_uids) {
+  using namespace dnn_graph;
+  static const std::map<std::string, std::pair<int, int>> modes = {  // op -> (mode, arity)
+      {"addition", {kAdd, 2}}, {"subtraction", {kSub, 2}}, {"multiplication", {kMul, 2}}, {"division", {kDiv, 2}},
+      {"relu", {kReluFwd, 1}}, {"negative", {kNeg, 1}},    {"clamp", {kReluFwd, 3}},
+  };
+  std::vector<int64_t> node_uid;
+  int64_t next = 1000;
+  auto uid_of = [&](int a) -> int64_t {
+    if (a >= 0) return node_uid[size_t(a)];
+    return -a - 1 == conv_arg ? 3 : 10 + (-a - 1);
+  };
+  auto constant_of = [&](int a) {
+    return a < 0 && -a - 1 != conv_arg ? constant[size_t(-a - 1)] : std::numeric_limits<double>::quiet_NaN();
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const EwNode& e = nodes[i];
+    auto it = modes.find(e.op);
+    if (it == modes.end() || e.out != dt || int(e.arg.size()) != it->second.second) return false;
+    for (DType t : e.in)
+      if (t != dt) return false;
+    const int64_t y = i + 1 == nodes.size() ? 4 : next++;
+    Pointwise pw{it->second.first, uid_of(e.arg[0]), e.arg.size() == 2 ? uid_of(e.arg[1]) : -1, y};
+    if (e.op == "clamp") {
+      const double lo = constant_of(e.arg[1]), hi = constant_of(e.arg[2]);
+      if (!(lo <= hi) || !std::isfinite(lo) || !std::isfinite(hi)) return false;  // NaN bounds too
+      pw.clip = true, pw.lower_clip = lo, pw.upper_clip = hi;
+    } else if (pw.b >= 0) {
+      // cuDNN broadcasts the second operand only: a broadcast first one swaps where the op commutes
+      auto broadcast = [&](int arg) { return arg < 0 && -arg - 1 != conv_arg && !full[size_t(-arg - 1)]; };
+      if (broadcast(e.arg[0]) && !broadcast(e.arg[1])) {
+        if (e.op == "subtraction" || e.op == "division") return false;
+        std::swap(pw.x, pw.b);
+      }
+    }
+    cg.pointwise.push_back(pw);
+    if (y != 4) virtual_uids.push_back(y);
+    node_uid.push_back(y);
+  }
+  return true;
+}
+
+LaunchFn conv_with_pointwise_impl(const KernelCtx& conv, const std::vector<EwNode>& nodes,
+                                  const std::vector<TensorType>& inputs, const std::vector<double>& constant,
+                                  int conv_arg) {
+  using dnn_graph::Tensor;
+  static const bool off = switched_off("MPSGRAPH_CUDA_CUDNN_FUSION");
+  if (off || conv.node.op->name != "convolution" || !dnn() || nodes.empty()) return nullptr;
+  if (inputs.size() + 2 > size_t(kMaxFusedInputs) || conv_arg < 0 || size_t(conv_arg) >= inputs.size()) return nullptr;
+  const Setup su = setup_of(Kind::Forward, conv);
+  const Geom& g = su.g;
+  if ((su.dt != DType::Float16 && su.dt != DType::BFloat16) || g.k != 2 || g.G != 1 || !dnn_takes(su)) return nullptr;
+  if (g.C % 8 != 0 || g.O % 8 != 0) return nullptr;  // channel rows of whole 16-byte vectors, as networks have
+  for (Role r : {X, Y})
+    if (!same_strides(su.ops[r].shape, su.ops[r].buf, packed(su.ops[r].shape, Layout::Last))) return nullptr;
+  // weights not held (O, H, W, C) (fed, not constant) are copied so by each run: they are small
+  const Ints w_last = packed(su.ops[W].shape, Layout::Last);
+  const bool w_copy = !same_strides(su.ops[W].shape, su.ops[W].buf, w_last);
+  const Shape& out_shape = inputs[size_t(conv_arg)].shape;  // the group's (the transposed result's)
+  if (out_shape.size() != 4 || num_elements(out_shape) != num_elements(su.ops[Y].shape)) return nullptr;
+  Ints perm = conv.out_perm;  // conv dim j is dim perm[j] of the group's values
+  if (perm.empty()) perm = {0, 1, 2, 3};
+
+  dnn_graph::ConvGraph cg;
+  const int dt = dnn_type(su.dt);
+  auto conv_order = [&](const Shape& s) {  // a broadcast operand's dims and strides, in conv order
+    Shape s4(4 - s.size(), 1);
+    s4.insert(s4.end(), s.begin(), s.end());
+    const Ints cs = contiguous_strides(s4);
+    Tensor t;
+    for (int j = 0; j < 4; ++j) {
+      t.dims.push_back(s4[size_t(perm[size_t(j)])]);
+      t.strides.push_back(cs[size_t(perm[size_t(j)])]);
+    }
+    return t;
+  };
+  auto add = [&](int64_t uid, int type, const Shape& dims, const Ints& strides, bool virt) {
+    Tensor t;
+    t.uid = uid, t.dtype = type, t.dims = dims, t.strides = strides, t.is_virtual = virt;
+    cg.tensors.push_back(t);
+  };
+  std::vector<char> full;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Shape& s = inputs[k].shape;
+    full.push_back(s == out_shape);
+    if (int(k) == conv_arg || s == out_shape || num_elements(s) == 1) continue;
+    // per-channel operands only (the channel dim is the values' last): the broadcasts networks have
+    if (s.empty() || s.back() != out_shape.back() || num_elements(s) != s.back()) return nullptr;
+  }
+  std::vector<int64_t> virtual_uids;
+  if (!pointwise_ops(nodes, su.dt, conv_arg, full, constant, cg, virtual_uids)) {
+    if (std::getenv("MPSGRAPH_CUDNN_VERBOSE")) {
+      std::string ops;
+      for (const EwNode& e : nodes) ops += " " + e.op;
+      std::fprintf(stderr, "[cudnn fusion] %s: group not expressed (%s)\n", conv.node.name.c_str(), ops.c_str());
+    }
+    return nullptr;
+  }
+  // the tensors: x, w, the operands the pointwise ops read (a clamp's bounds are attributes),
+  // the intermediates, the result; `source[i]`: where the i-th non-virtual one is found at run
+  // time (an input index, -1 the result)
+  std::vector<int> source{0, 1};
+  add(1, dt, su.ops[X].shape, su.ops[X].buf, false);
+  add(2, dt, su.ops[W].shape, w_last, false);
+  add(3, dnn_graph::kFloat, su.ops[Y].shape, su.ops[Y].buf, true);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const int64_t uid = 10 + int64_t(k);
+    const bool read = std::any_of(cg.pointwise.begin(), cg.pointwise.end(),
+                                  [uid](const dnn_graph::Pointwise& p) { return p.x == uid || p.b == uid; });
+    if (int(k) == conv_arg || !read) continue;
+    if (inputs[k].dtype != su.dt || inputs[k].shape.size() > 4) return nullptr;
+    Tensor t = conv_order(inputs[k].shape);
+    t.uid = uid, t.dtype = dt;
+    cg.tensors.push_back(t);
+    source.push_back(2 + int(k) - (int(k) > conv_arg ? 1 : 0));
+  }
+  for (int64_t v : virtual_uids) add(v, dnn_graph::kFloat, su.ops[Y].shape, su.ops[Y].buf, true);
+  add(4, dt, su.ops[Y].shape, su.ops[Y].buf, false);
+  source.push_back(-1);
+  cg.x = 1, cg.w = 2, cg.conv_out = 3;
+  for (int i = 0; i < g.k; ++i) {
+    cg.pre_pad.push_back(su.pads[size_t(2 * i)]);
+    cg.post_pad.push_back(su.pads[size_t(2 * i + 1)]);
+    cg.strides.push_back(g.st[i]);
+    cg.dilations.push_back(g.dil[i]);
+  }
+  std::string why;
+  std::shared_ptr<dnn_graph::FusedPlan> plan = dnn_graph::build(cg, why);
+  if (!plan) return nullptr;
+
+  // the unfused twin, for buffers cuDNN's 16-byte alignment refuses
+  auto scratch = [&conv](size_t n) { return conv.scratch(n); };
+  LaunchFn unfused_conv = build(su, heuristic_plan(su), scratch);
+  if (!unfused_conv) unfused_conv = build(su, Plan{}, scratch);
+  const LaunchFn group = make_elementwise(nodes, inputs, out_shape);
+  const size_t es = dtype_size(su.dt);
+  const size_t conv_slot = scratch(size_t(num_elements(out_shape)) * es);
+  const StridedCopy w_staging = w_copy ? make_copy(es, su.ops[W].shape, su.ops[W].buf, w_last, 0, 0) : StridedCopy{};
+  const size_t w_slot = w_copy ? scratch(size_t(num_elements(su.ops[W].shape)) * es) : 0;
+  const size_t ws = dnn_graph::workspace_bytes(*plan);
+  const size_t ws_slot = ws ? scratch(ws) : 0;
+  const size_t n_out = conv.out.size() + conv.scratch_bytes.size();
+  const size_t nops = inputs.size() - 1;
+  const std::string op = su.op;
+  return [plan, unfused_conv, group, source, conv_slot, ws_slot, w_staging, w_slot, n_out, nops, conv_arg, op](
+             cudaStream_t s, const void* const* in, void* const* out) {
+    void* ptrs[kMaxFusedInputs + 3];
+    bool aligned = true;
+    for (size_t i = 0; i < source.size(); ++i) {
+      ptrs[i] = source[i] < 0 ? out[0] : source[i] == 1 && w_slot ? out[w_slot] : const_cast<void*>(in[source[i]]);
+      aligned = aligned && reinterpret_cast<uintptr_t>(ptrs[i]) % 16 == 0;
+    }
+    if (aligned) {
+      if (w_slot) strided_copy(w_staging, in[1], out[w_slot], s);
+      return dnn_graph::run(*plan, s, ptrs, ws_slot ? out[ws_slot] : nullptr, op);
+    }
+    std::vector<void*> conv_out(out, out + n_out);
+    conv_out[0] = out[conv_slot];
+    unfused_conv(s, in, conv_out.data());
+    std::vector<const void*> group_in;
+    for (size_t k = 0; k <= nops; ++k)
+      group_in.push_back(int(k) == conv_arg ? out[conv_slot] : in[2 + k - (int(k) > conv_arg ? 1 : 0)]);
+    group(s, group_in.data(), out);
+  };
+}
+
 }  // namespace
 
 LaunchFn depthwise_with_epilogue(const KernelCtx& conv, const ElementFn& fn, const std::vector<TensorType>& fn_inputs, int conv_arg) {
@@ -875,6 +1061,14 @@ LaunchFn depthwise_with_epilogue(const KernelCtx& conv, const ElementFn& fn, con
   if (!lanes || fn.lanes != lanes || fn_inputs.size() + 1 > size_t(kMaxFusedInputs)) return nullptr;
   return depthwise_launch(su, lanes, &fn, &fn_inputs, conv_arg, [&conv](size_t n) { return conv.scratch(n); });
 }
+
+LaunchFn conv_with_pointwise(const KernelCtx& conv, const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs,
+                             const std::vector<double>& constant, int conv_arg) {
+  return conv_with_pointwise_impl(conv, nodes, inputs, constant, conv_arg);
+}
+
+void* cudnn_library() { return dnn() ? dnn()->lib : nullptr; }
+void* cudnn_handle() { return dnn() ? dnn()->handle : nullptr; }
 
 void register_convolution_kernels() {
   register_kernel("convolution", factory(Kind::Forward));

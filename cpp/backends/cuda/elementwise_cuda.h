@@ -73,11 +73,22 @@ LaunchFn pool_with_prologue(const KernelCtx& c, const Shape& input_shape, const 
 // convolution (conv_cuda.cpp) or fn does not run in its lanes.
 LaunchFn depthwise_with_epilogue(const KernelCtx& conv, const ElementFn& fn, const std::vector<TensorType>& fn_inputs, int conv_arg);
 
+// A float16/bfloat16 convolution (its KernelCtx `conv`, result channels-last) whose result's one
+// reader is the elementwise group `nodes` (outside inputs `inputs`, input `conv_arg` being the
+// convolution's result; `constant[k]` input k's value where it is a one-element constant, else
+// NaN): one cuDNN operation graph (conv_cuda.cpp). The launch reads (x, w, the group's other
+// inputs in order) and writes the group's result. Empty where cuDNN's graph API does not take it.
+LaunchFn conv_with_pointwise(const KernelCtx& conv, const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs,
+                             const std::vector<double>& constant, int conv_arg);
+
 // Fusion groups of the CUDA backend (MPSGRAPH_CUDA_FUSION=0 at compile time: none); nodes
 // marked in `skip` (claimed by matmul epilogues) stay out of groups.
 FusionPlan plan_cuda_fusion(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip);
 // The kernel of one group; `inputs` receives the values it reads, in the kernel's input order.
 LaunchFn make_fused_group(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs);
+// The same group's nodes as make_elementwise takes them; `inputs` and `types` as above.
+std::vector<EwNode> fused_group_nodes(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs,
+                                      std::vector<TensorType>& types);
 // The same group's value as an ElementFn; `inputs` as above.
 ElementFn fused_group_fn(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs, int lanes = 1);
 // The values the group reads from outside, in its kernels' input order.

@@ -107,6 +107,11 @@ ElementFn fused_group_fn(const Graph& g, const std::vector<int32_t>& nodes, std:
   return element_fn(ew, types, g.node(nodes.back()).outputs[0].shape, lanes);
 }
 
+std::vector<EwNode> fused_group_nodes(const Graph& g, const std::vector<int32_t>& nodes, std::vector<ValueRef>& inputs,
+                                      std::vector<TensorType>& types) {
+  return group_nodes(g, nodes, inputs, types);
+}
+
 std::vector<ValueRef> fused_group_inputs(const Graph& g, const std::vector<int32_t>& nodes) { return outside_inputs(g, nodes); }
 
 bool cuda_fusible(const Graph& g, int32_t id) { return fusion_enabled() && fusible(g, g.node(id)) && fits(g, {id}); }
