@@ -252,54 +252,6 @@ std::vector<Desc> configurations(Owned& o, Desc graph, int mode) {
   return cfgs;
 }
 
-}  // namespace
-
-namespace {
-
-std::string key_of(const ConvGraph& g) {
-  std::string k;
-  auto add = [&k](int64_t v) { k += std::to_string(v) + ','; };
-  auto list = [&](const std::vector<int64_t>& v) {
-    for (int64_t x : v) add(x);
-    k += ';';
-  };
-  for (const Tensor& t : g.tensors) {
-    add(t.uid), add(t.dtype), add(t.is_virtual);
-    list(t.dims), list(t.strides);
-  }
-  add(g.x), add(g.w), add(g.conv_out);
-  list(g.pre_pad), list(g.post_pad), list(g.strides), list(g.dilations);
-  for (const Pointwise& p : g.pointwise) {
-    add(p.mode), add(p.x), add(p.b), add(p.y), add(p.clip);
-    k += std::to_string(p.lower_clip) + ',' + std::to_string(p.upper_clip) + ';';
-  }
-  return k;
-}
-
-std::shared_ptr<FusedPlan> build_uncached(const ConvGraph& g, std::string& why);
-
-}  // namespace
-
-// Plans are kept for the process (one device is used): finalizing a runtime-compiled engine's
-// plan compiles its kernel, and every executable with the same layer reuses it.
-std::shared_ptr<FusedPlan> build(const ConvGraph& g, std::string& why) {
-  static std::mutex mu;
-  // never destroyed: its descriptors would outlive the CUDA context at exit
-  static auto* cache = new std::map<std::string, std::pair<std::shared_ptr<FusedPlan>, std::string>>;
-  const std::string key = key_of(g);
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache->find(key);
-  if (it == cache->end()) {
-    std::string w;
-    auto p = build_uncached(g, w);
-    it = cache->emplace(key, std::make_pair(p, w)).first;
-  }
-  why = it->second.second;
-  return it->second.first;
-}
-
-namespace {
-
 std::shared_ptr<FusedPlan> build_uncached(const ConvGraph& g, std::string& why) {
   const Api* a = api();
   if (!a) {
@@ -347,7 +299,47 @@ std::shared_ptr<FusedPlan> build_uncached(const ConvGraph& g, std::string& why) 
   return nullptr;
 }
 
+std::string key_of(const ConvGraph& g) {
+  std::string k;
+  auto add = [&k](int64_t v) { k += std::to_string(v) + ','; };
+  auto list = [&](const std::vector<int64_t>& v) {
+    for (int64_t x : v) add(x);
+    k += ';';
+  };
+  for (const Tensor& t : g.tensors) {
+    add(t.uid), add(t.dtype), add(t.is_virtual);
+    list(t.dims), list(t.strides);
+  }
+  add(g.x), add(g.w), add(g.conv_out);
+  list(g.pre_pad), list(g.post_pad), list(g.strides), list(g.dilations);
+  for (const Pointwise& p : g.pointwise) {
+    add(p.mode), add(p.x), add(p.b), add(p.y), add(p.clip);
+    char clips[64];  // exact: a plan's clips are compiled into its kernel
+    std::snprintf(clips, sizeof clips, "%a,%a;", p.lower_clip, p.upper_clip);
+    k += clips;
+  }
+  return k;
+}
+
 }  // namespace
+
+// Plans are kept for the process (one device is used): finalizing a runtime-compiled engine's
+// plan compiles its kernel, and every executable with the same layer reuses it.
+std::shared_ptr<FusedPlan> build(const ConvGraph& g, std::string& why) {
+  static std::mutex mu;
+  // never destroyed: its descriptors would outlive the CUDA context at exit
+  static auto* cache = new std::map<std::string, std::pair<std::shared_ptr<FusedPlan>, std::string>>;
+  const std::string key = key_of(g);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(key);
+  if (it == cache->end()) {
+    std::string w;
+    auto p = build_uncached(g, w);
+    it = cache->emplace(key, std::make_pair(p, w)).first;
+  }
+  why = it->second.second;
+  return it->second.first;
+}
 
 void run(const FusedPlan& p, cudaStream_t s, void* const* ptrs, void* workspace, const std::string& op) {
   const Api* a = api();
