@@ -341,8 +341,7 @@ std::map<int32_t, ConvEpilogue> conv_epilogues(const Graph& g, const std::vector
     }
     LaunchFn f = conv_with_pointwise(dctx, ew, fn_in, constant, conv_arg);
     if (!f) {
-      std::vector<ValueRef> same_order;
-      const ElementFn fn = fused_group_fn(g, members, same_order, int(16 / dtype_size(d.outputs[0].dtype)));
+      const ElementFn fn = element_fn(ew, fn_in, root.outputs[0].shape, int(16 / dtype_size(d.outputs[0].dtype)));
       if (std::find(fn.direct.begin(), fn.direct.end(), conv_arg) == fn.direct.end()) continue;
       f = depthwise_with_epilogue(dctx, fn, fn_in, conv_arg);
     }

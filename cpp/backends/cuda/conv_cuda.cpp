@@ -869,7 +869,6 @@ KernelFactory factory(Kind kind) {
   };
 }
 
-
 // ---- convolutions with a pointwise epilogue, through cuDNN's graph API ----
 // A float16/bfloat16 2-d convolution whose source, weights and result are packed channels-last
 // (as the channels-last plan keeps ResNet's activations) and whose result's one reader is an
@@ -879,6 +878,11 @@ KernelFactory factory(Kind kind) {
 // kernel (the unfused steps round the convolution's result to the storage type first). Where a
 // buffer is not 16-byte aligned at run time (a user's view), the step runs the convolution and
 // the group's kernel unfused. MPSGRAPH_CUDA_CUDNN_FUSION=0 turns this off.
+
+// Tensor uids of the fused graph: the source, weights, the convolution's (virtual) result, the
+// group's result, the group's outside input k, and virtual intermediates from kFirstVirtual.
+constexpr int64_t kUidX = 1, kUidW = 2, kUidConv = 3, kUidResult = 4, kFirstVirtual = 1000;
+int64_t operand_uid(size_t k) { return 10 + int64_t(k); }
 
 // The group's nodes as pointwise operations; false where one has no cuDNN counterpart with
 // the generated kernels' semantics. cuDNN's MAX/MIN turn a NaN into the other operand, so
@@ -893,10 +897,10 @@ bool pointwise_ops(const std::vector<EwNode>& nodes, DType dt, int conv_arg, con
       {"relu", {kReluFwd, 1}}, {"negative", {kNeg, 1}},    {"clamp", {kReluFwd, 3}},
   };
   std::vector<int64_t> node_uid;
-  int64_t next = 1000;
+  int64_t next = kFirstVirtual;
   auto uid_of = [&](int a) -> int64_t {
     if (a >= 0) return node_uid[size_t(a)];
-    return -a - 1 == conv_arg ? 3 : 10 + (-a - 1);
+    return -a - 1 == conv_arg ? kUidConv : operand_uid(size_t(-a - 1));
   };
   auto constant_of = [&](int a) {
     return a < 0 && -a - 1 != conv_arg ? constant[size_t(-a - 1)] : std::numeric_limits<double>::quiet_NaN();
@@ -907,7 +911,7 @@ bool pointwise_ops(const std::vector<EwNode>& nodes, DType dt, int conv_arg, con
     if (it == modes.end() || e.out != dt || int(e.arg.size()) != it->second.second) return false;
     for (DType t : e.in)
       if (t != dt) return false;
-    const int64_t y = i + 1 == nodes.size() ? 4 : next++;
+    const int64_t y = i + 1 == nodes.size() ? kUidResult : next++;
     Pointwise pw{it->second.first, uid_of(e.arg[0]), e.arg.size() == 2 ? uid_of(e.arg[1]) : -1, y};
     if (e.op == "clamp") {
       const double lo = constant_of(e.arg[1]), hi = constant_of(e.arg[2]);
@@ -922,15 +926,16 @@ bool pointwise_ops(const std::vector<EwNode>& nodes, DType dt, int conv_arg, con
       }
     }
     cg.pointwise.push_back(pw);
-    if (y != 4) virtual_uids.push_back(y);
+    if (y != kUidResult) virtual_uids.push_back(y);
     node_uid.push_back(y);
   }
   return true;
 }
 
-LaunchFn conv_with_pointwise_impl(const KernelCtx& conv, const std::vector<EwNode>& nodes,
-                                  const std::vector<TensorType>& inputs, const std::vector<double>& constant,
-                                  int conv_arg) {
+}  // namespace
+
+LaunchFn conv_with_pointwise(const KernelCtx& conv, const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs,
+                             const std::vector<double>& constant, int conv_arg) {
   using dnn_graph::Tensor;
   static const bool off = switched_off("MPSGRAPH_CUDA_CUDNN_FUSION");
   if (off || conv.node.op->name != "convolution" || !dnn() || nodes.empty()) return nullptr;
@@ -968,12 +973,16 @@ LaunchFn conv_with_pointwise_impl(const KernelCtx& conv, const std::vector<EwNod
     cg.tensors.push_back(t);
   };
   std::vector<char> full;
+  std::vector<int> in_index;  // the launch's input holding the group's input k (-1: the convolution's result)
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Shape& s = inputs[k].shape;
     full.push_back(s == out_shape);
-    if (int(k) == conv_arg || s == out_shape || num_elements(s) == 1) continue;
+    in_index.push_back(int(k) == conv_arg ? -1 : 2 + int(k) - (int(k) > conv_arg ? 1 : 0));
+    if (int(k) == conv_arg) continue;
+    if (inputs[k].dtype != su.dt || s.size() > 4) return nullptr;
     // per-channel operands only (the channel dim is the values' last): the broadcasts networks have
-    if (s.empty() || s.back() != out_shape.back() || num_elements(s) != s.back()) return nullptr;
+    if (s != out_shape && num_elements(s) != 1 && (s.empty() || s.back() != out_shape.back() || num_elements(s) != s.back()))
+      return nullptr;
   }
   std::vector<int64_t> virtual_uids;
   if (!pointwise_ops(nodes, su.dt, conv_arg, full, constant, cg, virtual_uids)) {
@@ -988,24 +997,23 @@ LaunchFn conv_with_pointwise_impl(const KernelCtx& conv, const std::vector<EwNod
   // the intermediates, the result; `source[i]`: where the i-th non-virtual one is found at run
   // time (an input index, -1 the result)
   std::vector<int> source{0, 1};
-  add(1, dt, su.ops[X].shape, su.ops[X].buf, false);
-  add(2, dt, su.ops[W].shape, w_last, false);
-  add(3, dnn_graph::kFloat, su.ops[Y].shape, su.ops[Y].buf, true);
+  add(kUidX, dt, su.ops[X].shape, su.ops[X].buf, false);
+  add(kUidW, dt, su.ops[W].shape, w_last, false);
+  add(kUidConv, dnn_graph::kFloat, su.ops[Y].shape, su.ops[Y].buf, true);
   for (size_t k = 0; k < inputs.size(); ++k) {
-    const int64_t uid = 10 + int64_t(k);
+    const int64_t uid = operand_uid(k);
     const bool read = std::any_of(cg.pointwise.begin(), cg.pointwise.end(),
                                   [uid](const dnn_graph::Pointwise& p) { return p.x == uid || p.b == uid; });
     if (int(k) == conv_arg || !read) continue;
-    if (inputs[k].dtype != su.dt || inputs[k].shape.size() > 4) return nullptr;
     Tensor t = conv_order(inputs[k].shape);
     t.uid = uid, t.dtype = dt;
     cg.tensors.push_back(t);
-    source.push_back(2 + int(k) - (int(k) > conv_arg ? 1 : 0));
+    source.push_back(in_index[k]);
   }
   for (int64_t v : virtual_uids) add(v, dnn_graph::kFloat, su.ops[Y].shape, su.ops[Y].buf, true);
-  add(4, dt, su.ops[Y].shape, su.ops[Y].buf, false);
+  add(kUidResult, dt, su.ops[Y].shape, su.ops[Y].buf, false);
   source.push_back(-1);
-  cg.x = 1, cg.w = 2, cg.conv_out = 3;
+  cg.x = kUidX, cg.w = kUidW, cg.conv_out = kUidConv;
   for (int i = 0; i < g.k; ++i) {
     cg.pre_pad.push_back(su.pads[size_t(2 * i)]);
     cg.post_pad.push_back(su.pads[size_t(2 * i + 1)]);
@@ -1028,9 +1036,8 @@ LaunchFn conv_with_pointwise_impl(const KernelCtx& conv, const std::vector<EwNod
   const size_t ws = dnn_graph::workspace_bytes(*plan);
   const size_t ws_slot = ws ? scratch(ws) : 0;
   const size_t n_out = conv.out.size() + conv.scratch_bytes.size();
-  const size_t nops = inputs.size() - 1;
   const std::string op = su.op;
-  return [plan, unfused_conv, group, source, conv_slot, ws_slot, w_staging, w_slot, n_out, nops, conv_arg, op](
+  return [plan, unfused_conv, group, source, in_index, conv_slot, ws_slot, w_staging, w_slot, n_out, op](
              cudaStream_t s, const void* const* in, void* const* out) {
     void* ptrs[kMaxFusedInputs + 3];
     bool aligned = true;
@@ -1046,13 +1053,10 @@ LaunchFn conv_with_pointwise_impl(const KernelCtx& conv, const std::vector<EwNod
     conv_out[0] = out[conv_slot];
     unfused_conv(s, in, conv_out.data());
     std::vector<const void*> group_in;
-    for (size_t k = 0; k <= nops; ++k)
-      group_in.push_back(int(k) == conv_arg ? out[conv_slot] : in[2 + k - (int(k) > conv_arg ? 1 : 0)]);
+    for (int i : in_index) group_in.push_back(i < 0 ? out[conv_slot] : in[i]);
     group(s, group_in.data(), out);
   };
 }
-
-}  // namespace
 
 LaunchFn depthwise_with_epilogue(const KernelCtx& conv, const ElementFn& fn, const std::vector<TensorType>& fn_inputs, int conv_arg) {
   if (conv.node.op->name != "convolution") return nullptr;
@@ -1060,11 +1064,6 @@ LaunchFn depthwise_with_epilogue(const KernelCtx& conv, const ElementFn& fn, con
   const int lanes = depthwise_lanes(su);
   if (!lanes || fn.lanes != lanes || fn_inputs.size() + 1 > size_t(kMaxFusedInputs)) return nullptr;
   return depthwise_launch(su, lanes, &fn, &fn_inputs, conv_arg, [&conv](size_t n) { return conv.scratch(n); });
-}
-
-LaunchFn conv_with_pointwise(const KernelCtx& conv, const std::vector<EwNode>& nodes, const std::vector<TensorType>& inputs,
-                             const std::vector<double>& constant, int conv_arg) {
-  return conv_with_pointwise_impl(conv, nodes, inputs, constant, conv_arg);
 }
 
 void* cudnn_library() { return dnn() ? dnn()->lib : nullptr; }
