@@ -94,12 +94,6 @@ struct Dnn {
                    void*) = {};
 };
 
-template <class F>
-bool sym(void* lib, const char* name, F& f) {
-  f = reinterpret_cast<F>(dlsym(lib, name));
-  return f != nullptr;
-}
-
 // nullptr where cuDNN is absent, turned off or unusable (the direct kernels run instead).
 Dnn* dnn() {
   static Dnn* d = []() -> Dnn* {

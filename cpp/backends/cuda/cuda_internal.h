@@ -8,6 +8,7 @@
 // built ahead of time by nvcc (copy_kernels.cu).
 #pragma once
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -133,6 +134,13 @@ bool complex64_supported(const std::string& op);
 // dlopen of a CUDA library: $env names a file, else stem.13, stem.12, stem, then
 // $CUDA_HOME, $CUDA_PATH and /usr/local/cuda's lib64/ and lib/. nullptr where none opens.
 void* open_cuda_library(const char* env, const std::string& stem);
+
+// f = the symbol `name` of an opened library, cast to f's type; false where the library lacks it.
+template <class F>
+bool sym(void* lib, const char* name, F& f) {
+  f = reinterpret_cast<F>(dlsym(lib, name));
+  return f != nullptr;
+}
 
 // A kernel compiled from generated source; `name` is an extern "C" __global__ function.
 struct Kernel {

@@ -1,8 +1,6 @@
 // cuDNN's graph API: descriptors built from a ConvGraph, finalized into a plan (see the header).
 #include "backends/cuda/cudnn_graph_cuda.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -59,12 +57,6 @@ struct Api {
   Status (*set_stream)(void*, cudaStream_t) = nullptr;
   void (*last_error)(char*, size_t) = nullptr;  // cuDNN 9 only
 };
-
-template <class F>
-bool sym(void* lib, const char* name, F& f) {
-  f = reinterpret_cast<F>(dlsym(lib, name));
-  return f != nullptr;
-}
 
 const Api* api() {
   static const Api* a = []() -> const Api* {

@@ -47,12 +47,6 @@ struct Fft {
   Result (*c2r)(Handle, void*, void*) = nullptr;
 };
 
-template <class F>
-bool sym(void* lib, const char* name, F& f) {
-  f = reinterpret_cast<F>(dlsym(lib, name));
-  return f != nullptr;
-}
-
 const Fft& cufft(const Node& n) {
   static Fft f = [] {
     Fft r;

@@ -65,12 +65,6 @@ struct Lt {
   size_t workspace_size = size_t(32) << 20;
 };
 
-template <class F>
-bool sym(void* lib, const char* name, F& f) {
-  f = reinterpret_cast<F>(dlsym(lib, name));
-  return f != nullptr;
-}
-
 Lt& lt() {
   static Lt l = [] {
     Lt r;

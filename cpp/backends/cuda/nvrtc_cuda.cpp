@@ -58,12 +58,6 @@ void* open_cuda_library(const char* env, const std::string& stem) {
 
 namespace {
 
-template <class F>
-bool sym(void* lib, const char* name, F& f) {
-  f = reinterpret_cast<F>(dlsym(lib, name));
-  return f != nullptr;
-}
-
 const Nvrtc& nvrtc() {
   static Nvrtc n = [] {
     Nvrtc r;
