@@ -5,14 +5,13 @@ reference, against the CPU, and against the unfused steps (MPSGRAPH_CUDA_CUDNN_F
 rounding; a fed buffer cuDNN's alignment refuses takes the unfused steps. Skips where no GPU is
 present."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import mpsgraph as mg
 from test_cuda_conv import TOL, _np, conv_ref
+from test_cuda_depthwise import _run_flagged
 
 HAS_GPU = mg.Device("cuda:0").available
 pytestmark = pytest.mark.skipif(not HAS_GPU, reason=f"no CUDA GPU here: {mg.Device('cuda:0').unavailable_reason}")
@@ -71,8 +70,7 @@ def _graph(dtype, variant, n=2, hw=(10, 9), c=16, o=32):
     want = ref * s64 + b64
     if res is not None:
         want = want + res.astype(np.float64).transpose(0, 3, 1, 2)
-    want = np.clip(want, 0, 6) if variant == "clamp6" else np.maximum(want, 0)
-    want[np.isnan(ref)] = np.nan
+    want = np.clip(want, 0, 6) if variant == "clamp6" else np.maximum(want, 0)  # NaN stays NaN
     if not nchw:
         want = want.transpose(0, 2, 3, 1)
     return g, feeds, targets, want, 9 * c * (2 if nchw else 1)
@@ -130,34 +128,23 @@ _SCRIPT = (
     "import sys, numpy as np, mpsgraph as mg\n"
     "sys.path.insert(0, {tests!r})\n"
     "from test_cuda_conv_fusion import _graph, _compile, conv_steps\n"
-    "out = []\n"
+    "values, steps = [], []\n"
     "for dt in ('float16', 'bfloat16'):\n"
     "    for v in ('bn_relu', 'bn_residual_relu', 'clamp6', 'nchw'):\n"
     "        g, feeds, targets, want, k = _graph(dt, v, n=3, hw=(14, 13), c=32, o=64)\n"
     "        exe = _compile(g, feeds, targets)\n"
-    "        r = exe.run([feeds[t] for t in feeds])[0]\n"
-    "        out.append(np.append(np.asarray(r).astype(np.float32).ravel(), np.float32(conv_steps(exe))))\n"
-    "np.save(sys.argv[1], np.concatenate(out))\n")
-
-
-def _run_flagged(tmp_path, env, tag):
-    path = str(tmp_path / f"{tag}.npy")
-    script = _SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
-    p = subprocess.run([sys.executable, "-c", script, path], env=dict(os.environ, **env), capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    return np.load(path)
+    "        values.append(np.asarray(exe.run([feeds[t] for t in feeds])[0]).astype(np.float32).ravel())\n"
+    "        steps.append(conv_steps(exe))\n"
+    "with open(sys.argv[1], 'wb') as f:\n"
+    "    np.savez(f, values=np.concatenate(values), steps=np.array(steps))\n")
 
 
 def test_switched_off_gives_the_unfused_steps_within_rounding(tmp_path):
-    fused = _run_flagged(tmp_path, {"MPSGRAPH_CUDA_CUDNN_FUSION": "1"}, "on")
-    unfused = _run_flagged(tmp_path, {"MPSGRAPH_CUDA_CUDNN_FUSION": "0"}, "off")
-    per = fused.size // 8
-    steps_on, steps_off = fused[per - 1::per], unfused[per - 1::per]
-    np.testing.assert_array_equal(steps_on, steps_off - 1)  # the tested convolution's step is gone
-    values = np.ones(fused.size, bool)
-    values[per - 1::per] = False
-    fused, unfused = fused[values], unfused[values]
+    script = _SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    on = _run_flagged(tmp_path, script, {"MPSGRAPH_CUDA_CUDNN_FUSION": "1"}, "on")
+    off = _run_flagged(tmp_path, script, {"MPSGRAPH_CUDA_CUDNN_FUSION": "0"}, "off")
+    np.testing.assert_array_equal(on["steps"], off["steps"] - 1)  # the tested convolution's step is gone
+    fused, unfused = on["values"], off["values"]
     np.testing.assert_array_equal(np.isnan(fused), np.isnan(unfused))
     # the unfused steps round the convolution's result to the storage type before the group
     np.testing.assert_allclose(fused, unfused, rtol=2e-2, atol=5e-2)
