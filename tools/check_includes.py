@@ -14,7 +14,12 @@ umbrella header); size_t. std::get is taken to mean <variant> (the attribute val
     python3 tools/check_includes.py [paths...]      # default: cpp
     python3 tools/check_includes.py --fix cpp       # add the missing includes
 
-Exit status 1 when a file lacks an include. Names not in the table are ignored: extend the
+Also refused: the iostream headers (<iostream>, <istream>, <ostream>, <sstream>, <fstream>,
+<iomanip>). In builds on the GPU machines (GCC 13) formatted stream I/O crashed inside
+libstdc++'s locale code: `ifstream >> long` reading sysfs in the CPU convolution planner, and
+earlier an ostringstream making an NVRTC cache key. The core uses stdio and std::to_string.
+
+Exit status 1 when a file lacks an include or includes an iostream header. Names not in the table are ignored: extend the
 table when you use a new std facility.
 """
 import pathlib
@@ -154,6 +159,9 @@ def add_includes(path, headers):
     path.write_text("\n".join(lines))
 
 
+IOSTREAM_INCLUDE = re.compile(r"^\s*#\s*include\s*<(iostream|istream|ostream|sstream|fstream|iomanip)>", re.M)
+
+
 def main(argv):
     fix = "--fix" in argv
     roots = [a for a in argv if a != "--fix"] or ["cpp"]
@@ -162,6 +170,10 @@ def main(argv):
         files += [r] if r.is_file() else [p for p in r.rglob("*") if p.suffix in (".h", ".hpp", ".cpp", ".mm", ".cu")]
     bad = 0
     for path in sorted(files):
+        streams = IOSTREAM_INCLUDE.findall(path.read_text())
+        if streams:
+            bad += 1
+            print(f"{path}: includes <{'>, <'.join(streams)}>: no iostreams in the core (stdio, std::to_string)")
         have = provided(path)
         missing = {h: sorted(n) for h, n in used_headers(strip(path.read_text())).items() if h not in have}
         if not missing:
@@ -171,7 +183,7 @@ def main(argv):
         if fix:
             add_includes(path, sorted(missing))
     if bad:
-        print(f"check_includes.py: {bad} file(s) use std facilities without their header"
+        print(f"check_includes.py: {bad} file(s) use std facilities without their header or include iostreams"
               + (" (fixed)" if fix else "; `python3 tools/check_includes.py --fix` adds them"))
     return 1 if bad and not fix else 0
 

@@ -1,9 +1,10 @@
 #include "core/attrs.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
-#include <sstream>
+#include <string>
 #include <type_traits>
 
 #include "core/array.h"
@@ -73,26 +74,37 @@ size_t attr_hash(const AttrValue& a) {
   return h;
 }
 
+namespace {
+// Numbers as an ostream writes them by default (%g: 6 significant digits); no iostreams in the
+// core (CONTRIBUTING.md says why).
+std::string number_text(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+std::string number_text(int64_t v) { return std::to_string(v); }
+}  // namespace
+
 std::string attr_repr(const AttrValue& a) {
-  std::ostringstream o;
+  std::string o;
   std::visit(
       [&](auto&& v) {
         using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, AttrNone>) o << "None";
-        else if constexpr (std::is_same_v<T, bool>) o << (v ? "True" : "False");
-        else if constexpr (std::is_same_v<T, std::string>) o << "'" << v << "'";
+        if constexpr (std::is_same_v<T, AttrNone>) o += "None";
+        else if constexpr (std::is_same_v<T, bool>) o += v ? "True" : "False";
+        else if constexpr (std::is_same_v<T, std::string>) o += "'" + v + "'";
         else if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
-          o << "[";
-          for (size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
-          o << "]";
-        } else if constexpr (std::is_same_v<T, DType>) o << dtype_name(v);
+          o += "[";
+          for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + number_text(v[i]);
+          o += "]";
+        } else if constexpr (std::is_same_v<T, DType>) o += dtype_name(v);
         else if constexpr (std::is_same_v<T, std::shared_ptr<const Array>>) {
-          if (v) o << "array " << dtype_name(v->dtype) << shape_str(v->shape);
-          else o << "null array";
-        } else o << v;
+          if (v) o += std::string("array ") + dtype_name(v->dtype) + shape_str(v->shape);
+          else o += "null array";
+        } else o += number_text(v);
       },
       a);
-  return o.str();
+  return o;
 }
 
 }  // namespace mg

@@ -21,9 +21,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
@@ -81,12 +81,14 @@ constexpr int64_t kPlanesMinColumns = 128, kPlanesMaxDepth = 1024;
 int64_t stream_bytes() {
   static const int64_t bytes = [] {
     int64_t b = int64_t(32) << 20;
-    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index3/size");
-    int64_t v = 0;
-    char unit = 0;
-    if (f >> v && v > 0) {
-      f >> unit;
-      b = unit == 'K' ? v << 10 : unit == 'M' ? v << 20 : v;
+    // stdio, not an ifstream: formatted stream input crashed in libstdc++'s locale code in
+    // builds on the GPU machines (CONTRIBUTING.md: no iostreams in the core)
+    if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
+      long long v = 0;
+      char unit = 0;
+      const int got = std::fscanf(f, "%lld%c", &v, &unit);
+      std::fclose(f);
+      if (got >= 1 && v > 0) b = unit == 'K' ? int64_t(v) << 10 : unit == 'M' ? int64_t(v) << 20 : int64_t(v);
     }
     return b;
   }();

@@ -5,12 +5,11 @@
 // $XDG_CACHE_HOME/mpsgraph, else ~/.cache/mpsgraph; one cubin per FNV-1a hash of (source,
 // architecture, NVRTC version); a file that cannot be written is not an error.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -94,10 +93,15 @@ std::string cache_dir() {
   return "";
 }
 
+// stdio, not fstreams (CONTRIBUTING.md: no iostreams in the core)
 std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) return "";
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  std::string bytes;
+  char buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) bytes.append(buf, n);
+  std::fclose(f);
+  return bytes;
 }
 
 void write_file(const std::string& dir, const std::string& path, const std::string& bytes) {
@@ -105,10 +109,13 @@ void write_file(const std::string& dir, const std::string& path, const std::stri
   static std::once_flag made;
   std::call_once(made, [&] { (void)std::system(mk.c_str()); });
   const std::string tmp = path + ".tmp" + std::to_string(uintptr_t(&bytes));
-  std::ofstream f(tmp, std::ios::binary);
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) return;
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-  f.close();
+  const bool whole = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  if (std::fclose(f) != 0 || !whole) {
+    unlink(tmp.c_str());
+    return;
+  }
   std::rename(tmp.c_str(), path.c_str());  // atomic: concurrent processes never see half a file
 }
 
