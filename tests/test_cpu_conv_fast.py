@@ -23,7 +23,8 @@ PyTorch in float64:
     (MPSGRAPH_CPU_PACKED_CHANNELS=0 keeps BLAS there): 7x7 and 14x14 planes, odd channel counts,
     column tails, stride 2 with padding, images side by side; its full blocks stored a row at a
     time after a transpose in registers (MPSGRAPH_CPU_PACKED_ROW_STORE=0: a float at a time
-    through the stack), the same bits;
+    through the stack), the same bits; its columns in blocks of as equal widths as 6 allows
+    (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0: blocks of 6 and a narrow tail), the same bits;
   * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
     a bias only before a residual add, NaN bounds left to the clamp kernel), and a residual add
     after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
@@ -37,7 +38,11 @@ PyTorch in float64:
   * the packed kernels' column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a
     memcpy call per row), a last panel of fewer than 6 rows computing only those
     (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6), and column tails of at most 8 in one vector a
-    row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same bits;
+    row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same bits; the last 6 + 1..3 rows as two
+    panels of about equal height (MPSGRAPH_CPU_PACKED_SPLIT_TAIL=0: 6 and the rest), the same bits;
+    B's columns in chunks of about 8 KiB, not 256 KiB, from depth 64 at up to 32768 weights
+    (MPSGRAPH_CPU_PACKED_L1_CHUNK=0), the same bits; copied columns in chunks of 128 KiB
+    (MPSGRAPH_CPU_PACKED_HALF_CHUNK=0: 256 KiB), the same bits;
   * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
     compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
   * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
@@ -870,6 +875,70 @@ def test_packed_tail_kernels_same_bits(switch, case, threads, monkeypatch):
         _epilogues_same_bits(27, shape, wshape, stride, pad, threads, monkeypatch, switch, ("relu6_residual",))
 
 
+# ---------------- the last 6 + 1..3 rows as two panels (MPSGRAPH_CPU_PACKED_SPLIT_TAIL) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes products (over 512 columns a unit, with 1 and 2
+# threads) of 6k + 1, 2 or 3 output channels (32: 4 + 4 after 4 x 6, 13: 4 + 3, 9: 5 + 4, 21,
+# 128), columns read in place (prefetched on 28x28) and copied (depth above 256), column tails,
+# odd widths, the stem's 3x3 stride-2 im2col.
+SPLIT_TAIL = [((1, 192, 28, 28), (32, 1, 1), 1, 0), ((2, 24, 23, 25), (13, 1, 1), 1, 0),
+              ((4, 40, 23, 25), (9, 1, 1), 1, 0), ((4, 300, 23, 23), (21, 1, 1), 1, 0),
+              ((4, 3, 47, 47), (32, 3, 3), 2, 1), ((4, 64, 23, 23), (128, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", SPLIT_TAIL)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_split_tail_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The last 6 + r rows (r 1 to 3) as two panels of about equal height (PACKED_SPLIT_TAIL=0: a
+    panel of 6 and one of r): each output's sum is the same multiply-adds in the same order, so
+    the same bits, with the bias, clamp and residual in the store; within 2e-6 of sum |w||x| of
+    the float64 reference."""
+    _epilogues_same_bits(65, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_SPLIT_TAIL",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
+
+
+# ---------------- B's columns in chunks that stay in L1 (MPSGRAPH_CPU_PACKED_L1_CHUNK) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes products of depth 64 or more and at most 32768
+# weights: columns read in place on 28x28 planes (the residual projections 144 and 192 to 32, 37
+# outputs), copied at depth 384 and 300 (14x14: a column tail of 4 after each chunk's 16; odd
+# widths), 6k + 2 and odd output channels, an im2col 3x3 (depth 72); as controls (the 256 KiB
+# chunks still) a 56x56 plane (rows 4 lines apart) and a 27x29 one (rows that straddle lines).
+L1_CHUNK = [((1, 192, 28, 28), (32, 1, 1), 1, 0), ((2, 144, 28, 28), (32, 1, 1), 1, 0),
+            ((4, 384, 14, 14), (64, 1, 1), 1, 0), ((3, 300, 13, 15), (21, 1, 1), 1, 0),
+            ((2, 72, 28, 28), (37, 1, 1), 1, 0), ((2, 8, 28, 28), (24, 3, 3), 1, 1),
+            ((1, 96, 56, 56), (24, 1, 1), 1, 0), ((2, 72, 27, 29), (13, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", L1_CHUNK)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_l1_chunk_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """B's columns in chunks of about 8 KiB, every panel over one before the next
+    (PACKED_L1_CHUNK=0: chunks of about 256 KiB): each output's sum is the same multiply-adds in
+    the same order, so the same bits, with the bias, clamp and residual in the store; within
+    2e-6 of sum |w||x| of the float64 reference."""
+    _epilogues_same_bits(66, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_L1_CHUNK",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
+
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes products whose columns are copied (depth above
+# 256) in chunks of 128 KiB: MobileNetV2's 576- and 384-deep projections to 96 (at depth 576 an
+# image's 196 columns in 3 x 56 + 28, not 112 + 84), odd widths and channels, an im2col 3x3
+# (depth 288).
+HALF_CHUNK = [((2, 576, 14, 14), (96, 1, 1), 1, 0), ((1, 384, 14, 14), (96, 1, 1), 1, 0),
+              ((2, 300, 23, 25), (21, 1, 1), 1, 0), ((2, 32, 19, 23), (40, 3, 3), 1, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", HALF_CHUNK)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_half_chunk_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """Copied columns in chunks of 128 KiB (PACKED_HALF_CHUNK=0: 256 KiB): each output's sum is
+    the same multiply-adds in the same order, so the same bits, with the bias, clamp and
+    residual in the store; within 2e-6 of sum |w||x| of the float64 reference."""
+    _epilogues_same_bits(67, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_HALF_CHUNK",
+                         (None, "relu6", "relu6_residual"))
+
+
 # ---------------- depthwise 3x3 stride-1 rows ending in a vector step (MPSGRAPH_CPU_DW3_S1_AVX2) ----------------
 
 @pytest.mark.parametrize("case", [DW[i] for i in (0, 2, 4, 6, 8, 9, 10, 13, 14, 16)] +
@@ -978,6 +1047,48 @@ def test_packed_matmul_row_store_same_bits(xshape, n, transposed, monkeypatch):
         build = _matmul_build(xshape, y, transposed, epilogue, b)
         on = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
         off = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_ROW_STORE": "0"}, monkeypatch), [x])[0]
+        np.testing.assert_array_equal(on, off)
+        ref = x.astype(np.float64) @ (y.T if transposed else y).astype(np.float64)
+        if epilogue:
+            ref = np.maximum(ref + b, 0)
+        assert np.allclose(on, ref, rtol=1e-5, atol=1e-4)
+
+
+# ---------------- the channels kernel's columns in blocks of even widths (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS) -------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: channels-layout products whose columns split into
+# blocks of 6 and a narrow tail: 49 (4 x 6 + 5 x 5, MobileNetV2's 7x7 expansion and projection,
+# depth blocks and a residual), 25 (5 x 5), 13 (5, 4, 4), 7 (4, 3), 4 at depth 300 (one block,
+# two depth blocks), 35 (5 x 6 + 5), an im2col 3x3 on 7x7 planes; batch 1, odd channel counts.
+EVEN_BLOCKS = [((1, 160, 7, 7), (960, 1, 1), 1, 0), ((2, 960, 7, 7), (160, 1, 1), 1, 0),
+               ((1, 37, 5, 5), (13, 1, 1), 1, 0), ((3, 17, 13, 1), (33, 1, 1), 1, 0), ((2, 9, 7, 1), (7, 1, 1), 1, 0),
+               ((1, 300, 2, 2), (21, 1, 1), 1, 0), ((1, 600, 7, 5), (21, 1, 1), 1, 0),
+               ((4, 64, 7, 7), (20, 3, 3), 1, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", EVEN_BLOCKS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_channels_even_blocks_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The columns in blocks of as equal widths as 6 allows (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0:
+    blocks of 6 and a tail): each output's sum runs over the same k in the same order, so the
+    same bits, with the bias, clamp and residual folded into the store (widths 5 stored by rows
+    too); within 2e-6 of sum |w||x| of the float64 reference."""
+    _epilogues_same_bits(63, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_EVEN_BLOCKS",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
+
+
+@pytest.mark.parametrize("xshape,n,transposed", MATMUL)
+def test_packed_matmul_even_blocks_same_bits(xshape, n, transposed, monkeypatch):
+    """A classifier's rows (2 to 16) as the channels layout's columns, in blocks of even widths
+    (8 rows: 4 + 4, not 6 + 2): the same bits as blocks of 6, and float64 numpy."""
+    rng = np.random.default_rng(64)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    y = rng.standard_normal((n, xshape[-1]) if transposed else (xshape[-1], n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    for epilogue in (None, "bias_relu"):
+        build = _matmul_build(xshape, y, transposed, epilogue, b)
+        on = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        off = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_EVEN_BLOCKS": "0"}, monkeypatch), [x])[0]
         np.testing.assert_array_equal(on, off)
         ref = x.astype(np.float64) @ (y.T if transposed else y).astype(np.float64)
         if epilogue:

@@ -335,3 +335,48 @@ def test_mean_lanes_same_bits(shape, axes, special, monkeypatch):
     fin = np.isfinite(ref)
     np.testing.assert_array_equal(mean[~fin], ref[~fin].astype(np.float32))
     assert np.all(np.abs(mean[fin] - ref[fin]) <= 1e-6 * np.abs(ref[fin]) + 1e-30)
+
+
+def _mean(x, axes, env, monkeypatch):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    try:
+        g = mg.Graph()
+        p = g.placeholder(x.shape, mg.float32)
+        exe = g.compile({p: x}, [g.mean(p, axes=axes, keep_dims=True)], device="cpu")
+    finally:
+        for k in env:
+            monkeypatch.delenv(k)
+    return np.asarray(exe.run([mg.TensorData(x)])[0])
+
+
+# Global means: 4 rows a pass and 0-3 left over, runs of 16 to 200 with and without a tail,
+# batch 1, channels not a multiple of 8, rows split over the threads; the last two take run_plan.
+@pytest.mark.parametrize("shape,axes", [((8, 1280, 7, 7), [2, 3]), ((1, 1280, 7, 7), [2, 3]), ((1, 13, 5, 5), [2, 3]),
+                                        ((3, 7, 16), [2]), ((2, 5, 17), [2]), ((5, 3, 4, 4), [1, 2, 3]),
+                                        ((6, 200), [1]), ((1, 1, 9, 9), [2, 3]), ((2, 3, 15), [2]),
+                                        ((3, 4, 20), [0, 2])])
+@pytest.mark.parametrize("special", [False, True])
+def test_mean_rows_same_bits(shape, axes, special, monkeypatch):
+    """float32 means over whole contiguous rows of 16 or more (a global average), four rows a
+    pass in AVX2 (MPSGRAPH_CPU_MEAN_ROWS=0: run_plan's loop over the rows, one row a call):
+    the same bits, NaN, infinities and signed zeros included; within 1e-6 relative of the
+    float64 mean (the sums are in double, so the float rounding of the mean is all that is left)."""
+    rng = np.random.default_rng(37)
+    x = rng.standard_normal(shape).astype(np.float32) * 100
+    if special:
+        flat = x.reshape(-1)
+        flat[0], flat[min(40, flat.size - 1)] = np.inf, np.nan
+        flat[-1] = -np.inf
+        x.reshape(shape[0], -1)[-1, :] = -0.0
+    mean = _mean(x, axes, {}, monkeypatch)
+    np.testing.assert_array_equal(mean, _mean(x, axes, {"MPSGRAPH_CPU_MEAN_ROWS": "0"}, monkeypatch))
+    np.testing.assert_array_equal(mean, _mean(x, axes, {"MPSGRAPH_CPU_MEAN_LANES": "0"}, monkeypatch))
+    with np.errstate(invalid="ignore"):
+        ref = np.mean(x.astype(np.float64), axis=tuple(axes), keepdims=True)
+    assert mean.shape == ref.shape
+    np.testing.assert_array_equal(np.isnan(mean), np.isnan(ref))
+    np.testing.assert_array_equal(np.signbit(mean[ref == 0]), np.signbit(ref[ref == 0]))
+    fin = np.isfinite(ref)
+    np.testing.assert_array_equal(mean[~fin], ref[~fin].astype(np.float32))
+    assert np.all(np.abs(mean[fin] - ref[fin]) <= 1e-6 * np.abs(ref[fin]) + 1e-30)

@@ -28,6 +28,18 @@ namespace mg::cpu {
 
 constexpr int64_t kPanelRows = 8, kAvx2Rows = 6;  // planes: rows per panel (AVX-512, AVX2)
 constexpr int64_t kChanRows = 16, kChanCols = 6, kChanDepth = 256;
+
+// Channels: column block b of N columns (of ceil(N / 6) blocks), as its first column and width.
+// Block b's packed columns lie at b * 6 * K whatever its width (rows of 6 floats, the unused
+// ones not written).
+struct ChanBlock {
+  int64_t j, n;
+};
+inline ChanBlock chan_block(int64_t N, int64_t b, bool even) {
+  if (!even) return {b * kChanCols, std::min(kChanCols, N - b * kChanCols)};
+  const int64_t nb = (N + kChanCols - 1) / kChanCols, base = N / nb, extra = N % nb;
+  return {b * base + std::min(b, extra), base + (b < extra ? 1 : 0)};
+}
 // AVX2 planes: depths up to this read B in place (measured on Zen 3: the copy cost more than the
 // strided rows at MobileNetV2's 1x1 layers of 16 to 192 source channels, 1.05 to 1.2x; at
 // 288 (3x3 im2col of 32 channels) and 576 the copy paid, 1.07 and 1.12x)
@@ -35,6 +47,9 @@ constexpr int64_t kReadDepth = 256;
 // read in place: B's rows prefetched where they lie this far apart (planes of 28x28 and more:
 // 1.27-1.49x; Winograd's rows of 49 to 196 tiles at 28x28 ran 1.2x slower with it)
 constexpr int64_t kPrefetchRows = 512;
+// l1_chunk: B's chunk at depths from kL1MinDepth, in floats (8 KiB: 16 columns from depth 128),
+// for weights of at most kL1MaxWeights floats (128 KiB, in L2: every chunk reads all of them)
+constexpr int64_t kL1Chunk = 2048, kL1MinDepth = 64, kL1MaxWeights = 32768;
 
 struct PackedWeights {
   int64_t M = 0, K = 0;
@@ -51,6 +66,28 @@ struct PackedWeights {
   // channels: full blocks stored a row at a time after a transpose in registers
   // (MPSGRAPH_CPU_PACKED_ROW_STORE=0: through the stack, a float at a time)
   bool row_store = false;
+  // channels: the columns cut into blocks of as equal widths as 6 allows (49: 4 x 6 + 5 x 5, not
+  // 8 x 6 + 1), so no block is a column or two whose few sums wait on each other's latency
+  // (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0: blocks of 6 and a tail)
+  bool even_blocks = false;
+  // AVX2 planes, M % 6 of 1 to 3 past a full panel: packed_gemm runs the last 6 + M % 6 rows as
+  // two panels of about equal height (split_rows, then the rest; 8: 4 + 4, not 6 + 2), as a
+  // panel of 1 to 3 rows has too few accumulators to hide the multiply-add's latency
+  // (MPSGRAPH_CPU_PACKED_SPLIT_TAIL=0: 6 and the rest). Their two panels follow the others.
+  int64_t split_at = 0, split_rows = 0;  // split_rows 0: no split
+  // AVX2 planes from depth 64: B's columns in chunks of about 8 KiB (16 columns from depth 128)
+  // rather than 256 KiB, so every panel after the first reads the chunk from L1, not L2: the
+  // kernel's loads of B were its stalls (MPSGRAPH_CPU_PACKED_L1_CHUNK=0: the 256 KiB chunks).
+  // Rows read in place only where they start on a cache line and are not a multiple of 4 lines
+  // apart: at 56x56 and 112x112 the K lines fall in a quarter or fewer of L1's sets and evict
+  // each other (144 deep: 0.88x); 14x14 rows straddle lines, so a block is twice the lines
+  // (192 deep: 0.95x, the 64-deep expansions 0.92x in the network). The stem's 27-deep
+  // columns ran 0.95-0.99x with it.
+  bool l1_chunk = false;
+  // AVX2 planes, B copied (depth above 256) outside l1_chunk: chunks of 128 KiB, not 256, so
+  // the chunk and weights of up to some 200 KiB share L2 (MobileNetV2's 384- and 576-deep
+  // projections to 96 channels 1.01-1.05x; MPSGRAPH_CPU_PACKED_HALF_CHUNK=0: 256 KiB)
+  bool half_chunk = false;
   std::vector<float> panels;  // ceil(M / mr) panels of K x mr, rows past M zero
 };
 
@@ -244,7 +281,7 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
     for (int64_t r = 0; r < rows; ++r) bias[r] = s->bias[(i0 + r) * s->bias_stride];
   const __m256 b0 = _mm256_load_ps(bias), b1 = _mm256_load_ps(bias + 8);
   const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
-  if constexpr (NC == kChanCols) {
+  if constexpr (NC >= kChanCols - 1) {
     if (by_rows) {
       __m256 v[2][8];  // the block's rows 0-7 and 8-15, a column a vector, then a row a vector
 #pragma GCC unroll 6
@@ -252,7 +289,7 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
         v[0][j] = finish8(c0[j], b0, has_bias, clamp, lo, hi, mm);
         v[1][j] = finish8(c1[j], b1, has_bias, clamp, lo, hi, mm);
       }
-      v[0][6] = v[0][7] = v[1][6] = v[1][7] = _mm256_setzero_ps();
+      for (int j = NC; j < 8; ++j) v[0][j] = v[1][j] = _mm256_setzero_ps();
       transpose8(v[0]);
       transpose8(v[1]);
 #pragma GCC unroll 16
@@ -264,10 +301,12 @@ MG_TARGET_AVX2 void kernel_channels_avx2(int64_t K, const float* a, const float*
         if (R) {
           const float* rr = R + r * s->ldr;
           q0 = _mm_add_ps(q0, _mm_loadu_ps(rr));
-          q1 = _mm_add_ps(q1, _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(rr + 4))));
+          if (NC == 6) q1 = _mm_add_ps(q1, _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(rr + 4))));
+          else q1 = _mm_add_ss(q1, _mm_load_ss(rr + 4));
         }
         _mm_storeu_ps(c, q0);
-        _mm_storel_pi(reinterpret_cast<__m64*>(c + 4), q1);
+        if (NC == 6) _mm_storel_pi(reinterpret_cast<__m64*>(c + 4), q1);
+        else _mm_store_ss(c + 4, q1);
       }
       return;
     }
@@ -330,7 +369,36 @@ MG_TARGET_AVX2 void pack_columns_avx2(const float* B, int64_t ldb, int64_t K, in
 }
 #endif
 
+#if MG_CPU_X86
+// One channels block of n (4 to 6) columns: four floats, then the rest.
+MG_TARGET_AVX2 void pack_block_avx2(const float* b, int64_t ldb, int64_t K, int64_t n, float* o) {
+  for (int64_t k = 0; k < K; ++k, b += ldb, o += kChanCols) {
+    _mm_storeu_ps(o, _mm_loadu_ps(b));
+    if (n == 6) std::memcpy(o + 4, b + 4, 2 * sizeof(float));  // one 8-byte move
+    else if (n == 5) o[4] = b[4];
+  }
+}
+#endif
+
+// Channels with even_blocks: B's columns in chan_block's blocks, each K rows of 6 floats.
+void pack_channels_even(const float* B, int64_t ldb, int64_t K, int64_t N, float* out) {
+  const int64_t nb = (N + kChanCols - 1) / kChanCols;
+  for (int64_t b = 0; b < nb; ++b) {
+    const ChanBlock c = chan_block(N, b, true);
+    const float* s = B + c.j;
+    float* o = out + b * kChanCols * K;
+#if MG_CPU_X86
+    if (c.n >= 4 && best_isa() != Isa::Generic) {
+      pack_block_avx2(s, ldb, K, c.n, o);
+      continue;
+    }
+#endif
+    for (int64_t k = 0; k < K; ++k) std::memcpy(o + k * kChanCols, s + k * ldb, sizeof(float) * size_t(c.n));
+  }
+}
+
 void pack_columns(const PackedWeights& a, const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
+  if (a.layout == PackedLayout::Channels && a.even_blocks) return pack_channels_even(B, ldb, K, N, out);
 #if MG_CPU_X86
   if (a.copy_inline) return pack_columns_avx2(B, ldb, K, N, nr, out);
 #endif
@@ -342,22 +410,28 @@ void pack_columns(const PackedWeights& a, const float* B, int64_t ldb, int64_t K
 void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1,
                  const PackedStore* s, int64_t r0 = 0, int64_t r1 = -1) {
   if (r1 < 0) r1 = a.M;
+  const bool split = a.split_rows > 0 && r0 == 0 && r1 == a.M;  // all rows: the split panels
 #if MG_CPU_X86
   const float* R = s ? s->res : nullptr;
   const int64_t nr = a.nr, K = a.K;
-  const int64_t chunk = std::max<int64_t>(nr, (int64_t(65536) / std::max<int64_t>(K, 1)) / nr * nr);
+  const bool pack = a.isa == Isa::Avx2 && a.copy_b;
+  const int64_t row_bytes = ldb * int64_t(sizeof(float));
+  const bool l1 = a.isa == Isa::Avx2 && a.l1_chunk && K >= kL1MinDepth && a.M * K <= kL1MaxWeights &&
+                  (pack || (row_bytes % 64 == 0 && row_bytes % 256 != 0));
+  const int64_t budget = l1 ? kL1Chunk : pack && a.half_chunk ? int64_t(32768) : int64_t(65536);  // floats
+  const int64_t chunk = std::max<int64_t>(nr, (budget / std::max<int64_t>(K, 1)) / nr * nr);
   thread_local std::vector<float> packed;  // AVX2: the chunk's columns by pack_columns
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
     const int64_t c1 = std::min(j1, c0 + chunk);
-    const bool pack = a.isa == Isa::Avx2 && a.copy_b;
     const bool prefetch = !pack && a.prefetch && ldb >= kPrefetchRows;
     if (pack) {
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
       pack_columns(a, B + c0, ldb, K, c1 - c0, nr, packed.data());
     }
-    for (int64_t i0 = r0; i0 < r1; i0 += a.mr) {
-      const float* panel = a.panels.data() + i0 * K;
-      const int64_t rows = std::min(a.mr, r1 - i0);
+    for (int64_t i0 = r0, rows = 0; i0 < r1; i0 += rows) {
+      const bool tail = split && i0 >= a.split_at;
+      rows = tail ? (i0 == a.split_at ? a.split_rows : r1 - i0) : std::min(a.mr, r1 - i0);
+      const float* panel = a.panels.data() + (tail ? ((a.M + a.mr - 1) / a.mr + (i0 > a.split_at)) * a.mr : i0) * K;
       float* Ci = C + i0 * ldc;
       for (int64_t j = c0; j < c1; j += nr) {
         const int64_t n = std::min(nr, c1 - j);
@@ -401,11 +475,12 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
     float* Ci = C + (i0 - c0) * ldc;
     for (int64_t k0 = 0; k0 < K; k0 += kChanDepth) {
       const int64_t kn = std::min(kChanDepth, K - k0);
-      for (int64_t j = 0; j < N; j += kChanCols) {
-        const int64_t n = std::min(kChanCols, N - j);
-        kChannelsKernels[n - 1](kn, panel + k0 * kChanRows, B + (j * K + k0 * kChanCols), kChanCols,
-                                acc.data() + j * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0,
-                                s && s->res ? s->res + i0 * s->ldr + j : nullptr, a.row_store);
+      for (int64_t bl = 0; bl < blocks; ++bl) {
+        const ChanBlock cb = chan_block(N, bl, a.even_blocks);
+        const int64_t j = cb.j, slot = bl * kChanCols;
+        kChannelsKernels[cb.n - 1](kn, panel + k0 * kChanRows, B + (slot * K + k0 * kChanCols), kChanCols,
+                                   acc.data() + slot * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0,
+                                   s && s->res ? s->res + i0 * s->ldr + j : nullptr, a.row_store);
       }
     }
   }
@@ -432,13 +507,25 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->tail_rows = !switched_off("MPSGRAPH_CPU_PACKED_TAIL_ROWS");
   p->half_tail = !switched_off("MPSGRAPH_CPU_PACKED_HALF_TAIL");
   p->row_store = !switched_off("MPSGRAPH_CPU_PACKED_ROW_STORE");
+  p->even_blocks = !switched_off("MPSGRAPH_CPU_PACKED_EVEN_BLOCKS");
+  p->l1_chunk = !switched_off("MPSGRAPH_CPU_PACKED_L1_CHUNK");
+  p->half_chunk = !switched_off("MPSGRAPH_CPU_PACKED_HALF_CHUNK");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p->mr = pr;
   p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
-  const int64_t panels = (M + pr - 1) / pr;
-  p->panels.assign(size_t(panels * K * pr), 0.0f);
+  const int64_t panels = (M + pr - 1) / pr, rem = M % pr;
+  if (p->isa == Isa::Avx2 && layout == PackedLayout::Planes && p->tail_rows && M > pr && rem >= 1 && rem <= 3 &&
+      !switched_off("MPSGRAPH_CPU_PACKED_SPLIT_TAIL")) {
+    p->split_at = M - pr - rem;
+    p->split_rows = (pr + rem + 1) / 2;
+  }
+  p->panels.assign(size_t((panels + (p->split_rows ? 2 : 0)) * K * pr), 0.0f);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t k = 0; k < K; ++k) p->panels[size_t((i / pr * K + k) * pr + i % pr)] = w[i * ldw + k];
+  for (int64_t i = p->split_at; p->split_rows && i < M; ++i) {  // the split panels
+    const int64_t q = panels + (i >= p->split_at + p->split_rows), r = i - p->split_at - (q - panels) * p->split_rows;
+    for (int64_t k = 0; k < K; ++k) p->panels[size_t((q * K + k) * pr + r)] = w[i * ldw + k];
+  }
   return p;
 }
 
@@ -461,12 +548,15 @@ void packed_gemm_xwt(const PackedWeights& a, const float* X, int64_t ldx, int64_
                      const PackedStore* store) {
   if (rows <= 0 || a.layout != PackedLayout::Channels) return;
   const int64_t K = a.K, blocks = (rows + kChanCols - 1) / kChanCols;
-  thread_local std::vector<float> packed;  // X^T as pack_columns lays out columns: X's rows, 6 a block
+  thread_local std::vector<float> packed;  // X^T as pack_columns lays out columns: X's rows in chan_block's blocks
   packed.resize(size_t(K * blocks * kChanCols));
-  for (int64_t j = 0; j < rows; ++j) {
-    const float* x = X + j * ldx;
-    float* o = packed.data() + j / kChanCols * K * kChanCols + j % kChanCols;
-    for (int64_t k = 0; k < K; ++k) o[k * kChanCols] = x[k];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const ChanBlock cb = chan_block(rows, b, a.even_blocks);
+    for (int64_t j = cb.j; j < cb.j + cb.n; ++j) {
+      const float* x = X + j * ldx;
+      float* o = packed.data() + b * K * kChanCols + (j - cb.j);
+      for (int64_t k = 0; k < K; ++k) o[k * kChanCols] = x[k];
+    }
   }
   const float* Bp = packed.data();
   const int64_t panels = (a.M + kChanRows - 1) / kChanRows;
