@@ -1039,14 +1039,20 @@ def test_packed_channels_row_store_same_bits(shape, wshape, stride, pad, threads
 @pytest.mark.parametrize("xshape,n,transposed", MATMUL[:5])
 def test_packed_matmul_row_store_same_bits(xshape, n, transposed, monkeypatch):
     """A classifier's product on the channels layout stores its blocks by rows too: the same bits."""
-    rng = np.random.default_rng(62)
+    _matmul_switch_same_bits(62, xshape, n, transposed, "MPSGRAPH_CPU_PACKED_ROW_STORE", monkeypatch)
+
+
+def _matmul_switch_same_bits(seed, xshape, n, transposed, switch, monkeypatch):
+    """The product with and without `switch` (plain and with a bias + ReLU epilogue): the same
+    bits, and float64 numpy within float32 rounding."""
+    rng = np.random.default_rng(seed)
     x = rng.standard_normal(xshape).astype(np.float32)
     y = rng.standard_normal((n, xshape[-1]) if transposed else (xshape[-1], n)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     for epilogue in (None, "bias_relu"):
         build = _matmul_build(xshape, y, transposed, epilogue, b)
         on = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
-        off = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_ROW_STORE": "0"}, monkeypatch), [x])[0]
+        off = _run(_compile(build, [x], {switch: "0"}, monkeypatch), [x])[0]
         np.testing.assert_array_equal(on, off)
         ref = x.astype(np.float64) @ (y.T if transposed else y).astype(np.float64)
         if epilogue:
@@ -1081,19 +1087,7 @@ def test_packed_channels_even_blocks_same_bits(shape, wshape, stride, pad, threa
 def test_packed_matmul_even_blocks_same_bits(xshape, n, transposed, monkeypatch):
     """A classifier's rows (2 to 16) as the channels layout's columns, in blocks of even widths
     (8 rows: 4 + 4, not 6 + 2): the same bits as blocks of 6, and float64 numpy."""
-    rng = np.random.default_rng(64)
-    x = rng.standard_normal(xshape).astype(np.float32)
-    y = rng.standard_normal((n, xshape[-1]) if transposed else (xshape[-1], n)).astype(np.float32)
-    b = rng.standard_normal(n).astype(np.float32)
-    for epilogue in (None, "bias_relu"):
-        build = _matmul_build(xshape, y, transposed, epilogue, b)
-        on = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
-        off = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_EVEN_BLOCKS": "0"}, monkeypatch), [x])[0]
-        np.testing.assert_array_equal(on, off)
-        ref = x.astype(np.float64) @ (y.T if transposed else y).astype(np.float64)
-        if epilogue:
-            ref = np.maximum(ref + b, 0)
-        assert np.allclose(on, ref, rtol=1e-5, atol=1e-4)
+    _matmul_switch_same_bits(64, xshape, n, transposed, "MPSGRAPH_CPU_PACKED_EVEN_BLOCKS", monkeypatch)
 
 
 # ---------------- the packed store's clamp as max and min (MPSGRAPH_CPU_PACKED_MINMAX) ----------------

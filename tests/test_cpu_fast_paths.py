@@ -294,17 +294,36 @@ def test_winograd_non_finite_runs_the_generic_path(where, monkeypatch):
     np.testing.assert_array_equal(np.isinf(y), np.isinf(ref))
 
 
-def _mean_var(x, axes, env, monkeypatch):
+def _reduced(x, outs, env, monkeypatch):
+    """The results of outs(graph, placeholder) for x, compiled with the env switches set."""
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     try:
         g = mg.Graph()
         p = g.placeholder(x.shape, mg.float32)
-        exe = g.compile({p: x}, [g.mean(p, axes=axes, keep_dims=True), g.variance(p, axes=axes)], device="cpu")
+        exe = g.compile({p: x}, outs(g, p), device="cpu")
     finally:
         for k in env:
             monkeypatch.delenv(k)
     return [np.asarray(r) for r in exe.run([mg.TensorData(x)])]
+
+
+def _mean_var(x, axes, env, monkeypatch):
+    return _reduced(x, lambda g, p: [g.mean(p, axes=axes, keep_dims=True), g.variance(p, axes=axes)], env,
+                    monkeypatch)
+
+
+def _assert_mean_like_float64(mean, x, axes):
+    """`mean` against numpy's float64 mean: NaN where it has NaN, its signed zeros and
+    infinities, and within 1e-6 relative elsewhere (the sums run in double)."""
+    with np.errstate(invalid="ignore"):
+        ref = np.mean(x.astype(np.float64), axis=tuple(axes), keepdims=True)
+    assert mean.shape == ref.shape
+    np.testing.assert_array_equal(np.isnan(mean), np.isnan(ref))
+    np.testing.assert_array_equal(np.signbit(mean[ref == 0]), np.signbit(ref[ref == 0]))
+    fin = np.isfinite(ref)
+    np.testing.assert_array_equal(mean[~fin], ref[~fin].astype(np.float32))
+    assert np.all(np.abs(mean[fin] - ref[fin]) <= 1e-6 * np.abs(ref[fin]) + 1e-30)
 
 
 @pytest.mark.parametrize("shape,axes", [((8, 64, 7, 7), [2, 3]), ((3, 5, 4, 4), [2, 3]), ((2, 6, 17), [2]),
@@ -327,27 +346,11 @@ def test_mean_lanes_same_bits(shape, axes, special, monkeypatch):
     mean0, var0 = _mean_var(x, axes, {"MPSGRAPH_CPU_MEAN_LANES": "0"}, monkeypatch)
     np.testing.assert_array_equal(mean, mean0)
     np.testing.assert_array_equal(var, var0)
-    with np.errstate(invalid="ignore"):
-        ref = np.mean(x.astype(np.float64), axis=tuple(axes), keepdims=True)
-    assert mean.shape == ref.shape
-    np.testing.assert_array_equal(np.isnan(mean), np.isnan(ref))
-    np.testing.assert_array_equal(np.signbit(mean[ref == 0]), np.signbit(ref[ref == 0]))
-    fin = np.isfinite(ref)
-    np.testing.assert_array_equal(mean[~fin], ref[~fin].astype(np.float32))
-    assert np.all(np.abs(mean[fin] - ref[fin]) <= 1e-6 * np.abs(ref[fin]) + 1e-30)
+    _assert_mean_like_float64(mean, x, axes)
 
 
 def _mean(x, axes, env, monkeypatch):
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    try:
-        g = mg.Graph()
-        p = g.placeholder(x.shape, mg.float32)
-        exe = g.compile({p: x}, [g.mean(p, axes=axes, keep_dims=True)], device="cpu")
-    finally:
-        for k in env:
-            monkeypatch.delenv(k)
-    return np.asarray(exe.run([mg.TensorData(x)])[0])
+    return _reduced(x, lambda g, p: [g.mean(p, axes=axes, keep_dims=True)], env, monkeypatch)[0]
 
 
 # Global means: 4 rows a pass and 0-3 left over, runs of 16 to 200 with and without a tail,
@@ -372,11 +375,4 @@ def test_mean_rows_same_bits(shape, axes, special, monkeypatch):
     mean = _mean(x, axes, {}, monkeypatch)
     np.testing.assert_array_equal(mean, _mean(x, axes, {"MPSGRAPH_CPU_MEAN_ROWS": "0"}, monkeypatch))
     np.testing.assert_array_equal(mean, _mean(x, axes, {"MPSGRAPH_CPU_MEAN_LANES": "0"}, monkeypatch))
-    with np.errstate(invalid="ignore"):
-        ref = np.mean(x.astype(np.float64), axis=tuple(axes), keepdims=True)
-    assert mean.shape == ref.shape
-    np.testing.assert_array_equal(np.isnan(mean), np.isnan(ref))
-    np.testing.assert_array_equal(np.signbit(mean[ref == 0]), np.signbit(ref[ref == 0]))
-    fin = np.isfinite(ref)
-    np.testing.assert_array_equal(mean[~fin], ref[~fin].astype(np.float32))
-    assert np.all(np.abs(mean[fin] - ref[fin]) <= 1e-6 * np.abs(ref[fin]) + 1e-30)
+    _assert_mean_like_float64(mean, x, axes)
