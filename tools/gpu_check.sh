@@ -6,6 +6,8 @@
 #
 # Needs the scipy-openblas32 wheel in .whl/ (the machine has no network; see CONTRIBUTING.md /
 # the GPU recipe). Writes build.log, env.txt, cuda.log, conformance.log and summary.txt to $OUT.
+# MPSGRAPH_PREBUILT=path/_core....so uses an extension built elsewhere (for this machine's
+# Python, with MPSGRAPH_CUDA=ON) instead of building here.
 set -uo pipefail
 OUT=${OUT:-/tmp/mg-gpu}
 mkdir -p "$OUT"
@@ -23,9 +25,15 @@ if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/*.whl > "$OUT/build.log" 2>&1
 fi
 t0=$(date +%s)
-CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) PYTHONPATH=$SITE python3 -m pip install -v --no-build-isolation --no-deps \
-  --target "$SITE" . -Ccmake.define.MPSGRAPH_LTO=OFF -Ccmake.define.MPSGRAPH_CUDA=ON >> "$OUT/build.log" 2>&1 \
-  || { echo "build failed"; tail -50 "$OUT/build.log"; exit 1; }
+if [ -n "${MPSGRAPH_PREBUILT:-}" ]; then
+  mkdir -p "$SITE" && cp -r python/mpsgraph "$SITE/" && cp "$MPSGRAPH_PREBUILT" "$SITE/mpsgraph/" \
+    || { echo "no extension at $MPSGRAPH_PREBUILT"; exit 1; }
+  echo "prebuilt: $MPSGRAPH_PREBUILT" >> "$OUT/env.txt"
+else
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) PYTHONPATH=$SITE python3 -m pip install -v --no-build-isolation --no-deps \
+    --target "$SITE" . -Ccmake.define.MPSGRAPH_LTO=OFF -Ccmake.define.MPSGRAPH_CUDA=ON >> "$OUT/build.log" 2>&1 \
+    || { echo "build failed"; tail -50 "$OUT/build.log"; exit 1; }
+fi
 echo "build: $(( $(date +%s) - t0 )) s" >> "$OUT/env.txt"
 export PYTHONPATH=$SITE
 python3 -c "import mpsgraph as mg; print(mg.devices(), repr(mg.cuda().description), repr(mg.cuda().unavailable_reason))" \
