@@ -170,12 +170,13 @@ def main(argv):
         files += [r] if r.is_file() else [p for p in r.rglob("*") if p.suffix in (".h", ".hpp", ".cpp", ".mm", ".cu")]
     bad = streamed = 0
     for path in sorted(files):
-        streams = IOSTREAM_INCLUDE.findall(path.read_text())
+        text = path.read_text()
+        streams = IOSTREAM_INCLUDE.findall(text)
         if streams:
             streamed += 1
             print(f"{path}: includes <{'>, <'.join(streams)}>: no iostreams in the core (stdio, std::to_string)")
         have = provided(path)
-        missing = {h: sorted(n) for h, n in used_headers(strip(path.read_text())).items() if h not in have}
+        missing = {h: sorted(n) for h, n in used_headers(strip(text)).items() if h not in have}
         if not missing:
             continue
         bad += 1

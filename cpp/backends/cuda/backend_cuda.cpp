@@ -273,6 +273,13 @@ std::map<int32_t, std::vector<int32_t>> pool_prologues(const Graph& g, const std
   return r;
 }
 
+// v's value where it is a one-element constant (a clamp's bound), else NaN.
+double one_element_constant(const Graph& g, ValueRef v) {
+  const Node& src = g.node(v.node);
+  if (src.op->name != "constant" || num_elements(g.type(v).shape) != 1) return std::numeric_limits<double>::quiet_NaN();
+  return load_as_double(node_attr<std::shared_ptr<const Array>>(src, "value")->data(), g.type(v).dtype, 0);
+}
+
 // Elementwise groups (or lone elementwise nodes) that are the only reader of a convolution's
 // channels-last result (the transpose it writes, `written_by`) run in the convolution's output
 // pass: the result never goes to memory (cuDNN's fused operation graphs for dense convolutions,
@@ -330,15 +337,7 @@ std::map<int32_t, ConvEpilogue> conv_epilogues(const Graph& g, const std::vector
     if (at == order.end()) continue;
     const int conv_arg = int(at - order.begin());
     std::vector<double> constant;
-    for (const ValueRef& v : order) {
-      const Node& src = g.node(v.node);
-      double c = std::numeric_limits<double>::quiet_NaN();
-      if (src.op->name == "constant" && num_elements(g.type(v).shape) == 1) {
-        const auto value = node_attr<std::shared_ptr<const Array>>(src, "value");
-        c = load_as_double(value->data(), g.type(v).dtype, 0);
-      }
-      constant.push_back(c);
-    }
+    for (const ValueRef& v : order) constant.push_back(one_element_constant(g, v));
     LaunchFn f = conv_with_pointwise(dctx, ew, fn_in, constant, conv_arg);
     if (!f) {
       const ElementFn fn = element_fn(ew, fn_in, root.outputs[0].shape, int(16 / dtype_size(d.outputs[0].dtype)));

@@ -1014,8 +1014,7 @@ LaunchFn conv_with_pointwise(const KernelCtx& conv, const std::vector<EwNode>& n
     cg.strides.push_back(g.st[i]);
     cg.dilations.push_back(g.dil[i]);
   }
-  std::string why;
-  std::shared_ptr<dnn_graph::FusedPlan> plan = dnn_graph::build(cg, why);
+  std::shared_ptr<dnn_graph::FusedPlan> plan = dnn_graph::build(cg);
   if (!plan) return nullptr;
 
   // the unfused twin, for buffers cuDNN's 16-byte alignment refuses
@@ -1043,12 +1042,13 @@ LaunchFn conv_with_pointwise(const KernelCtx& conv, const std::vector<EwNode>& n
       if (w_slot) strided_copy(w_staging, in[1], out[w_slot], s);
       return dnn_graph::run(*plan, s, ptrs, ws_slot ? out[ws_slot] : nullptr, op);
     }
-    std::vector<void*> conv_out(out, out + n_out);
+    thread_local std::vector<void*> conv_out;  // the step's outputs with the result in scratch
+    conv_out.assign(out, out + n_out);
     conv_out[0] = out[conv_slot];
     unfused_conv(s, in, conv_out.data());
-    std::vector<const void*> group_in;
-    for (int i : in_index) group_in.push_back(i < 0 ? out[conv_slot] : in[i]);
-    group(s, group_in.data(), out);
+    const void* group_in[kMaxFusedInputs];
+    for (size_t k = 0; k < in_index.size(); ++k) group_in[k] = in_index[k] < 0 ? out[conv_slot] : in[in_index[k]];
+    group(s, group_in, out);
   };
 }
 

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <utility>
 
 #include "core/error.h"
 
@@ -244,13 +243,14 @@ std::vector<Desc> configurations(Owned& o, Desc graph, int mode) {
   return cfgs;
 }
 
-std::shared_ptr<FusedPlan> build_uncached(const ConvGraph& g, std::string& why) {
+std::shared_ptr<FusedPlan> build_uncached(const ConvGraph& g) {
   const Api* a = api();
+  const bool verbose = std::getenv("MPSGRAPH_CUDNN_VERBOSE") != nullptr;
   if (!a) {
-    why = "this cuDNN has no graph API";
+    if (verbose) std::fprintf(stderr, "[cudnn fusion] refused: this cuDNN has no graph API\n");
     return nullptr;
   }
-  const bool verbose = std::getenv("MPSGRAPH_CUDNN_VERBOSE") != nullptr;
+  std::string why;
   auto p = std::make_shared<FusedPlan>();
   try {
     const Desc graph = operation_graph(p->owned, g);
@@ -317,20 +317,15 @@ std::string key_of(const ConvGraph& g) {
 
 // Plans are kept for the process (one device is used): finalizing a runtime-compiled engine's
 // plan compiles its kernel, and every executable with the same layer reuses it.
-std::shared_ptr<FusedPlan> build(const ConvGraph& g, std::string& why) {
+std::shared_ptr<FusedPlan> build(const ConvGraph& g) {
   static std::mutex mu;
   // never destroyed: its descriptors would outlive the CUDA context at exit
-  static auto* cache = new std::map<std::string, std::pair<std::shared_ptr<FusedPlan>, std::string>>;
+  static auto* cache = new std::map<std::string, std::shared_ptr<FusedPlan>>;
   const std::string key = key_of(g);
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache->find(key);
-  if (it == cache->end()) {
-    std::string w;
-    auto p = build_uncached(g, w);
-    it = cache->emplace(key, std::make_pair(p, w)).first;
-  }
-  why = it->second.second;
-  return it->second.first;
+  if (it == cache->end()) it = cache->emplace(key, build_uncached(g)).first;
+  return it->second;
 }
 
 void run(const FusedPlan& p, cudaStream_t s, void* const* ptrs, void* workspace, const std::string& op) {

@@ -53,9 +53,9 @@ struct ConvGraph {
 struct FusedPlan;
 
 // The plan of cuDNN's first engine configuration (by its heuristics) that takes the graph and
-// computes in float without reduced-precision or nondeterministic notes; nullptr, with `why`
-// set, where the library has no graph API or no engine takes the graph.
-std::shared_ptr<FusedPlan> build(const ConvGraph& g, std::string& why);
+// computes in float without reduced-precision or nondeterministic notes; nullptr where the
+// library has no graph API or no engine takes the graph (MPSGRAPH_CUDNN_VERBOSE=1 prints why).
+std::shared_ptr<FusedPlan> build(const ConvGraph& g);
 
 // Bytes of workspace run() needs.
 size_t workspace_bytes(const FusedPlan& p);
