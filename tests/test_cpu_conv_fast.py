@@ -24,7 +24,9 @@ PyTorch in float64:
     column tails, stride 2 with padding, images side by side; its full blocks stored a row at a
     time after a transpose in registers (MPSGRAPH_CPU_PACKED_ROW_STORE=0: a float at a time
     through the stack), the same bits; its columns in blocks of as equal widths as 6 allows
-    (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0: blocks of 6 and a narrow tail), the same bits;
+    (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0: blocks of 6 and a narrow tail), the same bits; on
+    AVX-512 two panels at a time in 16-channel vectors (MPSGRAPH_CPU_PACKED_CHANNELS512=0: the
+    AVX2 kernel), the same bits;
   * the bias and clamp folded into the packed kernels' store (relu, relu6, maximum/minimum,
     a bias only before a residual add, NaN bounds left to the clamp kernel), and a residual add
     after them (MPSGRAPH_CPU_PACKED_RESIDUAL=0: its own pass): the same bits as the epilogue ops
@@ -1058,6 +1060,30 @@ def _matmul_switch_same_bits(seed, xshape, n, transposed, switch, monkeypatch):
         if epilogue:
             ref = np.maximum(ref + b, 0)
         assert np.allclose(on, ref, rtol=1e-5, atol=1e-4)
+
+
+# ---------------- the channels layout's AVX-512 kernel (MPSGRAPH_CPU_PACKED_CHANNELS512) ----------------
+
+# ROW_STORE's products (pairs of 16-row panels, a last single panel, partial panels, depth
+# blocks, column tails) and 53 rows: two full panels as a pair, then a pair whose second is partial.
+WIDE_CHANNELS = ROW_STORE + [((1, 40, 7, 7), (53, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", WIDE_CHANNELS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_channels_avx512_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """On AVX-512 CPUs the channels layout runs two panels at a time in 16-channel vectors
+    (MPSGRAPH_CPU_PACKED_CHANNELS512=0: the AVX2 kernel, one panel at a time): each output's sum
+    runs over the same k in the same order, so the same bits with every epilogue folded into the
+    store. Where the CPU lacks AVX-512 both runs take the AVX2 kernel."""
+    _epilogues_same_bits(65, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_CHANNELS512",
+                         (None, "relu6", "bias_then_residual", "relu6_residual", "max_min"))
+
+
+@pytest.mark.parametrize("xshape,n,transposed", MATMUL)
+def test_packed_matmul_avx512_same_bits(xshape, n, transposed, monkeypatch):
+    """A classifier's product on the channels layout, AVX-512 kernel against AVX2's: the same bits."""
+    _matmul_switch_same_bits(66, xshape, n, transposed, "MPSGRAPH_CPU_PACKED_CHANNELS512", monkeypatch)
 
 
 # ---------------- the channels kernel's columns in blocks of even widths (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS) -------

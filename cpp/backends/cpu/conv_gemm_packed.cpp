@@ -6,7 +6,8 @@
 // Channels: a micro-kernel keeps a 16-row by 6-column block of C in registers (12 of AVX2's 16
 // registers): per k it loads the panel's 16 weights of column k and broadcasts 6 values of B's
 // row k; the block is transposed through the stack on the store (6 columns is a few scalar
-// stores per row against 12 K multiply-adds). It uses AVX2 on AVX-512 CPUs too.
+// stores per row against 12 K multiply-adds). On AVX-512 a kernel of two panels does the same
+// with 16-channel vectors.
 #include "backends/cpu/conv_gemm_packed.h"
 
 #include <algorithm>
@@ -66,6 +67,10 @@ struct PackedWeights {
   // channels: full blocks stored a row at a time after a transpose in registers
   // (MPSGRAPH_CPU_PACKED_ROW_STORE=0: through the stack, a float at a time)
   bool row_store = false;
+  // channels on AVX-512: a kernel of two panels at once (32 rows, a 16-channel vector each) by
+  // up to 6 columns, on the same panels and column blocks (MPSGRAPH_CPU_PACKED_CHANNELS512=0: the
+  // AVX2 kernel, 16 rows)
+  bool wide_channels = false;
   // channels: the columns cut into blocks of as equal widths as 6 allows (49: 4 x 6 + 5 x 5, not
   // 8 x 6 + 1), so no block is a column or two whose few sums wait on each other's latency
   // (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0: blocks of 6 and a tail)
@@ -340,6 +345,85 @@ using ChannelsKernel = void (*)(int64_t, const float*, const float*, int64_t, fl
 constexpr ChannelsKernel kChannelsKernels[kChanCols] = {kernel_channels_avx2<1>, kernel_channels_avx2<2>,
                                                         kernel_channels_avx2<3>, kernel_channels_avx2<4>,
                                                         kernel_channels_avx2<5>, kernel_channels_avx2<6>};
+
+// The AVX-512 channels kernel: kPanels panels (16 rows each, a0 and a0 + pstride) by NC columns,
+// 2 x 6 accumulators of 16 channels; per k two loads and NC broadcasts feed 2 x NC multiply-adds
+// (AVX2's kernel: 12 of half the width). Each element's sum runs over k in order, as there, and
+// the store is the same (the epilogue per lane, then rows of NC floats after an 8x8 transpose of
+// each 8-row half), so the bits are the AVX2 kernel's. acc: partial sums, 32 floats a column.
+template <int NC, int kPanels>
+MG_TARGET_AVX512 void kernel_channels_avx512(int64_t K, const float* a0, int64_t pstride, const float* B, float* acc,
+                                             bool first, bool last, float* C, int64_t ldc, int64_t rows,
+                                             const PackedStore* s, int64_t i0, const float* R) {
+  __m512 c[kPanels][NC];
+#pragma GCC unroll 6
+  for (int j = 0; j < NC; ++j)
+#pragma GCC unroll 2
+    for (int h = 0; h < kPanels; ++h) c[h][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + j * 32 + h * 16);
+  const float* a1 = a0 + pstride;
+  for (int64_t k = 0; k < K; ++k, B += kChanCols) {
+    const __m512 w0 = _mm512_loadu_ps(a0 + k * kChanRows);
+    const __m512 w1 = kPanels == 2 ? _mm512_loadu_ps(a1 + k * kChanRows) : w0;
+#pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) {
+      const __m512 b = _mm512_set1_ps(B[j]);
+      c[0][j] = _mm512_fmadd_ps(w0, b, c[0][j]);
+      if (kPanels == 2) c[kPanels - 1][j] = _mm512_fmadd_ps(w1, b, c[kPanels - 1][j]);
+    }
+  }
+  if (!last) {
+#pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j)
+#pragma GCC unroll 2
+      for (int h = 0; h < kPanels; ++h) _mm512_storeu_ps(acc + j * 32 + h * 16, c[h][j]);
+    return;
+  }
+  alignas(64) float bias[32] = {};
+  const bool has_bias = s && s->bias, clamp = s && s->clamp, mm = s && s->minmax;
+  if (has_bias)
+    for (int64_t r = 0; r < rows; ++r) bias[r] = s->bias[(i0 + r) * s->bias_stride];
+  const __m256 lo = _mm256_set1_ps(s ? s->lo : 0.0f), hi = _mm256_set1_ps(s ? s->hi : 0.0f);
+  alignas(64) float sums[kPanels][NC][16];  // halves through memory: GCC 12 warns on the cast intrinsics
+#pragma GCC unroll 6
+  for (int j = 0; j < NC; ++j)
+#pragma GCC unroll 2
+    for (int h = 0; h < kPanels; ++h) _mm512_store_ps(sums[h][j], c[h][j]);
+#pragma GCC unroll 4
+  for (int q = 0; q < 2 * kPanels; ++q) {  // 8-row quarters
+    if (q * 8 >= rows) break;
+    __m256 v[8];
+    const __m256 b = _mm256_load_ps(bias + q * 8);
+#pragma GCC unroll 6
+    for (int j = 0; j < NC; ++j) {
+      v[j] = finish8(_mm256_load_ps(sums[q / 2][j] + q % 2 * 8), b, has_bias, clamp, lo, hi, mm);
+    }
+    for (int j = NC; j < 8; ++j) v[j] = _mm256_setzero_ps();
+    transpose8(v);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) {
+      const int64_t row = q * 8 + r;
+      if (row >= rows) break;
+      float* out = C + row * ldc;
+      const float* rr = R ? R + row * s->ldr : nullptr;
+      if (NC >= 4) {
+        __m128 q0 = _mm256_castps256_ps128(v[r]);
+        if (rr) q0 = _mm_add_ps(q0, _mm_loadu_ps(rr));
+        _mm_storeu_ps(out, q0);
+      }
+      alignas(32) float t[8];
+      _mm256_store_ps(t, v[r]);
+      for (int j = NC >= 4 ? 4 : 0; j < NC; ++j) out[j] = rr ? t[j] + rr[j] : t[j];
+    }
+  }
+}
+
+using WideChannelsKernel = void (*)(int64_t, const float*, int64_t, const float*, float*, bool, bool, float*, int64_t,
+                                    int64_t, const PackedStore*, int64_t, const float*);
+constexpr WideChannelsKernel kWideChannelsKernels[2][kChanCols] = {
+    {kernel_channels_avx512<1, 1>, kernel_channels_avx512<2, 1>, kernel_channels_avx512<3, 1>,
+     kernel_channels_avx512<4, 1>, kernel_channels_avx512<5, 1>, kernel_channels_avx512<6, 1>},
+    {kernel_channels_avx512<1, 2>, kernel_channels_avx512<2, 2>, kernel_channels_avx512<3, 2>,
+     kernel_channels_avx512<4, 2>, kernel_channels_avx512<5, 2>, kernel_channels_avx512<6, 2>}};
 #endif
 
 // B (K, N) as blocks of nr columns, each K x nr contiguous (the last one's missing columns
@@ -474,11 +558,13 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
   if (r1 < 0) r1 = a.M;
 #if MG_CPU_X86
   const int64_t K = a.K, blocks = (N + kChanCols - 1) / kChanCols;
+  const int64_t acc_cols = a.wide_channels ? 32 : kChanRows;  // floats of a column's partial sums
   thread_local std::vector<float> acc;  // partial sums between depth blocks
-  if (K > kChanDepth && acc.size() < size_t(blocks * kChanCols * kChanRows))
-    acc.resize(size_t(blocks * kChanCols * kChanRows));
-  for (int64_t q = q0; q < q1; ++q) {
-    const int64_t i0 = q * kChanRows, rows = std::min(kChanRows, r1 - i0);
+  if (K > kChanDepth && acc.size() < size_t(blocks * kChanCols * acc_cols))
+    acc.resize(size_t(blocks * kChanCols * acc_cols));
+  for (int64_t q = q0, step = 1; q < q1; q += step) {
+    step = a.wide_channels && q + 1 < q1 ? 2 : 1;
+    const int64_t i0 = q * kChanRows, rows = std::min(kChanRows * step, r1 - i0);
     const float* panel = a.panels.data() + i0 * K;
     float* Ci = C + (i0 - c0) * ldc;
     for (int64_t k0 = 0; k0 < K; k0 += kChanDepth) {
@@ -486,9 +572,15 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
       for (int64_t bl = 0; bl < blocks; ++bl) {
         const ChanBlock cb = chan_block(N, bl, a.even_blocks);
         const int64_t j = cb.j, slot = bl * kChanCols;
-        kChannelsKernels[cb.n - 1](kn, panel + k0 * kChanRows, B + (slot * K + k0 * kChanCols), kChanCols,
-                                   acc.data() + slot * kChanRows, k0 == 0, k0 + kn == K, Ci + j, ldc, rows, s, i0,
-                                   s && s->res ? s->res + i0 * s->ldr + j : nullptr, a.row_store);
+        const float* Bk = B + (slot * K + k0 * kChanCols);
+        const float* R = s && s->res ? s->res + i0 * s->ldr + j : nullptr;
+        if (a.wide_channels)
+          kWideChannelsKernels[step - 1][cb.n - 1](kn, panel + k0 * kChanRows, kChanRows * K, Bk,
+                                                   acc.data() + slot * acc_cols, k0 == 0, k0 + kn == K, Ci + j, ldc,
+                                                   rows, s, i0, R);
+        else
+          kChannelsKernels[cb.n - 1](kn, panel + k0 * kChanRows, Bk, kChanCols, acc.data() + slot * acc_cols, k0 == 0,
+                                     k0 + kn == K, Ci + j, ldc, rows, s, i0, R, a.row_store);
       }
     }
   }
@@ -515,6 +607,8 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->tail_rows = !switched_off("MPSGRAPH_CPU_PACKED_TAIL_ROWS");
   p->half_tail = !switched_off("MPSGRAPH_CPU_PACKED_HALF_TAIL");
   p->row_store = !switched_off("MPSGRAPH_CPU_PACKED_ROW_STORE");
+  p->wide_channels = layout == PackedLayout::Channels && isa == Isa::Avx512 &&
+                     !switched_off("MPSGRAPH_CPU_PACKED_CHANNELS512");
   p->even_blocks = !switched_off("MPSGRAPH_CPU_PACKED_EVEN_BLOCKS");
   p->l1_chunk = !switched_off("MPSGRAPH_CPU_PACKED_L1_CHUNK");
   p->half_chunk = !switched_off("MPSGRAPH_CPU_PACKED_HALF_CHUNK");

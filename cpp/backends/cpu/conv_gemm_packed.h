@@ -6,9 +6,9 @@
 //  * Planes: panels of 8 (AVX-512) or 6 (AVX2) output channels (k-major), the micro-kernel
 //    vectorised along the columns; for products of many columns.
 //  * Channels: panels of 16 output channels, channels innermost, the micro-kernel vectorised
-//    along the output channels and 6 columns wide, the depth in L1-sized blocks; for small
-//    planes (7x7) and deep products of few columns, where the planes layout would waste lanes
-//    on column tails (MPSGRAPH_CPU_PACKED_CHANNELS=0, read at compile, keeps BLAS there).
+//    along the output channels and 6 columns wide (AVX-512: two panels at a time), the depth in
+//    L1-sized blocks; for small planes (7x7) and deep products of few columns, where the planes
+//    layout would waste lanes on column tails (MPSGRAPH_CPU_PACKED_CHANNELS=0, read at compile, keeps BLAS there).
 // x86 with AVX2 or AVX-512 only; elsewhere (or MPSGRAPH_CPU_PACKED=0, read at compile)
 // make_packed_weights returns null and the convolution keeps BLAS.
 #pragma once
