@@ -11,11 +11,13 @@
 #include "backends/cpu/conv_gemm_packed.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -102,19 +104,20 @@ namespace {
 // The store's epilogue (PackedStore's order: bias, clamp, residual) is applied in registers (a
 // scalar pass over the block after the store cost more than the product at MobileNetV2's 1x1
 // expansions).
-template <bool kFull>
-MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
-                                    int64_t rows, int64_t n, const PackedStore* s, int64_t i0, const float* R) {
+template <bool kFull, int kRows>
+MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, int64_t mr, const float* B, int64_t ldb, float* C,
+                                    int64_t ldc, int64_t rows, int64_t n, const PackedStore* s, int64_t i0,
+                                    const float* R) {
   const __mmask16 m0 = kFull || n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   const __mmask16 m1 = kFull || n >= 32 ? __mmask16(0xFFFF) : n <= 16 ? __mmask16(0) : __mmask16((1u << (n - 16)) - 1);
-  __m512 c[8][2];
+  __m512 c[kRows][2];
 #pragma GCC unroll 8
-  for (int r = 0; r < 8; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k, a += 8, B += ldb) {
+  for (int r = 0; r < kRows; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k, a += mr, B += ldb) {
     const __m512 b0 = kFull ? _mm512_loadu_ps(B) : _mm512_maskz_loadu_ps(m0, B);
     const __m512 b1 = kFull ? _mm512_loadu_ps(B + 16) : _mm512_maskz_loadu_ps(m1, B + 16);
 #pragma GCC unroll 8
-    for (int r = 0; r < 8; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const __m512 ar = _mm512_set1_ps(a[r]);
       c[r][0] = _mm512_fmadd_ps(ar, b0, c[r][0]);
       c[r][1] = _mm512_fmadd_ps(ar, b1, c[r][1]);
@@ -149,6 +152,17 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
     }
   }
 }
+
+// By the rows of the panel computed (a last panel of fewer rows computes only those), full
+// column blocks and tails.
+using Avx512Kernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, int64_t,
+                              const PackedStore*, int64_t, const float*);
+template <bool kFull, int... R>
+constexpr std::array<Avx512Kernel, sizeof...(R)> avx512_kernels(std::integer_sequence<int, R...>) {
+  return {kernel_avx512<kFull, R + 1>...};
+}
+constexpr auto kAvx512Full = avx512_kernels<true>(std::make_integer_sequence<int, int(kPanelRows)>());
+constexpr auto kAvx512Tail = avx512_kernels<false>(std::make_integer_sequence<int, int(kPanelRows)>());
 
 // v + b, then the clamp, per lane in PackedStore's order (the comparisons keep a NaN v). minmax
 // (PackedStore::minmax): the clamp as max(lo, v) then min(hi, v), two operations instead of
@@ -529,8 +543,8 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         const int64_t n = std::min(nr, c1 - j);
         if (a.isa == Isa::Avx512) {
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          if (n == nr) kernel_avx512<true>(K, panel, B + j, ldb, Ci + j, ldc, rows, n, s, i0, Rj);
-          else kernel_avx512<false>(K, panel, B + j, ldb, Ci + j, ldc, rows, n, s, i0, Rj);
+          (n == nr ? kAvx512Full : kAvx512Tail)[size_t(rows - 1)](K, panel, a.mr, B + j, ldb, Ci + j, ldc, rows, n, s,
+                                                                  i0, Rj);
         } else {
           const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
           const int64_t lb = pack ? nr : ldb;
