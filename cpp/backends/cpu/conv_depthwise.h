@@ -1,6 +1,7 @@
 // Depthwise 3x3 convolution rows on the CPU (conv_depthwise.cpp): one pass per output row
 // reads the three source rows, sums the nine taps and applies a bias and a clamp, compiled per
-// ISA (AVX-512, AVX2+FMA, the baseline) and picked at first use (isa_target.h).
+// ISA (AVX2+FMA, which AVX-512 CPUs run too, and the baseline) and picked at first use
+// (isa_target.h).
 #pragma once
 #include <cstdint>
 
@@ -21,7 +22,8 @@ Dw3RowFn dw3_row_fn(int64_t stride, bool s1_by_hand = true);
 // w[3kt + t] * b[(r + kt) * wb + j + t] + bias, lo, hi), the same sums as Dw3RowFn's rows.
 // Output rows run in pairs that share their source rows (four rows loaded for two outputs, not
 // six), and straight into y (no bordered output rows to copy out); rows shorter than 8 are one
-// vector each, written over by the next row past their end. Null where no such path (AVX2 only).
+// vector each, written over by the next row past their end. Null where no such path (the
+// baseline ISA).
 using Dw3PlaneFn = void (*)(const float* b, int64_t wb, const float* w, float* y, int64_t ol, int64_t nr,
                             float bias, float lo, float hi);
 Dw3PlaneFn dw3_s1_plane_fn();
@@ -32,7 +34,7 @@ Dw3PlaneFn dw3_s1_plane_fn();
 // y[r * ol + j] sums tap row 0 from even row r, tap row 1 from odd row r and tap row 2 from even
 // row r + 1, each at columns 2j to 2j + 2; the same sums as Dw3RowFn's stride-2 rows. Output
 // rows in pairs (five rows loaded for two outputs, not six), straight into y. Null where no
-// such path (AVX2 only).
+// such path (the baseline ISA).
 using Dw3PhasePlaneFn = void (*)(const float* even, const float* odd, int64_t wb, const float* w, float* y,
                                  int64_t ol, int64_t nr, float bias, float lo, float hi);
 Dw3PhasePlaneFn dw3_s2_plane_fn();
