@@ -47,8 +47,9 @@ inline ChanBlock chan_block(int64_t N, int64_t b, bool even) {
 // strided rows at MobileNetV2's 1x1 layers of 16 to 192 source channels, 1.05 to 1.2x; at
 // 288 (3x3 im2col of 32 channels) and 576 the copy paid, 1.07 and 1.12x)
 constexpr int64_t kReadDepth = 256;
-// read in place: B's rows prefetched where they lie this far apart (planes of 28x28 and more:
-// 1.27-1.49x; Winograd's rows of 49 to 196 tiles at 28x28 ran 1.2x slower with it)
+// read in place: B's rows prefetched where they lie this far apart (AVX2 on Zen 3, planes of
+// 28x28 and more: 1.27-1.49x; Winograd's rows of 49 to 196 tiles at 28x28 ran 1.2x slower with
+// it; AVX-512 on a Xeon: MobileNetV2 1.02x at batch 1, 1.03x at batch 8)
 constexpr int64_t kPrefetchRows = 512;
 // l1_chunk: B's chunk at depths from kL1MinDepth, in floats (8 KiB: 16 columns from depth 128),
 // for weights of at most kL1MaxWeights floats (128 KiB, in L2: every chunk reads all of them)
@@ -104,7 +105,7 @@ namespace {
 // The store's epilogue (PackedStore's order: bias, clamp, residual) is applied in registers (a
 // scalar pass over the block after the store cost more than the product at MobileNetV2's 1x1
 // expansions).
-template <bool kFull, int kRows>
+template <bool kFull, int kRows, bool kPrefetch = false>
 MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, int64_t mr, const float* B, int64_t ldb, float* C,
                                     int64_t ldc, int64_t rows, int64_t n, const PackedStore* s, int64_t i0,
                                     const float* R) {
@@ -116,6 +117,10 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, int64_t mr, const
   for (int64_t k = 0; k < K; ++k, a += mr, B += ldb) {
     const __m512 b0 = kFull ? _mm512_loadu_ps(B) : _mm512_maskz_loadu_ps(m0, B);
     const __m512 b1 = kFull ? _mm512_loadu_ps(B + 16) : _mm512_maskz_loadu_ps(m1, B + 16);
+    if (kPrefetch) {  // the row's two lines two blocks on (as the AVX2 kernel's: B read in place)
+      _mm_prefetch(reinterpret_cast<const char*>(B + 64), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(B + 80), _MM_HINT_T0);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       const __m512 ar = _mm512_set1_ps(a[r]);
@@ -163,6 +168,11 @@ constexpr std::array<Avx512Kernel, sizeof...(R)> avx512_kernels(std::integer_seq
 }
 constexpr auto kAvx512Full = avx512_kernels<true>(std::make_integer_sequence<int, int(kPanelRows)>());
 constexpr auto kAvx512Tail = avx512_kernels<false>(std::make_integer_sequence<int, int(kPanelRows)>());
+template <int... R>
+constexpr std::array<Avx512Kernel, sizeof...(R)> avx512_prefetch_kernels(std::integer_sequence<int, R...>) {
+  return {kernel_avx512<true, R + 1, true>...};
+}
+constexpr auto kAvx512FullPrefetch = avx512_prefetch_kernels(std::make_integer_sequence<int, int(kPanelRows)>());
 
 // v + b, then the clamp, per lane in PackedStore's order (the comparisons keep a NaN v). minmax
 // (PackedStore::minmax): the clamp as max(lo, v) then min(hi, v), two operations instead of
@@ -543,7 +553,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         const int64_t n = std::min(nr, c1 - j);
         if (a.isa == Isa::Avx512) {
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          (n == nr ? kAvx512Full : kAvx512Tail)[size_t(rows - 1)](K, panel, a.mr, B + j, ldb, Ci + j, ldc, rows, n, s,
+          (n == nr ? (prefetch ? kAvx512FullPrefetch : kAvx512Full) : kAvx512Tail)[size_t(rows - 1)](K, panel, a.mr, B + j, ldb, Ci + j, ldc, rows, n, s,
                                                                   i0, Rj);
         } else {
           const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
