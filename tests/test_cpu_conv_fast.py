@@ -1080,6 +1080,36 @@ def test_packed_channels_avx512_same_bits(shape, wshape, stride, pad, threads, m
                          (None, "relu6", "bias_then_residual", "relu6_residual", "max_min"))
 
 
+# Winograd's 16 products on 28x28 planes (ResNet-18's 28x28 layers: 98 tiles per unit at batch
+# 1), which take the channels layout on AVX-512 and the planes one with the switch off, and on a
+# 14x14 plane (channels either way).
+WIDE_WINOGRAD = [((1, 128, 28, 28), 128, (1, 1, 1, 1)), ((2, 64, 28, 28), 96, (1, 1, 1, 1)),
+                 ((1, 40, 14, 14), 37, (1, 1, 1, 1))]
+
+
+@pytest.mark.parametrize("shape,o,pads", WIDE_WINOGRAD)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_winograd_avx512_channels_same_bits(shape, o, pads, threads, monkeypatch):
+    """Winograd's products on AVX-512 take the channels layout below 256 tiles per unit
+    (MPSGRAPH_CPU_PACKED_CHANNELS512=0: the planes layout from 64): both sum each output over k in
+    order, so the same bits, with a bias + ReLU after them; and PyTorch's float64 result."""
+    _, x, w, bias = _conv3x3_case(47, shape, o)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        y = g.convolution(px, g.constant(w), strides=1, padding=pads)
+        return [y, g.relu(y + g.constant(bias))], [px]
+    with _threads(threads):
+        y, yr = _run(_compile(build, [x], {}, monkeypatch), [x])
+        yo, yor = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_CHANNELS512": "0"}, monkeypatch), [x])
+        generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, yo)
+    np.testing.assert_array_equal(yr, yor)
+    assert not np.array_equal(y, generic)  # Winograd ran, not im2col
+    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
+    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+
+
 @pytest.mark.parametrize("xshape,n,transposed", MATMUL)
 def test_packed_matmul_avx512_same_bits(xshape, n, transposed, monkeypatch):
     """A classifier's product on the channels layout, AVX-512 kernel against AVX2's: the same bits."""

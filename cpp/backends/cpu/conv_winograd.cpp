@@ -38,9 +38,12 @@ namespace {
 constexpr int64_t kTilesPerUnit = 512;  // GEMM columns per unit (about)
 constexpr int64_t kMinTiles = 400;      // fewer output tiles in all: the generic path is faster
 constexpr int64_t kMinTilesPerImage = 36;  // the same with weights transformed at compile
-// tiles per unit from which the packed planes layout beats the channels one (measured: the
-// channels one wins on 7x7 tile grids of 256 channels, loses at 64 tiles of 64 channels)
-constexpr int64_t kPackedPlanesTiles = 64;
+// tiles per unit from which the packed planes layout beats the channels one (measured on AVX2:
+// the channels one wins on 7x7 tile grids of 256 channels, loses at 64 tiles of 64 channels).
+// AVX-512's channels kernel runs two panels at a time: there it also wins at 98 and 196 tiles
+// of 128 channels (ResNet-18's 28x28 layers at batch 1 and 8, about 1.2x on a Xeon) and loses
+// at 392 tiles of 64 channels (the 56x56 ones, 0.95x).
+constexpr int64_t kPackedPlanesTiles = 64, kPackedPlanesTilesWide = 256;
 
 struct Wino {
   int64_t N = 0, C = 0, O = 0, H = 0, W = 0, pt = 0, pl = 0, OH = 0, OW = 0, th = 0, tw = 0;
@@ -401,7 +404,9 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
     // and packed for the 16 products (BLAS would repack them on every call);
     // MPSGRAPH_CPU_WINOGRAD_PACKED=0 (read here) keeps BLAS
     const bool pack = !switched_off("MPSGRAPH_CPU_WINOGRAD_PACKED");
-    const PackedLayout layout = q.rows * q.tw >= kPackedPlanesTiles ? PackedLayout::Planes : PackedLayout::Channels;
+    const bool wide = best_isa() == Isa::Avx512 && !switched_off("MPSGRAPH_CPU_PACKED_CHANNELS512");
+    const int64_t planes_from = wide ? kPackedPlanesTilesWide : kPackedPlanesTiles;
+    const PackedLayout layout = q.rows * q.tw >= planes_from ? PackedLayout::Planes : PackedLayout::Channels;
     for (int xi = 0; xi < 16 && pack; ++xi) {
       auto pw = make_packed_weights(U->data() + xi * q.O * q.C, q.O, q.C, q.C, layout);
       if (!pw) break;
