@@ -553,7 +553,8 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         const int64_t n = std::min(nr, c1 - j);
         if (a.isa == Isa::Avx512) {
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          const auto& kernels = n == nr ? (prefetch ? kAvx512FullPrefetch : kAvx512Full) : kAvx512Tail;
+          const bool fetch = prefetch && !(s && s->gathered);
+          const auto& kernels = n == nr ? (fetch ? kAvx512FullPrefetch : kAvx512Full) : kAvx512Tail;
           kernels[size_t(rows - 1)](K, panel, a.mr, B + j, ldb, Ci + j, ldc, rows, n, s, i0, Rj);
         } else {
           const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;

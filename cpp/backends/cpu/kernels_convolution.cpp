@@ -529,6 +529,7 @@ void run_images(const Plan& p, const T* x, const T* w, T* y, Scratch<T>& s, cons
       if (p.packed) {
         PackedStore st;
         rest = epi.fold(st, 0);
+        st.gathered = true;
         packed_gemm(*p.packed, s.col, ld, ld, s.wide, ld, &st);
       }
     if (!p.packed) gemm(false, false, p.O, ld, p.CK, w, p.CK, s.col, ld, T(0), s.wide, ld);
@@ -561,6 +562,7 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
           PackedStore st;
           const Epi rest = epi.fold(st, g * p.Og, y_off + p0, p.P);
           st.stream = p.stream_out && (!rest.e || rest.from >= rest.e->ops.size());  // nothing read back after
+          st.gathered = !p.direct;
           packed_gemm(*p.packed, b, ldb, pt, y, p.P, &st);
           return rest(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
         }
