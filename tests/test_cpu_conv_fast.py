@@ -828,7 +828,13 @@ def test_unit_shares_same_bits(shape, wshape, stride, pad, threads, monkeypatch)
 @pytest.mark.parametrize("shape,o,pads", SHARES_WINOGRAD)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_unit_shares_winograd_same_bits(shape, o, pads, threads, monkeypatch):
-    _, x, w, bias = _conv3x3_case(46, shape, o)
+    _winograd_switch_same_bits(46, shape, o, pads, threads, monkeypatch, "MPSGRAPH_CPU_UNIT_SHARES")
+
+
+def _winograd_switch_same_bits(seed, shape, o, pads, threads, monkeypatch, switch):
+    """A 3x3 convolution by Winograd, alone and with a bias + ReLU after it, `switch` on and off:
+    the same bits; Winograd ran (not im2col); and PyTorch's float64 result."""
+    _, x, w, bias = _conv3x3_case(seed, shape, o)
 
     def build(g):
         px = g.placeholder(shape, mg.float32)
@@ -836,7 +842,7 @@ def test_unit_shares_winograd_same_bits(shape, o, pads, threads, monkeypatch):
         return [y, g.relu(y + g.constant(bias))], [px]
     with _threads(threads):
         y, yr = _run(_compile(build, [x], {}, monkeypatch), [x])
-        yo, yor = _run(_compile(build, [x], {"MPSGRAPH_CPU_UNIT_SHARES": "0"}, monkeypatch), [x])
+        yo, yor = _run(_compile(build, [x], {switch: "0"}, monkeypatch), [x])
         generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
     np.testing.assert_array_equal(y, yo)
     np.testing.assert_array_equal(yr, yor)
@@ -1092,22 +1098,8 @@ WIDE_WINOGRAD = [((1, 128, 28, 28), 128, (1, 1, 1, 1)), ((2, 64, 28, 28), 96, (1
 def test_winograd_avx512_channels_same_bits(shape, o, pads, threads, monkeypatch):
     """Winograd's products on AVX-512 take the channels layout below 256 tiles per unit
     (MPSGRAPH_CPU_PACKED_CHANNELS512=0: the planes layout from 64): both sum each output over k in
-    order, so the same bits, with a bias + ReLU after them; and PyTorch's float64 result."""
-    _, x, w, bias = _conv3x3_case(47, shape, o)
-
-    def build(g):
-        px = g.placeholder(shape, mg.float32)
-        y = g.convolution(px, g.constant(w), strides=1, padding=pads)
-        return [y, g.relu(y + g.constant(bias))], [px]
-    with _threads(threads):
-        y, yr = _run(_compile(build, [x], {}, monkeypatch), [x])
-        yo, yor = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_CHANNELS512": "0"}, monkeypatch), [x])
-        generic = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch), [x])[0]
-    np.testing.assert_array_equal(y, yo)
-    np.testing.assert_array_equal(yr, yor)
-    assert not np.array_equal(y, generic)  # Winograd ran, not im2col
-    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
-    assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+    order, so the same bits."""
+    _winograd_switch_same_bits(47, shape, o, pads, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_CHANNELS512")
 
 
 @pytest.mark.parametrize("xshape,n,transposed", MATMUL)
