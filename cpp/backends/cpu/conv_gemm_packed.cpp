@@ -106,15 +106,14 @@ namespace {
 // scalar pass over the block after the store cost more than the product at MobileNetV2's 1x1
 // expansions).
 template <bool kFull, int kRows, bool kPrefetch = false>
-MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, int64_t mr, const float* B, int64_t ldb, float* C,
-                                    int64_t ldc, int64_t rows, int64_t n, const PackedStore* s, int64_t i0,
-                                    const float* R) {
+MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
+                                    int64_t rows, int64_t n, const PackedStore* s, int64_t i0, const float* R) {
   const __mmask16 m0 = kFull || n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   const __mmask16 m1 = kFull || n >= 32 ? __mmask16(0xFFFF) : n <= 16 ? __mmask16(0) : __mmask16((1u << (n - 16)) - 1);
   __m512 c[kRows][2];
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k, a += mr, B += ldb) {
+  for (int64_t k = 0; k < K; ++k, a += kPanelRows, B += ldb) {
     const __m512 b0 = kFull ? _mm512_loadu_ps(B) : _mm512_maskz_loadu_ps(m0, B);
     const __m512 b1 = kFull ? _mm512_loadu_ps(B + 16) : _mm512_maskz_loadu_ps(m1, B + 16);
     if (kPrefetch) {  // the row's two lines two blocks on (as the AVX2 kernel's: B read in place)
@@ -160,19 +159,16 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, int64_t mr, const
 
 // By the rows of the panel computed (a last panel of fewer rows computes only those), full
 // column blocks and tails.
-using Avx512Kernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, int64_t,
+using Avx512Kernel = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int64_t, int64_t,
                               const PackedStore*, int64_t, const float*);
-template <bool kFull, int... R>
+template <bool kFull, bool kPrefetch, int... R>
 constexpr std::array<Avx512Kernel, sizeof...(R)> avx512_kernels(std::integer_sequence<int, R...>) {
-  return {kernel_avx512<kFull, R + 1>...};
+  return {kernel_avx512<kFull, R + 1, kPrefetch>...};
 }
-constexpr auto kAvx512Full = avx512_kernels<true>(std::make_integer_sequence<int, int(kPanelRows)>());
-constexpr auto kAvx512Tail = avx512_kernels<false>(std::make_integer_sequence<int, int(kPanelRows)>());
-template <int... R>
-constexpr std::array<Avx512Kernel, sizeof...(R)> avx512_prefetch_kernels(std::integer_sequence<int, R...>) {
-  return {kernel_avx512<true, R + 1, true>...};
-}
-constexpr auto kAvx512FullPrefetch = avx512_prefetch_kernels(std::make_integer_sequence<int, int(kPanelRows)>());
+constexpr auto kAvx512Rows = std::make_integer_sequence<int, int(kPanelRows)>();
+constexpr auto kAvx512Full = avx512_kernels<true, false>(kAvx512Rows);
+constexpr auto kAvx512FullPrefetch = avx512_kernels<true, true>(kAvx512Rows);
+constexpr auto kAvx512Tail = avx512_kernels<false, false>(kAvx512Rows);
 
 // v + b, then the clamp, per lane in PackedStore's order (the comparisons keep a NaN v). minmax
 // (PackedStore::minmax): the clamp as max(lo, v) then min(hi, v), two operations instead of
@@ -539,7 +535,8 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
   thread_local std::vector<float> packed;  // AVX2: the chunk's columns by pack_columns
   for (int64_t c0 = j0; c0 < j1; c0 += chunk) {
     const int64_t c1 = std::min(j1, c0 + chunk);
-    const bool prefetch = !pack && a.prefetch && ldb >= kPrefetchRows;
+    // gathered (im2col) columns were just written and are in L2: the AVX-512 kernel leaves them
+    const bool prefetch = !pack && a.prefetch && ldb >= kPrefetchRows && !(a.isa == Isa::Avx512 && s && s->gathered);
     if (pack) {
       packed.resize(size_t((c1 - c0 + nr - 1) / nr * nr * K));
       pack_columns(a, B + c0, ldb, K, c1 - c0, nr, packed.data());
@@ -553,9 +550,8 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         const int64_t n = std::min(nr, c1 - j);
         if (a.isa == Isa::Avx512) {
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          const bool fetch = prefetch && !(s && s->gathered);
-          const auto& kernels = n == nr ? (fetch ? kAvx512FullPrefetch : kAvx512Full) : kAvx512Tail;
-          kernels[size_t(rows - 1)](K, panel, a.mr, B + j, ldb, Ci + j, ldc, rows, n, s, i0, Rj);
+          const auto& kernels = n == nr ? (prefetch ? kAvx512FullPrefetch : kAvx512Full) : kAvx512Tail;
+          kernels[size_t(rows - 1)](K, panel, B + j, ldb, Ci + j, ldc, rows, n, s, i0, Rj);
         } else {
           const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
           const int64_t lb = pack ? nr : ldb;
@@ -632,8 +628,7 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
   p->tail_rows = !switched_off("MPSGRAPH_CPU_PACKED_TAIL_ROWS");
   p->half_tail = !switched_off("MPSGRAPH_CPU_PACKED_HALF_TAIL");
   p->row_store = !switched_off("MPSGRAPH_CPU_PACKED_ROW_STORE");
-  p->wide_channels = layout == PackedLayout::Channels && isa == Isa::Avx512 &&
-                     !switched_off("MPSGRAPH_CPU_PACKED_CHANNELS512");
+  p->wide_channels = layout == PackedLayout::Channels && packed_channels_wide();
   p->even_blocks = !switched_off("MPSGRAPH_CPU_PACKED_EVEN_BLOCKS");
   p->l1_chunk = !switched_off("MPSGRAPH_CPU_PACKED_L1_CHUNK");
   p->half_chunk = !switched_off("MPSGRAPH_CPU_PACKED_HALF_CHUNK");
@@ -657,6 +652,10 @@ std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t
 }
 
 int64_t packed_panel_rows(const PackedWeights& a) { return a.mr; }
+
+bool packed_channels_wide() {
+  return best_isa() == Isa::Avx512 && !switched_off("MPSGRAPH_CPU_PACKED_CHANNELS512");
+}
 
 void packed_gemm_rows(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
                       int64_t r0, int64_t r1) {

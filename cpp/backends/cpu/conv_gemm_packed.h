@@ -8,7 +8,8 @@
 //  * Channels: panels of 16 output channels, channels innermost, the micro-kernel vectorised
 //    along the output channels and 6 columns wide (AVX-512: two panels at a time), the depth in
 //    L1-sized blocks; for small planes (7x7) and deep products of few columns, where the planes
-//    layout would waste lanes on column tails (MPSGRAPH_CPU_PACKED_CHANNELS=0, read at compile, keeps BLAS there).
+//    layout would waste lanes on column tails (MPSGRAPH_CPU_PACKED_CHANNELS=0, read at compile,
+//    keeps BLAS there).
 // x86 with AVX2 or AVX-512 only; elsewhere (or MPSGRAPH_CPU_PACKED=0, read at compile)
 // make_packed_weights returns null and the convolution keeps BLAS.
 #pragma once
@@ -68,6 +69,10 @@ void packed_gemm_xwt(const PackedWeights& a, const float* X, int64_t ldx, int64_
 // Rows [r0, r1) of that product, no epilogue, on the calling thread (r0 a multiple of
 // packed_panel_rows): threads that split a convolution's output channels among them.
 int64_t packed_panel_rows(const PackedWeights& a);
+
+// Whether the channels layout runs the AVX-512 kernel of two panels at a time (an AVX-512 CPU,
+// MPSGRAPH_CPU_PACKED_CHANNELS512 not 0; read at compile): layout choices that depend on it ask here.
+bool packed_channels_wide();
 void packed_gemm_rows(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
                       int64_t r0, int64_t r1);
 

@@ -404,8 +404,7 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
     // and packed for the 16 products (BLAS would repack them on every call);
     // MPSGRAPH_CPU_WINOGRAD_PACKED=0 (read here) keeps BLAS
     const bool pack = !switched_off("MPSGRAPH_CPU_WINOGRAD_PACKED");
-    const bool wide = best_isa() == Isa::Avx512 && !switched_off("MPSGRAPH_CPU_PACKED_CHANNELS512");
-    const int64_t planes_from = wide ? kPackedPlanesTilesWide : kPackedPlanesTiles;
+    const int64_t planes_from = packed_channels_wide() ? kPackedPlanesTilesWide : kPackedPlanesTiles;
     const PackedLayout layout = q.rows * q.tw >= planes_from ? PackedLayout::Planes : PackedLayout::Channels;
     for (int xi = 0; xi < 16 && pack; ++xi) {
       auto pw = make_packed_weights(U->data() + xi * q.O * q.C, q.O, q.C, q.C, layout);
