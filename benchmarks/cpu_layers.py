@@ -12,8 +12,10 @@ so check the names there. GFLOP/s is mpsgraph's: 2 * output elements * input cha
 group * kernel taps over its time."""
 import collections
 import json
+import os
 import re
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -46,13 +48,15 @@ def ours(data, x, runs):
 def theirs(data, x, runs):
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.enable_profiling = 2, True
-    s = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-    for _ in range(10):
-        s.run(None, {"x": x})
-    for _ in range(runs):
-        s.run(None, {"x": x})
-    with open(s.end_profiling()) as f:
-        events = json.load(f)
+    with tempfile.TemporaryDirectory() as tmp:  # the profile file, not left in the working directory
+        so.profile_file_prefix = os.path.join(tmp, "ort")
+        s = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        for _ in range(10):
+            s.run(None, {"x": x})
+        for _ in range(runs):
+            s.run(None, {"x": x})
+        with open(s.end_profiling()) as f:
+            events = json.load(f)
     total, calls = collections.OrderedDict(), collections.Counter()
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
