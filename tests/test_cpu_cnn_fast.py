@@ -5,7 +5,9 @@ same graph with the path's switch off (read at compile):
     strides 1, 2 and 3, padding (symmetric and not), dilation, ceil mode, narrow planes, NaN
     and infinities, batches, one and two threads; 2x2 windows at stride 2 along the row in one
     pass over each pair of rows (MPSGRAPH_CPU_POOL_PAIRS=0 keeps the general row): the same bits,
-    signed zeros included."""
+    signed zeros included; other stride-2 windows of 2 to 4 taps along the row (ResNet's padded
+    3x3 pool) as 8 outputs a vector from a row padded with -infinity (MPSGRAPH_CPU_POOL_S2=0
+    keeps the general row): the same bits."""
 import numpy as np
 import pytest
 
@@ -88,3 +90,35 @@ def test_max_pool_pairs_against_general_row_and_torch(case, threads, monkeypatch
     np.testing.assert_array_equal(np.signbit(y), np.signbit(row))
     ref = F.max_pool2d(torch.from_numpy(x), k, s, ceil_mode=ceil).numpy()
     np.testing.assert_array_equal(y, ref)
+
+
+# (N, C, H, W), kernel, stride, padding, ceil mode: ResNet-18's stem pool, rows of 8k and 8k +
+# 1..7 outputs, taps 2 to 4 along the row, padding 0 to 3 (left and right apart), ceil mode
+# (a last window past the row), row strides other than 2
+S2 = [((1, 3, 112, 112), 3, 2, 1, False), ((2, 2, 9, 33), 3, 2, 1, False), ((1, 2, 8, 31), 3, 2, 0, True),
+      ((1, 2, 7, 30), (3, 4), 2, (1, 1, 3, 2), False), ((1, 1, 6, 17), (2, 2), (1, 2), (0, 1, 1, 0), False),
+      ((2, 1, 5, 16), (3, 3), (3, 2), (1, 1, 2, 2), True), ((1, 2, 4, 3), 3, 2, 1, False),
+      ((1, 1, 3, 1), 3, 2, 1, False)]
+
+
+@pytest.mark.parametrize("case", S2, ids=[f"s2_{i}" for i in range(len(S2))])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_max_pool_s2_against_general_row_and_torch(case, threads, monkeypatch):
+    shape, k, s, pad, ceil = case
+    rng = np.random.default_rng(44)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[rng.integers(0, x.size, 4)] = np.nan
+    x.flat[rng.integers(0, x.size, 2)] = np.inf
+    x.flat[rng.integers(0, x.size, 2)] = -np.inf
+    z = rng.integers(0, x.size, x.size // 8)  # signed zeros: the first of equal values wins
+    x.flat[z] = np.where(rng.random(z.size) < 0.5, np.float32(0.0), np.float32(-0.0))
+    kw = dict(kernel_sizes=k, strides=s, padding=pad, ceil_mode=ceil)
+    with _threads(threads):
+        y = _pool(x, kw, {}, monkeypatch)
+        row = _pool(x, kw, {"MPSGRAPH_CPU_POOL_S2": "0"}, monkeypatch)
+    np.testing.assert_array_equal(y, row)
+    np.testing.assert_array_equal(np.signbit(y), np.signbit(row))
+    if isinstance(pad, int):  # torch pads symmetrically (-inf)
+        ref = F.max_pool2d(torch.from_numpy(x), k, s, pad, ceil_mode=ceil).numpy()
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+        np.testing.assert_array_equal(y[~np.isnan(y)], ref[~np.isnan(ref)])

@@ -46,6 +46,9 @@ struct PoolPlan {
   int64_t in_last = 1;      // innermost source extent
   bool pool_rows = false;   // 2-d float32 max: pool_rows_fn's path (MPSGRAPH_CPU_POOL_ROWS=0: off)
   bool pairs = false;       // pool_rows with 2 taps at stride 2 unpadded: rows of 2 by pool_pairs_fn
+  // pool_rows at stride 2 with consecutive taps (ResNet's 3x3 stem pool, padded): rows by pool_s2_row
+  bool s2 = false;
+  int64_t s2_before = 0, s2_taps = 0, s2_len = 0;  // left padding, taps, the padded row's floats
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -101,6 +104,15 @@ PoolPlan make_plan(const KernelCtx& c, const Shape& src) {
   // MPSGRAPH_CPU_POOL_PAIRS=0 (read here) keeps pool_rows' general row
   p.pairs = p.pool_rows && st == 2 && K == 2 && p.tsrc[0] == 0 && p.tsrc[1] == 1 && p.tlo[0] == 0 && p.tlo[1] == 0 &&
             p.thi[0] == p.out_last && p.thi[1] == p.out_last && !switched_off("MPSGRAPH_CPU_POOL_PAIRS");
+  // MPSGRAPH_CPU_POOL_S2=0 (read here) keeps pool_rows' general row
+  p.s2 = p.pool_rows && !p.pairs && st == 2 && dl == 1 && K >= 2 && K <= 4 && before >= 0 && before < K &&
+         p.out_last > 0 && !switched_off("MPSGRAPH_CPU_POOL_S2");
+  if (p.s2) {
+    p.s2_before = before, p.s2_taps = K;
+    // output j's taps at 2j + t (t < K) of the row padded by `before` -infinities in front; whole
+    // vectors of 8 outputs read up to 2 * 8 * ceil(OL / 8) + 16 floats
+    p.s2_len = std::max(before + n, 2 * (p.out_last + 7) / 8 * 8 + 16);
+  }
   return p;
 }
 
@@ -299,6 +311,59 @@ PoolPairsFn pool_pairs_fn() {
   return pool_pairs_generic;
 }
 
+// Stride-2 windows of K consecutive taps along a row: m (the window rows' elementwise maxima)
+// is written `before` floats into mp, whose other floats are -infinity, so output j's taps are
+// mp[2j + t] for every t, edges included (a -infinity tap leaves the maximum as it is, as a
+// skipped one does). Taps are chosen in order, as pool_row_body chooses them (a NaN wins, so
+// does the first of equal values): the same bits, 8 outputs a vector.
+using PoolS2Fn = void (*)(const PoolPlan&, const float*, int64_t, int64_t, float*, float*);
+void pool_s2_generic(const PoolPlan& p, const float* x, int64_t step, int64_t n, float* mp, float* y) {
+  float* m = mp + p.s2_before;
+  std::memcpy(m, x, size_t(p.in_last) * sizeof(float));
+  for (int64_t q = 1; q < n; ++q)
+    for (int64_t i = 0; i < p.in_last; ++i) m[i] = pick_max(m[i], x[q * step + i]);
+  for (int64_t j = 0; j < p.out_last; ++j) {
+    float a = -std::numeric_limits<float>::infinity();
+    for (int64_t t = 0; t < p.s2_taps; ++t) a = pick_max(a, mp[2 * j + t]);
+    y[j] = a;
+  }
+}
+#if MG_CPU_X86
+MG_TARGET_AVX2 void pool_s2_avx2(const PoolPlan& p, const float* x, int64_t step, int64_t n, float* mp, float* y) {
+  const int64_t IL = p.in_last, OL = p.out_last, K = p.s2_taps;
+  float* m = mp + p.s2_before;
+  int64_t i = 0;
+  for (; i + 8 <= IL; i += 8) {
+    __m256 a = _mm256_loadu_ps(x + i);
+    for (int64_t q = 1; q < n; ++q) a = pick_max8(a, _mm256_loadu_ps(x + q * step + i));
+    _mm256_storeu_ps(m + i, a);
+  }
+  for (; i < IL; ++i) {
+    float a = x[i];
+    for (int64_t q = 1; q < n; ++q) a = pick_max(a, x[q * step + i]);
+    m[i] = a;
+  }
+  for (int64_t j = 0; j < OL; j += 8) {
+    const float* r = mp + 2 * j;
+    __m256 a = load_evens_or_odds(r, true);
+    for (int64_t t = 1; t < K; ++t) a = pick_max8(a, load_evens_or_odds(r + (t & ~int64_t(1)), (t & 1) == 0));
+    if (j + 8 <= OL) {
+      store_in_order(y + j, a);
+    } else {
+      alignas(32) float t8[8];
+      store_in_order(t8, a);
+      std::memcpy(y + j, t8, size_t(OL - j) * sizeof(float));
+    }
+  }
+}
+#endif
+PoolS2Fn pool_s2_fn() {
+#if MG_CPU_X86
+  if (best_isa() != Isa::Generic) return pool_s2_avx2;
+#endif
+  return pool_s2_generic;
+}
+
 template <class S>
 void pool_rows(const PoolPlan& p, const S* x, S* y) {
   if constexpr (std::is_same_v<S, float>) {
@@ -307,9 +372,14 @@ void pool_rows(const PoolPlan& p, const S* x, S* y) {
     const int64_t OL = p.out_last, rows_per_batch = p.out[0];
     const int64_t grain =
         std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.in_last) / std::max<int64_t>(1, p.window));
+    const PoolS2Fn s2 = pool_s2_fn();
     parallel_for(p.batch * rows_per_batch, grain, [&](int64_t rb, int64_t re) {
       thread_local std::vector<float> m;
-      m.resize(size_t(p.in_last));
+      if (p.s2) {  // the padded row: -infinity around m, written once per task
+        m.assign(size_t(p.s2_len), -std::numeric_limits<float>::infinity());
+      } else {
+        m.resize(size_t(p.in_last));
+      }
       for (int64_t r = rb; r < re; ++r) {
         const int64_t b = r / rows_per_batch, o = r % rows_per_batch, n = p.ntaps[0][size_t(o)];
         float* yr = y + r * OL;
@@ -319,6 +389,7 @@ void pool_rows(const PoolPlan& p, const S* x, S* y) {
         }
         const float* xr = x + b * p.in_plane + p.first[0][size_t(o)];
         if (p.pairs && n == 2) pairs(xr, xr + p.step[0], yr, OL);
+        else if (p.s2) s2(p, xr, p.step[0], n, m.data(), yr);
         else row(p, xr, p.step[0], n, m.data(), yr);
       }
     });
