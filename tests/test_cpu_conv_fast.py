@@ -39,8 +39,9 @@ PyTorch in float64:
     (MPSGRAPH_CPU_CONV_TILE16=0: tiles as cut): the same bits;
   * the packed kernels' column blocks copied with inline moves (MPSGRAPH_CPU_PACKED_COPY=0: a
     memcpy call per row), a last panel of fewer than 6 rows computing only those
-    (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6), and column tails of at most 8 in one vector a
-    row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same bits; the last 6 + 1..3 rows as two
+    (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6), and column tails of at most half a block (8 on
+    AVX2, 16 on AVX-512) in one vector a row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two): the same
+    bits; the last 6 + 1..3 rows as two
     panels of about equal height (MPSGRAPH_CPU_PACKED_SPLIT_TAIL=0: 6 and the rest), the same bits;
     B's columns in chunks of about 8 KiB, not 256 KiB, from depth 64 at up to 32768 weights
     (MPSGRAPH_CPU_PACKED_L1_CHUNK=0), the same bits; copied columns in chunks of 128 KiB
@@ -862,11 +863,14 @@ TAIL_ROWS = [((2, 24, 23, 25), (13, 1, 1), 1, 0), ((1, 192, 28, 28), (32, 1, 1),
              ((1, 300, 9, 21), (9, 1, 1), 1, 0), ((1, 17, 30, 29), (5, 3, 3), 1, 1)]
 
 # (N, C, H, W), (O, kh, kw), stride, pad: planes layout products whose last column block has 1 to
-# 8 columns (14x14: 196 = 12 x 16 + 4; 15x15: a tail of 1; 10x13: 8), columns read in place and
-# copied (depth above 256), with the residual; a tail of 9 (two vectors) as a control.
+# 8 columns (AVX2's blocks of 16; 14x14: 196 = 12 x 16 + 4; 15x15: a tail of 1; 10x13: 8) or 1
+# to 16 (AVX-512's blocks of 32; 13x13: 9, 12x4: 16), columns read in place and copied (depth
+# above 256), with the residual; tails of 9 on AVX2 and 17 (9x9 = 2 x 32 + 17) on AVX-512 (two
+# vectors) as controls.
 HALF_TAIL = [((2, 96, 14, 14), (576, 1, 1), 1, 0), ((1, 576, 14, 14), (96, 1, 1), 1, 0),
              ((2, 40, 15, 15), (13, 1, 1), 1, 0), ((1, 300, 10, 13), (20, 1, 1), 1, 0),
-             ((1, 24, 13, 13), (7, 1, 1), 1, 0), ((1, 16, 18, 18), (12, 3, 3), 2, 1)]
+             ((1, 24, 13, 13), (7, 1, 1), 1, 0), ((1, 16, 18, 18), (12, 3, 3), 2, 1),
+             ((2, 40, 12, 4), (10, 1, 1), 1, 0)]
 
 
 @pytest.mark.parametrize("switch,case", [("MPSGRAPH_CPU_PACKED_TAIL_ROWS", c) for c in TAIL_ROWS] +
@@ -874,7 +878,7 @@ HALF_TAIL = [((2, 96, 14, 14), (576, 1, 1), 1, 0), ((1, 576, 14, 14), (96, 1, 1)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_packed_tail_kernels_same_bits(switch, case, threads, monkeypatch):
     """A last panel of fewer than 6 rows runs a kernel of that many rows (PACKED_TAIL_ROWS=0: all
-    6, the rest zeros); a column tail of at most 8 runs one vector a row (PACKED_HALF_TAIL=0: two,
+    6, the rest zeros); a column tail of at most half a block runs one vector a row (PACKED_HALF_TAIL=0: two,
     the second masked off). The same multiply-adds for what is stored, so the same bits, also
     with the relu6-and-residual epilogue for the column tails."""
     shape, wshape, stride, pad = case

@@ -65,7 +65,8 @@ struct PackedWeights {
   bool copy_inline = false;  // pack_columns_avx2 (MPSGRAPH_CPU_PACKED_COPY=0: a memcpy call per row)
   // AVX2 planes: a last panel of fewer rows computes only those (MPSGRAPH_CPU_PACKED_TAIL_ROWS=0: all 6)
   bool tail_rows = false;
-  // AVX2 planes: column tails of at most 8 in one vector a row (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two)
+  // planes: column tails of at most half a block (8 with AVX2, 16 with AVX-512) in one vector a row
+  // (MPSGRAPH_CPU_PACKED_HALF_TAIL=0: two)
   bool half_tail = false;
   // channels: full blocks stored a row at a time after a transpose in registers
   // (MPSGRAPH_CPU_PACKED_ROW_STORE=0: through the stack, a float at a time)
@@ -105,7 +106,8 @@ namespace {
 // The store's epilogue (PackedStore's order: bias, clamp, residual) is applied in registers (a
 // scalar pass over the block after the store cost more than the product at MobileNetV2's 1x1
 // expansions).
-template <bool kFull, int kRows, bool kPrefetch = false>
+// kHalf: a tail of at most 16 columns, one vector a row.
+template <bool kFull, int kRows, bool kPrefetch = false, bool kHalf = false>
 MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
                                     int64_t rows, int64_t n, const PackedStore* s, int64_t i0, const float* R) {
   const __mmask16 m0 = kFull || n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
@@ -115,7 +117,7 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
   for (int r = 0; r < kRows; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; ++k, a += kPanelRows, B += ldb) {
     const __m512 b0 = kFull ? _mm512_loadu_ps(B) : _mm512_maskz_loadu_ps(m0, B);
-    const __m512 b1 = kFull ? _mm512_loadu_ps(B + 16) : _mm512_maskz_loadu_ps(m1, B + 16);
+    const __m512 b1 = kHalf ? b0 : kFull ? _mm512_loadu_ps(B + 16) : _mm512_maskz_loadu_ps(m1, B + 16);
     if (kPrefetch) {  // the row's two lines two blocks on (as the AVX2 kernel's: B read in place)
       _mm_prefetch(reinterpret_cast<const char*>(B + 64), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(B + 80), _MM_HINT_T0);
@@ -124,7 +126,7 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
     for (int r = 0; r < kRows; ++r) {
       const __m512 ar = _mm512_set1_ps(a[r]);
       c[r][0] = _mm512_fmadd_ps(ar, b0, c[r][0]);
-      c[r][1] = _mm512_fmadd_ps(ar, b1, c[r][1]);
+      if (!kHalf) c[r][1] = _mm512_fmadd_ps(ar, b1, c[r][1]);
     }
   }
   // tails: the sums through the stack, so that only constant indices reach c and it stays in
@@ -135,7 +137,7 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       _mm512_store_ps(sums[r], c[r][0]);
-      _mm512_store_ps(sums[r] + 16, c[r][1]);
+      if (!kHalf) _mm512_store_ps(sums[r] + 16, c[r][1]);
     }
   }
   const bool has_bias = s && s->bias, clamp = s && s->clamp;
@@ -145,7 +147,7 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
     if constexpr (kFull) {
       v0 = c[r][0], v1 = c[r][1];
     } else {
-      v0 = _mm512_load_ps(sums[r]), v1 = _mm512_load_ps(sums[r] + 16);
+      v0 = _mm512_load_ps(sums[r]), v1 = kHalf ? v0 : _mm512_load_ps(sums[r] + 16);
     }
     if (has_bias) {
       const __m512 b = _mm512_set1_ps(s->bias[(i0 + r) * s->bias_stride]);
@@ -161,14 +163,14 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
     if (R) {
       const float* Rr = R + r * s->ldr;
       v0 = _mm512_add_ps(v0, kFull ? _mm512_loadu_ps(Rr) : _mm512_maskz_loadu_ps(m0, Rr));
-      v1 = _mm512_add_ps(v1, kFull ? _mm512_loadu_ps(Rr + 16) : _mm512_maskz_loadu_ps(m1, Rr + 16));
+      if (!kHalf) v1 = _mm512_add_ps(v1, kFull ? _mm512_loadu_ps(Rr + 16) : _mm512_maskz_loadu_ps(m1, Rr + 16));
     }
     if (kFull) {
       _mm512_storeu_ps(C + r * ldc, v0);
       _mm512_storeu_ps(C + r * ldc + 16, v1);
     } else {
       _mm512_mask_storeu_ps(C + r * ldc, m0, v0);
-      _mm512_mask_storeu_ps(C + r * ldc + 16, m1, v1);
+      if (!kHalf) _mm512_mask_storeu_ps(C + r * ldc + 16, m1, v1);
     }
   }
 }
@@ -177,14 +179,15 @@ MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, i
 // column blocks and tails.
 using Avx512Kernel = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int64_t, int64_t,
                               const PackedStore*, int64_t, const float*);
-template <bool kFull, bool kPrefetch, int... R>
+template <bool kFull, bool kPrefetch, bool kHalf, int... R>
 constexpr std::array<Avx512Kernel, sizeof...(R)> avx512_kernels(std::integer_sequence<int, R...>) {
-  return {kernel_avx512<kFull, R + 1, kPrefetch>...};
+  return {kernel_avx512<kFull, R + 1, kPrefetch, kHalf>...};
 }
 constexpr auto kAvx512Rows = std::make_integer_sequence<int, int(kPanelRows)>();
-constexpr auto kAvx512Full = avx512_kernels<true, false>(kAvx512Rows);
-constexpr auto kAvx512FullPrefetch = avx512_kernels<true, true>(kAvx512Rows);
-constexpr auto kAvx512Tail = avx512_kernels<false, false>(kAvx512Rows);
+constexpr auto kAvx512Full = avx512_kernels<true, false, false>(kAvx512Rows);
+constexpr auto kAvx512FullPrefetch = avx512_kernels<true, true, false>(kAvx512Rows);
+constexpr auto kAvx512Tail = avx512_kernels<false, false, false>(kAvx512Rows);
+constexpr auto kAvx512HalfTail = avx512_kernels<false, false, true>(kAvx512Rows);
 
 // v + b, then the clamp, per lane in PackedStore's order (the comparisons keep a NaN v). minmax
 // (PackedStore::minmax): the clamp as max(lo, v) then min(hi, v), two operations instead of
@@ -566,7 +569,8 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         const int64_t n = std::min(nr, c1 - j);
         if (a.isa == Isa::Avx512) {
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          const auto& kernels = n == nr ? (prefetch ? kAvx512FullPrefetch : kAvx512Full) : kAvx512Tail;
+          const auto& kernels = n == nr ? (prefetch ? kAvx512FullPrefetch : kAvx512Full)
+                                : n <= 16 && a.half_tail ? kAvx512HalfTail : kAvx512Tail;
           kernels[size_t(rows - 1)](K, panel, B + j, ldb, Ci + j, ldc, rows, n, s, i0, Rj);
         } else {
           const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
