@@ -187,10 +187,11 @@ def _as_generic_path(shape, w, pads, x, monkeypatch):
     return y
 
 
-@pytest.mark.parametrize("where", [(0, 3, 0, 0), (1, 7, 15, 33), (0, 60, 8, 17)])
+@pytest.mark.parametrize("where", [(0, 3, 0, 0), (1, 7, 15, 33), (0, 60, 8, 17), (1, 11, 2, 20), (0, 13, 3, 1)])
 def test_winograd_avx2_non_finite_source(where, monkeypatch):
-    """An infinity or NaN in the source (first column, last, inside) is seen by the vector
-    loops too: the run goes to the generic path, which keeps it to the outputs that read it."""
+    """An infinity or NaN in the source (first column, last, inside; rows 2 and 3, which the
+    second tile row reuses from the first) is seen by the vector loops too: the run goes to the
+    generic path, which keeps it to the outputs that read it."""
     shape, o, pads = (2, 64, 16, 34), 16, (1, 1, 1, 1)
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape).astype(np.float32)

@@ -139,7 +139,7 @@ bool transform_input(const Wino& q, const float* x, float* V, int64_t ty0, int64
 
 #if MG_CPU_X86
 // transform_input with AVX2: 8 tiles of a tile row at a time from the tile row's 4 source rows
-// copied into zero-bordered rows (no edge cases), the even and odd columns split by shuffles
+// copied into zero-bordered rows (no edge cases; each source row once per channel), the even and odd columns split by shuffles
 // (lanes in the order 0 1 4 5 2 3 6 7, put back by one permute per stored vector); the same
 // adds and subtracts per tile as transform_input, so the same bits. A last group of fewer than
 // 8 tiles goes through a buffer (storing all 8 would write over other channels' tiles).
@@ -159,9 +159,12 @@ MG_TARGET_AVX2 bool transform_input_avx2(const Wino& q, const float* x, float* V
     float* vc = V + c * T;
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       const int64_t r0 = 2 * ty - q.pt;
-      for (int i = 0; i < 4; ++i) {
-        float* row = rows.data() + i * Wp + q.pl;
+      // source row r lies in slot r mod 4: a tile row's first two rows are the last two of the
+      // tile row before, copied (and checked) once
+      auto slot = [&](int64_t r) { return ((r % 4) + 4) % 4; };
+      for (int i = ty == ty0 ? 0 : 2; i < 4; ++i) {
         const int64_t r = r0 + i;
+        float* row = rows.data() + slot(r) * Wp + q.pl;
         if (r < 0 || r >= q.H) {
           std::fill(row, row + ncopy, 0.0f);
           continue;
@@ -183,7 +186,7 @@ MG_TARGET_AVX2 bool transform_input_avx2(const Wino& q, const float* x, float* V
         const int64_t tx = 8 * g;
         __m256 d[4][4];
         for (int i = 0; i < 4; ++i) {
-          const float* row = rows.data() + i * Wp + 2 * tx;
+          const float* row = rows.data() + slot(r0 + i) * Wp + 2 * tx;
           d[i][0] = load_evens_or_odds(row, true);
           d[i][1] = load_evens_or_odds(row, false);
           d[i][2] = load_evens_or_odds(row + 2, true);
