@@ -1200,3 +1200,30 @@ def test_packed_stream_large_outputs_same_bits(shape, wshape, stride, pad, monke
     streamed: it would read the output back)."""
     _epilogues_same_bits(65, shape, wshape, stride, pad, 2, monkeypatch, "MPSGRAPH_CPU_PACKED_STREAM",
                          (None, "relu6", "relu6_residual", "max_min"))
+
+
+# ---------------- packed weights of 2 MiB and more in huge-page mappings ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: ResNet-18's 7x7 512-channel layer (9.4 MB of packed
+# weights, channels layout), a 256-channel 3x3 stride-2 one on 24x24 outputs (2.4 MB, planes),
+# and one just under 2 MiB (operator new) as a control
+HUGE = [((1, 512, 7, 7), (512, 3, 3), 1, 1), ((1, 256, 48, 48), (256, 3, 3), 2, 1), ((1, 224, 9, 9), (256, 3, 3), 1, 1)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", HUGE)
+def test_packed_weights_in_huge_pages(shape, wshape, stride, pad, monkeypatch):
+    """Packed weights from 2 MiB up live in 2 MiB-aligned mappings (core/array.h's
+    HugePageAllocator), unmapped when the executable goes: executables compiled and dropped in
+    turn keep agreeing with the float64 reference, as does the last one run again."""
+    rng, x, w, bias, build = _packed_case(91, shape, wshape, stride, pad)
+    ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    for _ in range(3):
+        exe = _compile(build, [x], env, monkeypatch)
+        y, yr6 = _run(exe, [x])
+        assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+        np.testing.assert_array_equal(yr6, np.clip(y + bias, 0, 6))
+        del exe
+    exe = _compile(build, [x], env, monkeypatch)
+    for _ in range(2):
+        assert np.all(np.abs(_run(exe, [x])[0] - ref) <= 2e-6 * scale)

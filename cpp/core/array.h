@@ -32,4 +32,25 @@ struct Array {
   static std::shared_ptr<Array> empty(DType dtype, const Shape& shape);
 };
 
+// Memory for large, long-lived arrays that kernels stream from memory on every run (a
+// convolution's packed weights): from 2 MiB up, 2 MiB-aligned mappings marked for transparent
+// huge pages (Linux), so streaming them misses the TLB once per 2 MiB rather than per 4 KiB;
+// smaller ones and other systems from operator new. free_huge takes allocate_huge's size.
+void* allocate_huge(size_t nbytes);
+void free_huge(void* p, size_t nbytes);
+
+template <class T>
+struct HugePageAllocator {
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <class U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(allocate_huge(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { free_huge(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const HugePageAllocator<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const HugePageAllocator<U>&) const { return false; }
+};
+
 }  // namespace mg
