@@ -141,6 +141,37 @@ def test_constant_weights_winograd(shape, o, pads, monkeypatch):
     assert np.all(np.abs(y2 - _ref(x2, w, 1, pads)) <= 2e-6 * _ref(x2, w, 1, pads, absolute=True))
 
 
+# (N, C, H, W), O, pads: 16 to 35 tiles an image (7x7 and 8x8 outputs: ResNet-18's last layers),
+# which take Winograd on AVX-512 only; at batch 1 the threads split the channels
+CONST_WIDE = [((1, 64, 7, 7), 32, (1, 1, 1, 1)), ((2, 64, 7, 7), 32, (1, 1, 1, 1)), ((1, 256, 7, 7), 64, (1, 1, 1, 1)),
+              ((1, 48, 8, 8), 24, (1, 1, 1, 1)), ((3, 64, 10, 9), 40, (1, 1, 1, 1))]
+
+
+@pytest.mark.parametrize("shape,o,pads", CONST_WIDE)
+def test_constant_weights_winograd_few_tiles_avx512(shape, o, pads, monkeypatch):
+    """On AVX-512 images of 16 to 35 tiles take Winograd too (at batch 1 split over the
+    channels): within the error bound of the float64 reference, not the im2col path's bits."""
+    if mg._core._cpu_isa() != "avx512" or os.environ.get("MPSGRAPH_CPU_PACKED_CHANNELS512") == "0":
+        pytest.skip("the few-tiles Winograd path is AVX-512's (this CPU runs another)")
+    rng, x, w, bias = _conv3x3_case(5, shape, o)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        y = g.convolution(px, g.constant(w), strides=1, padding=pads)
+        return [y, g.relu(y + g.constant(bias))], [px]
+
+    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
+    for threads in (1, 2):
+        with _threads(threads):
+            fast = _compile(build, [x], {}, monkeypatch)
+            generic = _compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD": "0"}, monkeypatch)
+            y, yb = _run(fast, [x])
+            yg = _run(generic, [x])[0]
+        assert np.all(np.abs(y - ref) <= 2e-6 * scale)
+        assert not np.array_equal(y, yg)  # Winograd ran, not im2col
+        np.testing.assert_array_equal(yb, np.maximum(y + bias, 0))
+
+
 # (N, C, H, W), O, pads (top, bottom, left, right): tile rows of 8k tiles and of 8k + 1..7 (the
 # vector loops and the scalar rest), odd output sizes (a last tile half outside), paddings 0
 # to 2 and uneven, the small CNN's 16x16 layer and ResNet-18's 28x28 one
@@ -1210,11 +1241,28 @@ def test_packed_stream_large_outputs_same_bits(shape, wshape, stride, pad, monke
 HUGE = [((1, 512, 7, 7), (512, 3, 3), 1, 1), ((1, 256, 48, 48), (256, 3, 3), 2, 1), ((1, 224, 9, 9), (256, 3, 3), 1, 1)]
 
 
+@pytest.mark.parametrize("shape,o", [((1, 512, 7, 7), 512), ((2, 256, 14, 14), 256)])
+def test_winograd_packed_group_in_huge_pages(shape, o, monkeypatch):
+    """Winograd's 16 packed products share one allocation (16 MiB for 512 channels, 4 MiB for
+    256): compiled, dropped and compiled again, the results stay within the error bound."""
+    rng, x, w, bias = _conv3x3_case(11, shape, o)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        return [g.convolution(px, g.constant(w), strides=1, padding=1)], [px]
+
+    ref, scale = _ref(x, w, 1, (1,) * 4), _ref(x, w, 1, (1,) * 4, absolute=True)
+    for _ in range(2):
+        exe = _compile(build, [x], {}, monkeypatch)
+        assert np.all(np.abs(_run(exe, [x])[0] - ref) <= 2e-6 * scale)
+        del exe
+
+
 @pytest.mark.parametrize("shape,wshape,stride,pad", HUGE)
 def test_packed_weights_in_huge_pages(shape, wshape, stride, pad, monkeypatch):
     """Packed weights from 2 MiB up live in 2 MiB-aligned mappings (core/array.h's
-    HugePageAllocator), unmapped when the executable goes: executables compiled and dropped in
-    turn keep agreeing with the float64 reference, as does the last one run again."""
+    allocate_huge), unmapped when the executable goes: executables compiled and dropped in turn
+    keep agreeing with the float64 reference, as does the last one run again."""
     rng, x, w, bias, build = _packed_case(91, shape, wshape, stride, pad)
     ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
     env = {"MPSGRAPH_CPU_WINOGRAD": "0"}

@@ -39,18 +39,4 @@ struct Array {
 void* allocate_huge(size_t nbytes);
 void free_huge(void* p, size_t nbytes);
 
-template <class T>
-struct HugePageAllocator {
-  using value_type = T;
-  HugePageAllocator() = default;
-  template <class U>
-  HugePageAllocator(const HugePageAllocator<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(allocate_huge(n * sizeof(T))); }
-  void deallocate(T* p, size_t n) { free_huge(p, n * sizeof(T)); }
-  template <class U>
-  bool operator==(const HugePageAllocator<U>&) const { return true; }
-  template <class U>
-  bool operator!=(const HugePageAllocator<U>&) const { return false; }
-};
-
 }  // namespace mg

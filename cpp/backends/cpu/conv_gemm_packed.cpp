@@ -98,10 +98,12 @@ struct PackedWeights {
   // the chunk and weights of up to some 200 KiB share L2 (MobileNetV2's 384- and 576-deep
   // projections to 96 channels 1.01-1.05x; MPSGRAPH_CPU_PACKED_HALF_CHUNK=0: 256 KiB)
   bool half_chunk = false;
-  // ceil(M / mr) panels of K x mr, rows past M zero; in huge pages when large: a network's deep
-  // layers stream megabytes of them from memory on every run (ResNet-18's 7x7 layers at batch
-  // 1, six in a row: 1.06x; the network about 1.01-1.03x)
-  std::vector<float, HugePageAllocator<float>> panels;
+  // ceil(M / mr) panels of K x mr, rows past M zero, in `storage` (a group's packed weights
+  // share one): in huge pages from 2 MiB (allocate_huge), since a network's deep layers stream
+  // megabytes of them from memory on every run (ResNet-18's 7x7 layers at batch 1, six in a
+  // row: 1.06x; the network 1.02-1.03x)
+  const float* panels = nullptr;
+  std::shared_ptr<float> storage;
 };
 
 namespace {
@@ -567,7 +569,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
     for (int64_t i0 = r0, rows = 0; i0 < r1; i0 += rows) {
       const bool tail = split && i0 >= a.split_at;
       rows = tail ? (i0 == a.split_at ? a.split_rows : r1 - i0) : std::min(a.mr, r1 - i0);
-      const float* panel = a.panels.data() + (tail ? ((a.M + a.mr - 1) / a.mr + (i0 > a.split_at)) * a.mr : i0) * K;
+      const float* panel = a.panels + (tail ? ((a.M + a.mr - 1) / a.mr + (i0 > a.split_at)) * a.mr : i0) * K;
       float* Ci = C + i0 * ldc;
       for (int64_t j = c0; j < c1; j += nr) {
         const int64_t n = std::min(nr, c1 - j);
@@ -610,7 +612,7 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
   for (int64_t q = q0, step = 1; q < q1; q += step) {
     step = a.wide_channels && q + 1 < q1 ? 2 : 1;
     const int64_t i0 = q * kChanRows, rows = std::min(kChanRows * step, r1 - i0);
-    const float* panel = a.panels.data() + i0 * K;
+    const float* panel = a.panels + i0 * K;
     float* Ci = C + (i0 - c0) * ldc;
     for (int64_t k0 = 0; k0 < K; k0 += kChanDepth) {
       const int64_t kn = std::min(kChanDepth, K - k0);
@@ -634,45 +636,64 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
 
 }  // namespace
 
+std::vector<std::shared_ptr<const PackedWeights>> make_packed_weights_group(const float* w, int64_t count,
+                                                                           int64_t w_stride, int64_t M, int64_t K,
+                                                                           int64_t ldw, PackedLayout layout) {
+  if (switched_off("MPSGRAPH_CPU_PACKED")) return {};
+  if (layout == PackedLayout::Channels && switched_off("MPSGRAPH_CPU_PACKED_CHANNELS")) return {};
+  const Isa isa = best_isa();
+  if (isa == Isa::Generic || M <= 0 || K <= 0 || count <= 0) return {};
+  PackedWeights p;
+  p.M = M;
+  p.K = K;
+  p.isa = layout == PackedLayout::Channels ? Isa::Avx2 : isa;
+  p.layout = layout;
+  // MPSGRAPH_CPU_PACKED_READ_B=0 (read here) copies B's columns at every depth
+  p.copy_b = K > kReadDepth || switched_off("MPSGRAPH_CPU_PACKED_READ_B");
+  p.prefetch = !switched_off("MPSGRAPH_CPU_PACKED_PREFETCH");
+  p.copy_inline = !switched_off("MPSGRAPH_CPU_PACKED_COPY");
+  p.tail_rows = !switched_off("MPSGRAPH_CPU_PACKED_TAIL_ROWS");
+  p.half_tail = !switched_off("MPSGRAPH_CPU_PACKED_HALF_TAIL");
+  p.row_store = !switched_off("MPSGRAPH_CPU_PACKED_ROW_STORE");
+  p.wide_channels = layout == PackedLayout::Channels && packed_channels_wide();
+  p.even_blocks = !switched_off("MPSGRAPH_CPU_PACKED_EVEN_BLOCKS");
+  p.l1_chunk = !switched_off("MPSGRAPH_CPU_PACKED_L1_CHUNK");
+  p.half_chunk = !switched_off("MPSGRAPH_CPU_PACKED_HALF_CHUNK");
+  const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
+  p.mr = pr;
+  p.nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
+  const int64_t panels = (M + pr - 1) / pr, rem = M % pr;
+  if (p.isa == Isa::Avx2 && layout == PackedLayout::Planes && p.tail_rows && M > pr && rem >= 1 && rem <= 3 &&
+      !switched_off("MPSGRAPH_CPU_PACKED_SPLIT_TAIL")) {
+    p.split_at = M - pr - rem;
+    p.split_rows = (pr + rem + 1) / 2;
+  }
+  const size_t each = size_t((panels + (p.split_rows ? 2 : 0)) * K * pr), bytes = size_t(count) * each * sizeof(float);
+  float* all = static_cast<float*>(allocate_huge(bytes));
+  std::shared_ptr<float> storage(all, [bytes](float* q) { free_huge(q, bytes); });
+  std::fill(all, all + size_t(count) * each, 0.0f);
+  std::vector<std::shared_ptr<const PackedWeights>> group;
+  for (int64_t g = 0; g < count; ++g) {
+    float* dst = all + size_t(g) * each;
+    const float* src = w + g * w_stride;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k) dst[size_t((i / pr * K + k) * pr + i % pr)] = src[i * ldw + k];
+    for (int64_t i = p.split_at; p.split_rows && i < M; ++i) {  // the split panels
+      const int64_t q = panels + (i >= p.split_at + p.split_rows), r = i - p.split_at - (q - panels) * p.split_rows;
+      for (int64_t k = 0; k < K; ++k) dst[size_t((q * K + k) * pr + r)] = src[i * ldw + k];
+    }
+    auto one = std::make_shared<PackedWeights>(p);
+    one->panels = dst;
+    one->storage = storage;
+    group.push_back(std::move(one));
+  }
+  return group;
+}
+
 std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t M, int64_t K, int64_t ldw,
                                                          PackedLayout layout) {
-  if (switched_off("MPSGRAPH_CPU_PACKED")) return nullptr;
-  if (layout == PackedLayout::Channels && switched_off("MPSGRAPH_CPU_PACKED_CHANNELS")) return nullptr;
-  const Isa isa = best_isa();
-  if (isa == Isa::Generic || M <= 0 || K <= 0) return nullptr;
-  auto p = std::make_shared<PackedWeights>();
-  p->M = M;
-  p->K = K;
-  p->isa = layout == PackedLayout::Channels ? Isa::Avx2 : isa;
-  p->layout = layout;
-  // MPSGRAPH_CPU_PACKED_READ_B=0 (read here) copies B's columns at every depth
-  p->copy_b = K > kReadDepth || switched_off("MPSGRAPH_CPU_PACKED_READ_B");
-  p->prefetch = !switched_off("MPSGRAPH_CPU_PACKED_PREFETCH");
-  p->copy_inline = !switched_off("MPSGRAPH_CPU_PACKED_COPY");
-  p->tail_rows = !switched_off("MPSGRAPH_CPU_PACKED_TAIL_ROWS");
-  p->half_tail = !switched_off("MPSGRAPH_CPU_PACKED_HALF_TAIL");
-  p->row_store = !switched_off("MPSGRAPH_CPU_PACKED_ROW_STORE");
-  p->wide_channels = layout == PackedLayout::Channels && packed_channels_wide();
-  p->even_blocks = !switched_off("MPSGRAPH_CPU_PACKED_EVEN_BLOCKS");
-  p->l1_chunk = !switched_off("MPSGRAPH_CPU_PACKED_L1_CHUNK");
-  p->half_chunk = !switched_off("MPSGRAPH_CPU_PACKED_HALF_CHUNK");
-  const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
-  p->mr = pr;
-  p->nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
-  const int64_t panels = (M + pr - 1) / pr, rem = M % pr;
-  if (p->isa == Isa::Avx2 && layout == PackedLayout::Planes && p->tail_rows && M > pr && rem >= 1 && rem <= 3 &&
-      !switched_off("MPSGRAPH_CPU_PACKED_SPLIT_TAIL")) {
-    p->split_at = M - pr - rem;
-    p->split_rows = (pr + rem + 1) / 2;
-  }
-  p->panels.assign(size_t((panels + (p->split_rows ? 2 : 0)) * K * pr), 0.0f);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < K; ++k) p->panels[size_t((i / pr * K + k) * pr + i % pr)] = w[i * ldw + k];
-  for (int64_t i = p->split_at; p->split_rows && i < M; ++i) {  // the split panels
-    const int64_t q = panels + (i >= p->split_at + p->split_rows), r = i - p->split_at - (q - panels) * p->split_rows;
-    for (int64_t k = 0; k < K; ++k) p->panels[size_t((q * K + k) * pr + r)] = w[i * ldw + k];
-  }
-  return p;
+  auto group = make_packed_weights_group(w, 1, 0, M, K, ldw, layout);
+  return group.empty() ? nullptr : group[0];
 }
 
 int64_t packed_panel_rows(const PackedWeights& a) { return a.mr; }

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <vector>
 
 namespace mg::cpu {
 
@@ -26,6 +27,13 @@ enum class PackedLayout { Planes, Channels };
 // Row-major weights (M, K), rows ldw apart; null where the packed path does not apply.
 std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t M, int64_t K, int64_t ldw,
                                                          PackedLayout layout = PackedLayout::Planes);
+
+// `count` such matrices, the g-th at w + g * w_stride, packed into one allocation (huge pages
+// from 2 MiB: Winograd's 16 products of 1 MiB each stream from memory as one); empty where the
+// packed path does not apply.
+std::vector<std::shared_ptr<const PackedWeights>> make_packed_weights_group(const float* w, int64_t count,
+                                                                           int64_t w_stride, int64_t M, int64_t K,
+                                                                           int64_t ldw, PackedLayout layout);
 
 // An epilogue folded into the store, computed as the epilogue ops compute it: row i gets
 // v + bias[i * bias_stride] (with a bias), then v <= lo ? lo : v, then v >= hi ? hi : v (with

@@ -37,7 +37,12 @@ namespace {
 
 constexpr int64_t kTilesPerUnit = 512;  // GEMM columns per unit (about)
 constexpr int64_t kMinTiles = 400;      // fewer output tiles in all: the generic path is faster
-constexpr int64_t kMinTilesPerImage = 36;  // the same with weights transformed at compile
+constexpr int64_t kMinTilesPerImage = 36;
+// the same on AVX-512 (the channels kernel of two panels): ResNet-18's 7x7 512-channel layers
+// (16 tiles an image) 1.22x alone at batch 8; with the channels split at batch 1 (below) and
+// the 16 packed products in one huge-page allocation, the network 1.08x at batch 1 and 1.045x
+// at batch 8 (a Xeon)
+constexpr int64_t kMinTilesPerImageWide = 16;  // the same with weights transformed at compile
 // tiles per unit from which the packed planes layout beats the channels one (measured on AVX2:
 // the channels one wins on 7x7 tile grids of 256 channels, loses at 64 tiles of 64 channels).
 // AVX-512's channels kernel runs two panels at a time: there it also wins at 98 and 196 tiles
@@ -139,8 +144,9 @@ bool transform_input(const Wino& q, const float* x, float* V, int64_t ty0, int64
 
 #if MG_CPU_X86
 // transform_input with AVX2: 8 tiles of a tile row at a time from the tile row's 4 source rows
-// copied into zero-bordered rows (no edge cases; each source row once per channel), the even and odd columns split by shuffles
-// (lanes in the order 0 1 4 5 2 3 6 7, put back by one permute per stored vector); the same
+// copied into zero-bordered rows (no edge cases; each source row once per channel), the even
+// and odd columns split by shuffles (lanes in the order 0 1 4 5 2 3 6 7, put back by one
+// permute per stored vector); the same
 // adds and subtracts per tile as transform_input, so the same bits. A last group of fewer than
 // 8 tiles goes through a buffer (storing all 8 would write over other channels' tiles).
 MG_TARGET_AVX2 bool transform_input_avx2(const Wino& q, const float* x, float* V, int64_t ty0, int64_t ty1, int64_t c0,
@@ -381,7 +387,8 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   const Array* wconst = c.constant(1);
   if (wconst && (wconst->dtype != DType::Float32 || wconst->size() != num_elements(ws) || !wconst->data()))
     wconst = nullptr;
-  if (wconst ? q.th * q.tw < kMinTilesPerImage : q.N * q.th * q.tw < kMinTiles) return {};
+  const int64_t min_tiles = packed_channels_wide() ? kMinTilesPerImageWide : kMinTilesPerImage;
+  if (wconst ? q.th * q.tw < min_tiles : q.N * q.th * q.tw < kMinTiles) return {};
   // Units of equal tile rows, as few as fit kTilesPerUnit (smaller units run their 16 products
   // slower), their count a multiple of the threads where there are few: a unit left over would
   // run on one thread while the others wait (at batch 1, 4 units of 9, 9, 9 and 1 rows over 2
@@ -394,7 +401,10 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   // input transform and the output channels for the rest, at the cost of a meeting between
   // and of every thread packing all the tiles for its products (where the rows split evenly,
   // as 28x28's 14, that cost more than it saved: 0.97 against 0.91 ms). Needs packed weights.
-  q.by_channels = wconst && threads > 1 && q.N * blocks < threads && q.N * q.th % threads != 0;
+  // So are images of fewer tiles than kMinTilesPerImage (7x7 outputs: units of 8 tiles made 16
+  // products of 8 columns each; the channels split 1000 -> 750 us alone at batch 1).
+  q.by_channels = wconst && threads > 1 && q.N * blocks < threads &&
+                  (q.N * q.th % threads != 0 || q.th * q.tw < kMinTilesPerImage);
   while (!q.by_channels && blocks < q.th && q.N * blocks % threads != 0 && q.N * blocks < 4 * threads) ++blocks;
   q.rows = (q.th + blocks - 1) / blocks;
   q.blocks = (q.th + q.rows - 1) / q.rows;
@@ -409,11 +419,9 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
     const bool pack = !switched_off("MPSGRAPH_CPU_WINOGRAD_PACKED");
     const int64_t planes_from = packed_channels_wide() ? kPackedPlanesTilesWide : kPackedPlanesTiles;
     const PackedLayout layout = q.rows * q.tw >= planes_from ? PackedLayout::Planes : PackedLayout::Channels;
-    for (int xi = 0; xi < 16 && pack; ++xi) {
-      auto pw = make_packed_weights(U->data() + xi * q.O * q.C, q.O, q.C, q.C, layout);
-      if (!pw) break;
-      packed.push_back(std::move(pw));
-    }
+    // the 16 in one allocation: huge pages for ResNet-18's 512-channel products of 1 MiB each,
+    // which its 7x7 layers stream from memory on every run
+    if (pack) packed = make_packed_weights_group(U->data(), 16, q.O * q.C, q.O, q.C, q.C, layout);
     if (packed.size() != 16) packed.clear();
   }
   if (packed.empty() && q.by_channels) {  // back to units of tiles
