@@ -64,6 +64,19 @@ def test_max_pool_rows_finite_random(monkeypatch):
                                       _pool(x, kw, {"MPSGRAPH_CPU_POOL_ROWS": "0"}, monkeypatch))
 
 
+def _special_source(seed, shape):
+    """A normal source with NaN, infinities and, in an eighth of its places, signed zeros (where
+    the first of equal values wins)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[rng.integers(0, x.size, 4)] = np.nan
+    x.flat[rng.integers(0, x.size, 2)] = np.inf
+    x.flat[rng.integers(0, x.size, 2)] = -np.inf
+    z = rng.integers(0, x.size, x.size // 8)
+    x.flat[z] = np.where(rng.random(z.size) < 0.5, np.float32(0.0), np.float32(-0.0))
+    return x
+
+
 # (N, C, H, W), kernel, stride, ceil mode: the small CNN's pools, rows of 8k and 8k + 1..7
 # outputs (the vector loop and its tail), odd heights and widths (ceil mode: a last window of
 # one row or one column), strides 2 along the row only
@@ -75,13 +88,7 @@ PAIRS = [((2, 3, 64, 64), 2, 2, False), ((1, 2, 9, 34), 2, 2, False), ((1, 3, 11
 @pytest.mark.parametrize("threads", [1, 2])
 def test_max_pool_pairs_against_general_row_and_torch(case, threads, monkeypatch):
     shape, k, s, ceil = case
-    rng = np.random.default_rng(43)
-    x = rng.standard_normal(shape).astype(np.float32)
-    x.flat[rng.integers(0, x.size, 4)] = np.nan
-    x.flat[rng.integers(0, x.size, 2)] = np.inf
-    x.flat[rng.integers(0, x.size, 2)] = -np.inf
-    z = rng.integers(0, x.size, x.size // 8)  # signed zeros: the first of equal values wins
-    x.flat[z] = np.where(rng.random(z.size) < 0.5, np.float32(0.0), np.float32(-0.0))
+    x = _special_source(43, shape)
     kw = dict(kernel_sizes=k, strides=s, ceil_mode=ceil)
     with _threads(threads):
         y = _pool(x, kw, {}, monkeypatch)
@@ -105,13 +112,7 @@ S2 = [((1, 3, 112, 112), 3, 2, 1, False), ((2, 2, 9, 33), 3, 2, 1, False), ((1, 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_max_pool_s2_against_general_row_and_torch(case, threads, monkeypatch):
     shape, k, s, pad, ceil = case
-    rng = np.random.default_rng(44)
-    x = rng.standard_normal(shape).astype(np.float32)
-    x.flat[rng.integers(0, x.size, 4)] = np.nan
-    x.flat[rng.integers(0, x.size, 2)] = np.inf
-    x.flat[rng.integers(0, x.size, 2)] = -np.inf
-    z = rng.integers(0, x.size, x.size // 8)  # signed zeros: the first of equal values wins
-    x.flat[z] = np.where(rng.random(z.size) < 0.5, np.float32(0.0), np.float32(-0.0))
+    x = _special_source(44, shape)
     kw = dict(kernel_sizes=k, strides=s, padding=pad, ceil_mode=ceil)
     with _threads(threads):
         y = _pool(x, kw, {}, monkeypatch)
