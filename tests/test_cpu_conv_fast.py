@@ -1233,11 +1233,11 @@ def test_packed_stream_large_outputs_same_bits(shape, wshape, stride, pad, monke
                          (None, "relu6", "relu6_residual", "max_min"))
 
 
-# ---------------- packed weights of 2 MiB and more in huge-page mappings ----------------
+# ---------------- packed weights in Buffers: huge-page mappings from 4 MiB ----------------
 
 # (N, C, H, W), (O, kh, kw), stride, pad: ResNet-18's 7x7 512-channel layer (9.4 MB of packed
-# weights, channels layout), a 256-channel 3x3 stride-2 one on 24x24 outputs (2.4 MB, planes),
-# and one just under 2 MiB (operator new) as a control
+# weights, channels layout: mapped), a 256-channel 3x3 stride-2 one on 24x24 outputs (2.4 MB,
+# planes) and one of 2.0 MB (both from the heap)
 HUGE = [((1, 512, 7, 7), (512, 3, 3), 1, 1), ((1, 256, 48, 48), (256, 3, 3), 2, 1), ((1, 224, 9, 9), (256, 3, 3), 1, 1)]
 
 
@@ -1260,9 +1260,9 @@ def test_winograd_packed_group_in_huge_pages(shape, o, monkeypatch):
 
 @pytest.mark.parametrize("shape,wshape,stride,pad", HUGE)
 def test_packed_weights_in_huge_pages(shape, wshape, stride, pad, monkeypatch):
-    """Packed weights from 2 MiB up live in 2 MiB-aligned mappings (core/array.h's
-    allocate_huge), unmapped when the executable goes: executables compiled and dropped in turn
-    keep agreeing with the float64 reference, as does the last one run again."""
+    """Packed weights live in a Buffer (from 4 MiB a 2 MiB-aligned huge-page mapping), freed
+    when the executable goes: executables compiled and dropped in turn keep agreeing with the
+    float64 reference, as does the last one run again."""
     rng, x, w, bias, build = _packed_case(91, shape, wshape, stride, pad)
     ref, scale = _ref(x, w, stride, (pad,) * 4), _ref(x, w, stride, (pad,) * 4, absolute=True)
     env = {"MPSGRAPH_CPU_WINOGRAD": "0"}

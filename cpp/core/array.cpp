@@ -39,31 +39,6 @@ void* map_huge(size_t rounded) {
 
 }  // namespace
 
-// From one huge page up a mapping of whole huge pages (mmap failing is out of memory: bad_alloc),
-// below it operator new; the size tells free_huge which.
-void* allocate_huge(size_t nbytes) {
-#if defined(__linux__)
-  if (nbytes >= kHugePage) {
-    if (nbytes > size_t(kMaxTensorBytes)) throw std::bad_alloc();  // the rounding below cannot wrap
-    void* p = map_huge((nbytes + kHugePage - 1) / kHugePage * kHugePage);
-    if (!p) throw std::bad_alloc();
-    return p;
-  }
-#endif
-  return ::operator new(nbytes);
-}
-
-void free_huge(void* p, size_t nbytes) {
-  if (!p) return;
-#if defined(__linux__)
-  if (nbytes >= kHugePage) {
-    munmap(p, (nbytes + kHugePage - 1) / kHugePage * kHugePage);
-    return;
-  }
-#endif
-  ::operator delete(p);
-}
-
 std::shared_ptr<Buffer> Buffer::allocate(size_t nbytes) {
 #if defined(__linux__)
   if (nbytes >= kMapAtLeast) {

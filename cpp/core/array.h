@@ -32,11 +32,4 @@ struct Array {
   static std::shared_ptr<Array> empty(DType dtype, const Shape& shape);
 };
 
-// Memory for large, long-lived arrays that kernels stream from memory on every run (a
-// convolution's packed weights): from 2 MiB up, 2 MiB-aligned mappings marked for transparent
-// huge pages (Linux), so streaming them misses the TLB once per 2 MiB rather than per 4 KiB;
-// smaller ones and other systems from operator new. free_huge takes allocate_huge's size.
-void* allocate_huge(size_t nbytes);
-void free_huge(void* p, size_t nbytes);
-
 }  // namespace mg

@@ -99,11 +99,11 @@ struct PackedWeights {
   // projections to 96 channels 1.01-1.05x; MPSGRAPH_CPU_PACKED_HALF_CHUNK=0: 256 KiB)
   bool half_chunk = false;
   // ceil(M / mr) panels of K x mr, rows past M zero, in `storage` (a group's packed weights
-  // share one): in huge pages from 2 MiB (allocate_huge), since a network's deep layers stream
+  // share one): a Buffer, so from 4 MiB in huge pages, since a network's deep layers stream
   // megabytes of them from memory on every run (ResNet-18's 7x7 layers at batch 1, six in a
   // row: 1.06x; the network 1.02-1.03x)
   const float* panels = nullptr;
-  std::shared_ptr<float> storage;
+  std::shared_ptr<Buffer> storage;
 };
 
 namespace {
@@ -669,8 +669,8 @@ std::vector<std::shared_ptr<const PackedWeights>> make_packed_weights_group(cons
     p.split_rows = (pr + rem + 1) / 2;
   }
   const size_t each = size_t((panels + (p.split_rows ? 2 : 0)) * K * pr), bytes = size_t(count) * each * sizeof(float);
-  float* all = static_cast<float*>(allocate_huge(bytes));
-  std::shared_ptr<float> storage(all, [bytes](float* q) { free_huge(q, bytes); });
+  const std::shared_ptr<Buffer> storage = Buffer::allocate(bytes);
+  float* all = static_cast<float*>(storage->data);
   std::fill(all, all + size_t(count) * each, 0.0f);
   std::vector<std::shared_ptr<const PackedWeights>> group;
   for (int64_t g = 0; g < count; ++g) {

@@ -28,9 +28,9 @@ enum class PackedLayout { Planes, Channels };
 std::shared_ptr<const PackedWeights> make_packed_weights(const float* w, int64_t M, int64_t K, int64_t ldw,
                                                          PackedLayout layout = PackedLayout::Planes);
 
-// `count` such matrices, the g-th at w + g * w_stride, packed into one allocation (huge pages
-// from 2 MiB: Winograd's 16 products of 1 MiB each stream from memory as one); empty where the
-// packed path does not apply.
+// `count` such matrices, the g-th at w + g * w_stride, packed into one allocation (a Buffer:
+// huge pages from 4 MiB, so Winograd's 16 products of 1 MiB each stream from memory as one);
+// empty where the packed path does not apply.
 std::vector<std::shared_ptr<const PackedWeights>> make_packed_weights_group(const float* w, int64_t count,
                                                                            int64_t w_stride, int64_t M, int64_t K,
                                                                            int64_t ldw, PackedLayout layout);
@@ -74,13 +74,13 @@ void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N,
 void packed_gemm_xwt(const PackedWeights& a, const float* X, int64_t ldx, int64_t rows, float* Y, int64_t ldy,
                      const PackedStore* store = nullptr);
 
-// Rows [r0, r1) of that product, no epilogue, on the calling thread (r0 a multiple of
-// packed_panel_rows): threads that split a convolution's output channels among them.
-int64_t packed_panel_rows(const PackedWeights& a);
-
 // Whether the channels layout runs the AVX-512 kernel of two panels at a time (an AVX-512 CPU,
 // MPSGRAPH_CPU_PACKED_CHANNELS512 not 0; read at compile): layout choices that depend on it ask here.
 bool packed_channels_wide();
+
+// Rows [r0, r1) of that product, no epilogue, on the calling thread (r0 a multiple of
+// packed_panel_rows): threads that split a convolution's output channels among them.
+int64_t packed_panel_rows(const PackedWeights& a);
 void packed_gemm_rows(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
                       int64_t r0, int64_t r1);
 
