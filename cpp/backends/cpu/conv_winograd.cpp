@@ -37,12 +37,12 @@ namespace {
 
 constexpr int64_t kTilesPerUnit = 512;  // GEMM columns per unit (about)
 constexpr int64_t kMinTiles = 400;      // fewer output tiles in all: the generic path is faster
-constexpr int64_t kMinTilesPerImage = 36;
+constexpr int64_t kMinTilesPerImage = 36;  // the same with weights transformed at compile
 // the same on AVX-512 (the channels kernel of two panels): ResNet-18's 7x7 512-channel layers
 // (16 tiles an image) 1.22x alone at batch 8; with the channels split at batch 1 (below) and
 // the 16 packed products in one huge-page allocation, the network 1.08x at batch 1 and 1.045x
 // at batch 8 (a Xeon)
-constexpr int64_t kMinTilesPerImageWide = 16;  // the same with weights transformed at compile
+constexpr int64_t kMinTilesPerImageWide = 16;
 // tiles per unit from which the packed planes layout beats the channels one (measured on AVX2:
 // the channels one wins on 7x7 tile grids of 256 channels, loses at 64 tiles of 64 channels).
 // AVX-512's channels kernel runs two panels at a time: there it also wins at 98 and 196 tiles
@@ -146,9 +146,9 @@ bool transform_input(const Wino& q, const float* x, float* V, int64_t ty0, int64
 // transform_input with AVX2: 8 tiles of a tile row at a time from the tile row's 4 source rows
 // copied into zero-bordered rows (no edge cases; each source row once per channel), the even
 // and odd columns split by shuffles (lanes in the order 0 1 4 5 2 3 6 7, put back by one
-// permute per stored vector); the same
-// adds and subtracts per tile as transform_input, so the same bits. A last group of fewer than
-// 8 tiles goes through a buffer (storing all 8 would write over other channels' tiles).
+// permute per stored vector); the same adds and subtracts per tile as transform_input, so the
+// same bits. A last group of fewer than 8 tiles goes through a buffer (storing all 8 would
+// write over other channels' tiles).
 MG_TARGET_AVX2 bool transform_input_avx2(const Wino& q, const float* x, float* V, int64_t ty0, int64_t ty1, int64_t c0,
                                          int64_t c1) {
   const int64_t T = (ty1 - ty0) * q.tw, CT = q.C * T;
@@ -160,14 +160,14 @@ MG_TARGET_AVX2 bool transform_input_avx2(const Wino& q, const float* x, float* V
   __m256 vz = zero;  // stays 0 unless an infinity or NaN is multiplied in
   float z = 0.0f;
   alignas(32) float tail[16][8];
+  // source row r lies in slot r mod 4 (r & 3, negative rows too): a tile row's first two rows
+  // are the last two of the tile row before, copied (and checked) once
+  auto slot = [](int64_t r) { return r & 3; };
   for (int64_t c = c0; c < c1; ++c) {
     const float* xc = x + c * q.H * q.W;
     float* vc = V + c * T;
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       const int64_t r0 = 2 * ty - q.pt;
-      // source row r lies in slot r mod 4: a tile row's first two rows are the last two of the
-      // tile row before, copied (and checked) once
-      auto slot = [&](int64_t r) { return ((r % 4) + 4) % 4; };
       for (int i = ty == ty0 ? 0 : 2; i < 4; ++i) {
         const int64_t r = r0 + i;
         float* row = rows.data() + slot(r) * Wp + q.pl;
@@ -421,8 +421,7 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
     const PackedLayout layout = q.rows * q.tw >= planes_from ? PackedLayout::Planes : PackedLayout::Channels;
     // the 16 in one allocation: huge pages for ResNet-18's 512-channel products of 1 MiB each,
     // which its 7x7 layers stream from memory on every run
-    if (pack) packed = make_packed_weights_group(U->data(), 16, q.O * q.C, q.O, q.C, q.C, layout);
-    if (packed.size() != 16) packed.clear();
+    if (pack) packed = make_packed_weights_group(U->data(), 16, q.O * q.C, q.O, q.C, q.C, layout);  // 16 or none
   }
   if (packed.empty() && q.by_channels) {  // back to units of tiles
     q.by_channels = false;
