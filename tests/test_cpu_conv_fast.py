@@ -1275,3 +1275,30 @@ def test_packed_weights_in_huge_pages(shape, wshape, stride, pad, monkeypatch):
     exe = _compile(build, [x], env, monkeypatch)
     for _ in range(2):
         assert np.all(np.abs(_run(exe, [x])[0] - ref) <= 2e-6 * scale)
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", EVEN_BLOCKS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_channels_pack_split_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The channels layout's column blocks copied over the pool (MPSGRAPH_CPU_PACKED_PACK_SPLIT=0:
+    on the calling thread), in chunks of rows: the same packed columns, so the same bits, and
+    the float64 reference."""
+    _epilogues_same_bits(65, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_PACK_SPLIT",
+                         (None, "relu6", "relu6_residual"))
+
+
+# (N, C, H, W), (O, 1, 1): one image through a 1x1 expansion (O >= 4 C) in the planes layout,
+# whose threads split the output channels: MobileNetV2's 56x56 and 28x28 shapes, column tails
+# (1480 and 725 positions), output channels not a multiple of the panel's 8 (100, 44).
+SPLIT_CHANNELS = [((1, 24, 56, 56), (144, 1, 1), 1, 0), ((1, 32, 28, 28), (192, 1, 1), 1, 0),
+                  ((1, 16, 40, 37), (100, 1, 1), 1, 0), ((1, 8, 25, 29), (44, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", SPLIT_CHANNELS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_split_channels_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """Output channels over the threads (MPSGRAPH_CPU_SPLIT_CHANNELS=0: positions): every output
+    is the same sum, so the same bits, with the bias, clamp and residual in the store; and the
+    float64 reference."""
+    _epilogues_same_bits(66, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_SPLIT_CHANNELS",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))

@@ -78,10 +78,12 @@ void packed_gemm_xwt(const PackedWeights& a, const float* X, int64_t ldx, int64_
 // MPSGRAPH_CPU_PACKED_CHANNELS512 not 0; read at compile): layout choices that depend on it ask here.
 bool packed_channels_wide();
 
-// Rows [r0, r1) of that product, no epilogue, on the calling thread (r0 a multiple of
-// packed_panel_rows): threads that split a convolution's output channels among them.
+// Rows [r0, r1) of that product (C's row 0 is the product's), on the calling thread (r0 a
+// multiple of packed_panel_rows), with store's epilogue if given: threads that split a
+// convolution's output channels among them.
 int64_t packed_panel_rows(const PackedWeights& a);
+bool packed_planes(const PackedWeights& a);  // the planes layout (else channels)
 void packed_gemm_rows(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
-                      int64_t r0, int64_t r1);
+                      int64_t r0, int64_t r1, const PackedStore* store = nullptr);
 
 }  // namespace mg::cpu
