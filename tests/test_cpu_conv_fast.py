@@ -1279,11 +1279,11 @@ def test_packed_weights_in_huge_pages(shape, wshape, stride, pad, monkeypatch):
 
 @pytest.mark.parametrize("shape,wshape,stride,pad", EVEN_BLOCKS)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_packed_channels_pack_split_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
-    """The channels layout's column blocks copied over the pool (MPSGRAPH_CPU_PACKED_PACK_SPLIT=0:
-    on the calling thread), in chunks of rows: the same packed columns, so the same bits, and
-    the float64 reference."""
-    _epilogues_same_bits(65, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_PACK_SPLIT",
+def test_packed_channels_own_copies_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The channels layout's column blocks packed by every task for itself, in chunks of rows
+    (MPSGRAPH_CPU_PACKED_OWN_COPIES=0: one copy by the calling thread): the same packed columns,
+    so the same bits, and the float64 reference."""
+    _epilogues_same_bits(65, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_OWN_COPIES",
                          (None, "relu6", "relu6_residual"))
 
 

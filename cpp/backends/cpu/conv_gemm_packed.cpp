@@ -80,9 +80,9 @@ struct PackedWeights {
   // 8 x 6 + 1), so no block is a column or two whose few sums wait on each other's latency
   // (MPSGRAPH_CPU_PACKED_EVEN_BLOCKS=0: blocks of 6 and a tail)
   bool even_blocks = false;
-  // channels with even_blocks: packed_gemm copies B's blocks over the pool, not on the calling
-  // thread alone (MPSGRAPH_CPU_PACKED_PACK_SPLIT=0)
-  bool pack_split = false;
+  // channels with even_blocks: packed_gemm's tasks each pack B's blocks for themselves
+  // (MPSGRAPH_CPU_PACKED_OWN_COPIES=0: the calling thread packs one copy for all)
+  bool own_copies = false;
   // AVX2 planes, M % 6 of 1 to 3 past a full panel: packed_gemm runs the last 6 + M % 6 rows as
   // two panels of about equal height (split_rows, then the rest; 8: 4 + 4, not 6 + 2), as a
   // panel of 1 to 3 rows has too few accumulators to hide the multiply-add's latency
@@ -520,16 +520,17 @@ MG_TARGET_AVX2 void pack_block_avx2(const float* b, int64_t ldb, int64_t K, int6
 }
 #endif
 
-// Channels with even_blocks: blocks [b0, b1) of B's columns in chan_block's blocks, each K rows
-// of 6 floats. The depth runs in chunks whose rows of B stay in L1 while every block takes its
-// piece of them: a block at a time over all K rows read B from L2 once per block, and the lines
-// a row shares with its neighbours again each time (MobileNetV2's 7x7 960-channel projection
-// at batch 1: 1.09x).
-void pack_channels_even(const float* B, int64_t ldb, int64_t K, int64_t N, float* out, int64_t b0, int64_t b1) {
+// Channels with even_blocks: B's columns in chan_block's blocks, each K rows of 6 floats. The
+// depth runs in chunks whose rows of B stay in L1 while every block takes its piece of them: a
+// block at a time over all K rows read B from L2 once per block, and the lines a row shares
+// with its neighbours again each time (MobileNetV2's 7x7 960-channel projection at batch 1:
+// 1.09x).
+void pack_channels_even(const float* B, int64_t ldb, int64_t K, int64_t N, float* out) {
+  const int64_t nb = (N + kChanCols - 1) / kChanCols;
   const int64_t kc = std::max<int64_t>(8, 8192 / std::max<int64_t>(ldb, 1));  // 32 KiB of B's rows
   for (int64_t k0 = 0; k0 < K; k0 += kc) {
     const int64_t kn = std::min(kc, K - k0);
-    for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t b = 0; b < nb; ++b) {
       const ChanBlock c = chan_block(N, b, true);
       const float* s = B + k0 * ldb + c.j;
       float* o = out + b * kChanCols * K + k0 * kChanCols;
@@ -545,8 +546,7 @@ void pack_channels_even(const float* B, int64_t ldb, int64_t K, int64_t N, float
 }
 
 void pack_columns(const PackedWeights& a, const float* B, int64_t ldb, int64_t K, int64_t N, int64_t nr, float* out) {
-  if (a.layout == PackedLayout::Channels && a.even_blocks)
-    return pack_channels_even(B, ldb, K, N, out, 0, (N + kChanCols - 1) / kChanCols);
+  if (a.layout == PackedLayout::Channels && a.even_blocks) return pack_channels_even(B, ldb, K, N, out);
 #if MG_CPU_X86
   if (a.copy_inline) return pack_columns_avx2(B, ldb, K, N, nr, out);
 #endif
@@ -668,7 +668,7 @@ std::vector<std::shared_ptr<const PackedWeights>> make_packed_weights_group(cons
   p.row_store = !switched_off("MPSGRAPH_CPU_PACKED_ROW_STORE");
   p.wide_channels = layout == PackedLayout::Channels && packed_channels_wide();
   p.even_blocks = !switched_off("MPSGRAPH_CPU_PACKED_EVEN_BLOCKS");
-  p.pack_split = !switched_off("MPSGRAPH_CPU_PACKED_PACK_SPLIT");
+  p.own_copies = !switched_off("MPSGRAPH_CPU_PACKED_OWN_COPIES");
   p.l1_chunk = !switched_off("MPSGRAPH_CPU_PACKED_L1_CHUNK");
   p.half_chunk = !switched_off("MPSGRAPH_CPU_PACKED_HALF_CHUNK");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
@@ -762,18 +762,24 @@ void packed_gemm(const PackedWeights& a, const float* B, int64_t ldb, int64_t N,
   if (a.layout == PackedLayout::Channels) {
     const int64_t panels = (a.M + kChanRows - 1) / kChanRows;
     const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, kChanRows * a.K * N));
-    thread_local std::vector<float> packed;  // B's column blocks, shared by the tasks of this call
     const int64_t blocks = (N + kChanCols - 1) / kChanCols;
-    packed.resize(size_t(a.K * blocks * kChanCols));
-    float* const Bp = packed.data();
-    if (a.even_blocks && a.pack_split) {
-      // the copy over the pool too, not on the calling thread while the others wait
-      // (MobileNetV2's 7x7 projections of depth 576 and 960 at batch 1: 1.07-1.1x)
-      const int64_t pack_grain = std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(1, kChanCols * a.K));
-      parallel_for(blocks, pack_grain, [&](int64_t b0, int64_t b1) { pack_channels_even(B, ldb, a.K, N, Bp, b0, b1); });
-    } else {
-      pack_columns(a, B, ldb, a.K, N, kChanCols, Bp);
+    if (a.even_blocks && a.own_copies) {
+      // Every task packs all of B for itself. One copy shared by the tasks had lines written by
+      // one core and read by the other, which moved between the cores every call: MobileNetV2's
+      // 7x7 projections of depth 960 at batch 1 ran 80 -> 61 us alone, 1.1-1.15x in the network
+      // (a copy split over the tasks was 1.1x over the caller's alone).
+      parallel_for(panels, grain, [&](int64_t q0, int64_t q1) {
+        thread_local std::vector<float> own;
+        own.resize(size_t(a.K * blocks * kChanCols));
+        pack_channels_even(B, ldb, a.K, N, own.data());
+        run_panels(a, own.data(), N, C, ldc, q0, q1, store);
+      });
+      return;
     }
+    thread_local std::vector<float> packed;  // B's column blocks, shared by the tasks of this call
+    packed.resize(size_t(a.K * blocks * kChanCols));
+    const float* Bp = packed.data();
+    pack_columns(a, B, ldb, a.K, N, kChanCols, packed.data());
     parallel_for(panels, grain, [&](int64_t q0, int64_t q1) { run_panels(a, Bp, N, C, ldc, q0, q1, store); });
     return;
   }
