@@ -403,6 +403,40 @@ def test_depthwise3x3_non_finite_source(idx):
     np.testing.assert_allclose(out[fin], ref[fin], rtol=1e-5, atol=1e-5)
 
 
+# 16 channels at once (AVX-512, rows of at most 7 outputs): MobileNetV2's 7x7 and 14x14 -> 7x7
+# layers, channel counts with a remainder of 8 (40) and of 3 (35) taken one at a time, two
+# images (a block never spans them), odd planes, paddings 0 to 2 on either side, a 1x1 output.
+DW_BLOCK16 = [((1, 48, 7, 7), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+              ((2, 40, 14, 14), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+              ((1, 35, 5, 7), 1, (1, 1), (0, 2, 2, 0), (1, 1)),
+              ((2, 32, 9, 11), 1, (2, 2), (2, 0, 1, 1), (1, 1)),
+              ((1, 16, 3, 3), 1, (2, 2), (0, 0, 0, 0), (1, 1))]
+
+
+@pytest.mark.parametrize("case", DW_BLOCK16, ids=lambda c: "x".join(map(str, c[0])) + f"s{c[2][0]}")
+@pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise3x3_block16_same_bits(case, chain, threads, monkeypatch):
+    """16 channels' planes transposed into pixels of 16 channels, summed with the rows' taps in
+    their order (MPSGRAPH_CPU_DW3_BLOCK16=0: a channel at a time): the same bits, the bias and
+    clamp folded or left to their own kernels; and PyTorch. An infinity and a NaN in the source
+    reach the same outputs."""
+    x, w, bias = _dw_setup(case, 17)
+    bad = [3, x.shape[1] - 1]  # in a block, and last (in the remainder where there is one)
+    x[0, bad[0], 0, 1], x[-1, bad[1], -1, -1] = np.inf, np.nan
+    build = _dw_build(case, w, bias, chain)
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        one = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_BLOCK16": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, one)
+    fin = np.ones(x.shape[1], bool)
+    fin[bad] = False  # the channels with a non-finite source: against PyTorch's NaNs only
+    with np.errstate(invalid="ignore"):
+        ref = _dw_ref(x, w, bias, case, chain)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    _dw_agree(case, x[:, fin], w[fin], bias[fin], chain, y[:, fin])
+
+
 def test_depthwise3x3_float16(monkeypatch):
     case = DW[1]
     x, w, bias = _dw_setup(case, 9)

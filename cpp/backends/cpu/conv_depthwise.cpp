@@ -7,6 +7,8 @@
 #include "backends/cpu/avx2_pairs.h"
 #include "backends/cpu/isa_target.h"
 
+#include <algorithm>
+
 #if MG_CPU_X86
 #include <immintrin.h>
 #endif
@@ -205,6 +207,133 @@ MG_TARGET_AVX2 void plane_avx2_s2(const float* even, const float* odd, int64_t w
 }
 #endif
 
+// ---- 16 channels at once (Dw3Block16Fn) ----
+
+// The bordered plane of 16-channel pixels: its width and height.
+inline int64_t block_wb(const Dw3Block& b) { return std::max(b.pad_l + b.iw, b.stride * (b.ow - 1) + 3); }
+inline int64_t block_hb(const Dw3Block& b) { return std::max(b.pad_t + b.ih, b.stride * (b.oh - 1) + 3); }
+
+#if MG_CPU_X86
+// Shuffles through their zero-masked forms with every lane kept: GCC 12 warns of the
+// unmasked forms' undefined pass-through operand.
+constexpr __mmask16 kAll16 = 0xFFFF;
+constexpr __mmask8 kAll8 = 0xFF;
+
+// The low or high float pairs of each 128-bit lane of a, then of b.
+MG_TARGET_AVX512 inline __m512 pairs_lo(__m512 a, __m512 b) {
+  return _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(kAll8, _mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+MG_TARGET_AVX512 inline __m512 pairs_hi(__m512 a, __m512 b) {
+  return _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(kAll8, _mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+
+// r[i] (16 rows of 16) transposed in place: r[j][i] = old r[i][j].
+MG_TARGET_AVX512 inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_ps(kAll16, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_ps(kAll16, r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = pairs_lo(t[i], t[i + 2]);
+    r[i + 1] = pairs_hi(t[i], t[i + 2]);
+    r[i + 2] = pairs_lo(t[i + 1], t[i + 3]);
+    r[i + 3] = pairs_hi(t[i + 1], t[i + 3]);
+  }
+  // r[4g + c] now holds, in 128-bit lane L, column 4L + c of rows 4g .. 4g + 3
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 2; ++k) {
+      t[i + 4 * k] = _mm512_maskz_shuffle_f32x4(kAll16, r[i + 8 * k], r[i + 8 * k + 4], _MM_SHUFFLE(2, 0, 2, 0));
+      t[i + 4 * k + 8] = _mm512_maskz_shuffle_f32x4(kAll16, r[i + 8 * k], r[i + 8 * k + 4], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_maskz_shuffle_f32x4(kAll16, t[i], t[i + 4], _MM_SHUFFLE(2, 0, 2, 0));
+    r[i + 8] = _mm512_maskz_shuffle_f32x4(kAll16, t[i], t[i + 4], _MM_SHUFFLE(3, 1, 3, 1));
+    r[i + 4] = _mm512_maskz_shuffle_f32x4(kAll16, t[i + 8], t[i + 12], _MM_SHUFFLE(2, 0, 2, 0));
+    r[i + 12] = _mm512_maskz_shuffle_f32x4(kAll16, t[i + 8], t[i + 12], _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+MG_TARGET_AVX512 void block16_avx512(const Dw3Block& b, const float* x, int64_t in_plane, const float* w,
+                                     const float* bias, int64_t bias_step, float lo, float hi, float* y, int64_t op,
+                                     float* scratch) {
+  const int64_t wb = block_wb(b), hb = block_hb(b), ip = b.ih * b.iw, np = b.oh * b.ow;
+  float* X = scratch;           // hb x wb pixels of 16 channels, zero-bordered
+  float* Y = X + hb * wb * 16;  // oh x ow output pixels of 16 channels
+  // the border: rows above and below the source, columns left and right of it
+  const int64_t bottom = b.pad_t + b.ih, right = b.pad_l + b.iw;
+  std::fill(X, X + b.pad_t * wb * 16, 0.0f);
+  std::fill(X + bottom * wb * 16, X + hb * wb * 16, 0.0f);
+  for (int64_t row = b.pad_t; row < bottom; ++row) {
+    std::fill(X + row * wb * 16, X + (row * wb + b.pad_l) * 16, 0.0f);
+    std::fill(X + (row * wb + right) * 16, X + (row + 1) * wb * 16, 0.0f);
+  }
+  // in: the planes' pixels 16 at a time (flat, across rows), transposed into X's pixels
+  int64_t row = 0, col = 0;  // of pixel p0 + i
+  for (int64_t p0 = 0; p0 < ip; p0 += 16) {
+    const int64_t n = std::min<int64_t>(16, ip - p0);
+    const __mmask16 m = __mmask16((1u << n) - 1);
+    __m512 r[16];
+    for (int c = 0; c < 16; ++c) r[c] = _mm512_maskz_loadu_ps(m, x + c * in_plane + p0);
+    transpose16(r);
+    for (int64_t i = 0; i < n; ++i) {
+      _mm512_storeu_ps(X + ((row + b.pad_t) * wb + col + b.pad_l) * 16, r[i]);
+      if (++col == b.iw) col = 0, ++row;
+    }
+  }
+  __m512 k[9];
+  for (int t = 0; t < 9; ++t) {  // tap t of the 16 channels
+    alignas(64) float v[16];
+    for (int c = 0; c < 16; ++c) v[c] = w[c * 9 + t];
+    k[t] = _mm512_load_ps(v);
+  }
+  alignas(64) float bv[16];
+  for (int c = 0; c < 16; ++c) bv[c] = bias[c * bias_step];
+  const __m512 kb = _mm512_load_ps(bv), klo = _mm512_set1_ps(lo), khi = _mm512_set1_ps(hi);
+  // Up to 4 output pixels at a time, their sums interleaved: one pixel's nine taps wait on each
+  // other. The taps in the order of the rows' kernels: stride 1 as GCC contracts row_body's (the
+  // first tap fused onto the second's product), stride 2 a product then multiply-adds.
+  const int64_t s = b.stride, oh = b.oh, ow = b.ow, row_floats = wb * 16, step = s * 16;
+  const bool s1 = s == 1;
+  for (int64_t r = 0; r < oh; ++r) {
+    const float* x0 = X + r * s * row_floats;
+    float* yr = Y + r * ow * 16;
+    for (int64_t j = 0; j < ow; j += 4) {
+      const int np4 = int(std::min<int64_t>(4, ow - j));
+      __m512 v[4];
+      for (int q = 0; q < 4; ++q) {
+        if (q >= np4) break;
+        const float* a = x0 + (j + q) * step;
+        v[q] = s1 ? _mm512_fmadd_ps(k[0], _mm512_loadu_ps(a), _mm512_mul_ps(k[1], _mm512_loadu_ps(a + 16)))
+                  : _mm512_fmadd_ps(k[1], _mm512_loadu_ps(a + 16), _mm512_mul_ps(k[0], _mm512_loadu_ps(a)));
+      }
+      for (int t = 2; t < 9; ++t) {
+        const int64_t off = (t / 3) * row_floats + (t % 3) * 16;
+        for (int q = 0; q < 4; ++q) {
+          if (q >= np4) break;
+          v[q] = _mm512_fmadd_ps(k[t], _mm512_loadu_ps(x0 + (j + q) * step + off), v[q]);
+        }
+      }
+      for (int q = 0; q < np4; ++q) {
+        __m512 u = _mm512_add_ps(v[q], kb);
+        u = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(u, klo, _CMP_LE_OQ), u, klo);  // as bias_clamp (a NaN passes)
+        u = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(u, khi, _CMP_GE_OQ), u, khi);
+        _mm512_storeu_ps(yr + (j + q) * 16, u);
+      }
+    }
+  }
+  // out: 16 pixels at a time transposed back into the 16 output planes
+  for (int64_t p0 = 0; p0 < np; p0 += 16) {
+    const int64_t n = std::min<int64_t>(16, np - p0);
+    const __mmask16 m = __mmask16((1u << n) - 1);
+    __m512 r[16];
+    for (int64_t i = 0; i < 16; ++i) r[i] = i < n ? _mm512_loadu_ps(Y + (p0 + i) * 16) : _mm512_setzero_ps();
+    transpose16(r);
+    for (int c = 0; c < 16; ++c) _mm512_mask_storeu_ps(y + c * op + p0, m, r[c]);
+  }
+}
+#endif
+
 }  // namespace
 
 Dw3RowFn dw3_row_fn(int64_t stride, bool s1_by_hand) {
@@ -233,5 +362,14 @@ Dw3PhasePlaneFn dw3_s2_plane_fn() {
 #endif
   return nullptr;
 }
+
+Dw3Block16Fn dw3_block16_fn() {
+#if MG_CPU_X86
+  if (best_isa() == Isa::Avx512) return block16_avx512;
+#endif
+  return nullptr;
+}
+
+int64_t dw3_block16_scratch(const Dw3Block& b) { return (block_hb(b) * block_wb(b) + b.oh * b.ow) * 16; }
 
 }  // namespace mg::cpu

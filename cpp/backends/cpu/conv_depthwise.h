@@ -39,4 +39,20 @@ using Dw3PhasePlaneFn = void (*)(const float* even, const float* odd, int64_t wb
                                  int64_t ol, int64_t nr, float bias, float lo, float hi);
 Dw3PhasePlaneFn dw3_s2_plane_fn();
 
+// 16 channels' planes at once (AVX-512), for planes of a row or two of vectors, where one
+// channel's nine dependent taps per vector leave the multiply-add units idle: the 16 source
+// planes (in_plane apart, ih x iw) are transposed into one zero-bordered plane of 16-channel
+// pixels, each output pixel's nine taps are nine multiply-adds over 16 channels, and the
+// outputs are transposed back (planes op apart, oh x ow). Stride 1 or 2, padding pad_t and
+// pad_l before (the rest after); the same sums in the same order as Dw3PlaneFn (stride 1) and
+// Dw3PhasePlaneFn (stride 2). w: 16 x 9 taps; bias: 16 values, or one (bias_step 0); scratch:
+// at least dw3_block16_scratch floats. Null where no such path.
+struct Dw3Block {
+  int64_t ih, iw, oh, ow, stride, pad_t, pad_l;
+};
+using Dw3Block16Fn = void (*)(const Dw3Block& b, const float* x, int64_t in_plane, const float* w, const float* bias,
+                              int64_t bias_step, float lo, float hi, float* y, int64_t op, float* scratch);
+Dw3Block16Fn dw3_block16_fn();
+int64_t dw3_block16_scratch(const Dw3Block& b);
+
 }  // namespace mg::cpu

@@ -139,6 +139,7 @@ struct Plan {
   bool dw3_s1_avx2 = true;  // dw3: conv_depthwise.h's AVX2 stride-1 rows by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: compiled)
   bool dw3_row_pairs = false;  // dw3_border at stride 1 (up to 127 wide): Dw3PlaneFn's row pairs, into the output
   bool dw3_phase_pairs = false;  // dw3_phase: Dw3PhasePlaneFn's row pairs, straight into the output
+  bool dw3_block16 = false;  // dw3_border, one output channel per group: Dw3Block16Fn, 16 channels at once
   int64_t pbL = 0, pbT = 0;  // padding before, innermost and outer (2-d)
   std::shared_ptr<const std::vector<float>> zeros;  // dw3: a source row of zeros (rows in the padding)
   int64_t tile = 1;        // output positions per column tile
@@ -234,6 +235,11 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
   p.dw3_s1_avx2 = !switched_off("MPSGRAPH_CPU_DW3_S1_AVX2");
   p.dw3_row_pairs = p.dw3_border && row_pairs;
+  // 16 channels at once on rows of at most 7 outputs (AVX-512): MobileNetV2's 7x7 layers at
+  // batch 1 ran 1.3-1.8x faster in the network, its 14x14 -> 7x7 stride-2 layer 1.2x; at 14x14
+  // the transposes cost what the sums gain (level; 28x28 -> 14x14: 0.95x). MPSGRAPH_CPU_DW3_BLOCK16=0:
+  // a channel at a time.
+  p.dw3_block16 = p.dw3_border && p.Og == 1 && p.OL <= 7 && !switched_off("MPSGRAPH_CPU_DW3_BLOCK16");
 
   // innermost dim: output j reads source j * s + off, off = tap * dilation - pad_before
   const int64_t dL = dil.back(), pbL = pads[2 * (k - 1)];
@@ -658,6 +664,8 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
   const CopyRowsFn copy_rows = copy_rows_fn();
   const Dw3PlaneFn plane_s1 = p.dw3_row_pairs ? dw3_s1_plane_fn() : nullptr;
   const Dw3PhasePlaneFn plane_s2 = p.dw3_phase_pairs ? dw3_s2_plane_fn() : nullptr;
+  const Dw3Block16Fn block16 = p.dw3_block16 ? dw3_block16_fn() : nullptr;
+  const Dw3Block blk{p.IL ? p.in_plane / p.IL : 0, p.IL, p.R, p.OL, p.sL, p.pbT, p.pbL};
   RowEpilogue re = epi.e && epi.row ? *epi.row : RowEpilogue{true};
   constexpr float inf = std::numeric_limits<float>::infinity();
   const std::pair<float, float> bounds = row_bounds(re, epi.in);
@@ -696,12 +704,22 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
     // the padding once per task: every channel then writes the same places
     if (p.dw3_phase) std::fill(plane.begin(), plane.begin() + 2 * phase, 0.0f);
     else if (p.dw3_border) std::fill(plane.begin(), plane.begin() + Hb * Wb, 0.0f);
+    thread_local std::vector<float> block;  // block16's transposed planes
+    if (block16) block.resize(size_t(dw3_block16_scratch(blk)));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t n = u / per_image, oc = u % per_image, g = oc / p.Og;
       const float* xc = x + (n * p.C + g) * p.in_plane - p.pbL;
       const float* wc = w + oc * 9;
       float* yc = y + (n * p.O + oc) * p.P;
       const float bias = re.fused && re.bias >= 0 ? epi.in[re.bias][re.bias_channel ? oc : 0] : 0.0f;
+      if (block16 && u + 16 <= u1 && oc + 16 <= per_image) {  // 16 channels (one per group: dw3_block16)
+        const bool biased = re.fused && re.bias >= 0;
+        const float* b = biased ? epi.in[re.bias] + (re.bias_channel ? oc : 0) : &bias;
+        block16(blk, xc + p.pbL, p.in_plane, wc, b, biased && re.bias_channel ? 1 : 0, lo, hi, yc, p.P, block.data());
+        if (!re.fused) epi(y, n, oc, oc + 16, 0, p.P);
+        u += 15;
+        continue;
+      }
       if (p.dw3_phase) {
         float *f = plane.data(), *yb = f + 2 * phase;
         for (int64_t q = 0; q < 2; ++q) {  // the source rows of bordered row parity q
