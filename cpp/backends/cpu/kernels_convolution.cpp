@@ -972,7 +972,7 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   // channels too, so each thread reads planes its own core wrote (MobileNetV2 at batch 1, the
   // 112x112 and 56x56 expansion + depthwise pairs: 1.07-1.24x; the expansions alone 1.1x).
   // Projections (K > O) keep the positions split: every thread would read all of the wide
-  // source (0.75-0.85x). MPSGRAPH_CPU_SPLIT_CHANNELS=0: positions.
+  // source (their layers 0.74-0.87x). MPSGRAPH_CPU_SPLIT_CHANNELS=0: positions.
   p.split_channels = p.packed && packed_planes(*p.packed) && p.direct && p.N == 1 && p.G == 1 && p.O >= 4 * p.CK &&
                      !p.stream_out && num_threads() > 1 && !switched_off("MPSGRAPH_CPU_SPLIT_CHANNELS");
   if (constant && !p.packed)  // not packed after all (MPSGRAPH_CPU_PACKED=0, no AVX2): BLAS's split
