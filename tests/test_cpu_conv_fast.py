@@ -403,6 +403,21 @@ def test_depthwise3x3_non_finite_source(idx):
     np.testing.assert_allclose(out[fin], ref[fin], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", DW + DW_PHASES, ids=lambda c: "x".join(map(str, c[0])) + f"s{c[2][0]}p{c[3]}")
+@pytest.mark.parametrize("chain", ["none", "bias_relu6", "bias_res"])
+def test_depthwise3x3_avx512_rows_same_bits(case, chain, monkeypatch):
+    """The 16-lane planes and stride-2 rows on AVX-512 (MPSGRAPH_CPU_DW3_AVX512=0: the 8-lane
+    ones): the same taps in the same order, their last vector of a row masked, so the same bits;
+    and PyTorch. On a CPU without AVX-512 both run the 8-lane ones."""
+    x, w, bias = _dw_setup(case, 19)
+    build = _dw_build(case, w, bias, chain)
+    with _threads(2):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        narrow = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_AVX512": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, narrow)
+    _dw_agree(case, x, w, bias, chain, y)
+
+
 # 16 channels at once (AVX-512, rows of at most 7 outputs): MobileNetV2's 7x7 and 14x14 -> 7x7
 # layers, channel counts with a remainder of 8 (40) and of 3 (35) taken one at a time, two
 # images (a block never spans them), odd planes, paddings 0 to 2 on either side, a 1x1 output.

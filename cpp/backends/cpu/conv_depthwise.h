@@ -14,8 +14,9 @@ using Dw3RowFn = void (*)(const float* const* rows, const float* w, float* y, in
                           float lo, float hi);
 
 // stride 1 or 2; null otherwise. s1_by_hand: AVX2 stride 1 rows end in a vector step by hand
-// instead of the compiler's scalar remainder (the same bits).
-Dw3RowFn dw3_row_fn(int64_t stride, bool s1_by_hand = true);
+// instead of the compiler's scalar remainder (the same bits). avx512: AVX-512 CPUs run 16-lane
+// rows and planes (the same bits; false: the 8-lane ones).
+Dw3RowFn dw3_row_fn(int64_t stride, bool s1_by_hand = true, bool avx512 = true);
 
 // A stride-1 plane from its zero-bordered copy b (row width wb, nr + 2 rows, readable 10 floats
 // past the last row's start), output rows of ol >= 4: y[r * ol + j] = clamp(sum over kt, t of
@@ -26,7 +27,7 @@ Dw3RowFn dw3_row_fn(int64_t stride, bool s1_by_hand = true);
 // baseline ISA).
 using Dw3PlaneFn = void (*)(const float* b, int64_t wb, const float* w, float* y, int64_t ol, int64_t nr,
                             float bias, float lo, float hi);
-Dw3PlaneFn dw3_s1_plane_fn();
+Dw3PlaneFn dw3_s1_plane_fn(bool avx512 = true);
 
 // A stride-2 plane from its zero-bordered copy as two phases, its even rows at even and its odd
 // rows at odd (row width wb each, nr + 1 even rows, nr odd ones, each readable 17 floats past
@@ -37,7 +38,7 @@ Dw3PlaneFn dw3_s1_plane_fn();
 // such path (the baseline ISA).
 using Dw3PhasePlaneFn = void (*)(const float* even, const float* odd, int64_t wb, const float* w, float* y,
                                  int64_t ol, int64_t nr, float bias, float lo, float hi);
-Dw3PhasePlaneFn dw3_s2_plane_fn();
+Dw3PhasePlaneFn dw3_s2_plane_fn(bool avx512 = true);
 
 // 16 channels' planes at once (AVX-512), for planes of a row or two of vectors, where one
 // channel's nine dependent taps per vector leave the multiply-add units idle: the 16 source
