@@ -214,6 +214,24 @@ inline int64_t block_wb(const Dw3Block& b) { return std::max(b.pad_l + b.iw, b.s
 inline int64_t block_hb(const Dw3Block& b) { return std::max(b.pad_t + b.ih, b.stride * (b.oh - 1) + 3); }
 
 #if MG_CPU_X86
+// A call's weights (per tap: one weight, or 16 channels' taps), bias and bounds, 16 lanes.
+struct RowVectors512 {
+  __m512 w[9], bias, lo, hi;
+};
+MG_TARGET_AVX512 inline RowVectors512 row_vectors512(const float* w, float bias, float lo, float hi) {
+  RowVectors512 k;
+  for (int t = 0; t < 9; ++t) k.w[t] = _mm512_set1_ps(w[t]);
+  k.bias = _mm512_set1_ps(bias), k.lo = _mm512_set1_ps(lo), k.hi = _mm512_set1_ps(hi);
+  return k;
+}
+
+// As bias_clamp (a NaN passes).
+MG_TARGET_AVX512 inline __m512 bias_clamp512(__m512 v, const RowVectors512& k) {
+  v = _mm512_add_ps(v, k.bias);
+  v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, k.lo, _CMP_LE_OQ), v, k.lo);
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, k.hi, _CMP_GE_OQ), v, k.hi);
+}
+
 // Shuffles through their zero-masked forms with every lane kept: GCC 12 warns of the
 // unmasked forms' undefined pass-through operand.
 constexpr __mmask16 kAll16 = 0xFFFF;
@@ -281,15 +299,15 @@ MG_TARGET_AVX512 void block16_avx512(const Dw3Block& b, const float* x, int64_t 
       if (++col == b.iw) col = 0, ++row;
     }
   }
-  __m512 k[9];
-  for (int t = 0; t < 9; ++t) {  // tap t of the 16 channels
+  RowVectors512 k;  // tap t of the 16 channels, their biases
+  for (int t = 0; t < 9; ++t) {
     alignas(64) float v[16];
     for (int c = 0; c < 16; ++c) v[c] = w[c * 9 + t];
-    k[t] = _mm512_load_ps(v);
+    k.w[t] = _mm512_load_ps(v);
   }
   alignas(64) float bv[16];
   for (int c = 0; c < 16; ++c) bv[c] = bias[c * bias_step];
-  const __m512 kb = _mm512_load_ps(bv), klo = _mm512_set1_ps(lo), khi = _mm512_set1_ps(hi);
+  k.bias = _mm512_load_ps(bv), k.lo = _mm512_set1_ps(lo), k.hi = _mm512_set1_ps(hi);
   // Up to 4 output pixels at a time, their sums interleaved: one pixel's nine taps wait on each
   // other. The taps in the order of the rows' kernels: stride 1 as GCC contracts row_body's (the
   // first tap fused onto the second's product), stride 2 a product then multiply-adds.
@@ -304,22 +322,17 @@ MG_TARGET_AVX512 void block16_avx512(const Dw3Block& b, const float* x, int64_t 
       for (int q = 0; q < 4; ++q) {
         if (q >= np4) break;
         const float* a = x0 + (j + q) * step;
-        v[q] = s1 ? _mm512_fmadd_ps(k[0], _mm512_loadu_ps(a), _mm512_mul_ps(k[1], _mm512_loadu_ps(a + 16)))
-                  : _mm512_fmadd_ps(k[1], _mm512_loadu_ps(a + 16), _mm512_mul_ps(k[0], _mm512_loadu_ps(a)));
+        v[q] = s1 ? _mm512_fmadd_ps(k.w[0], _mm512_loadu_ps(a), _mm512_mul_ps(k.w[1], _mm512_loadu_ps(a + 16)))
+                  : _mm512_fmadd_ps(k.w[1], _mm512_loadu_ps(a + 16), _mm512_mul_ps(k.w[0], _mm512_loadu_ps(a)));
       }
       for (int t = 2; t < 9; ++t) {
         const int64_t off = (t / 3) * row_floats + (t % 3) * 16;
         for (int q = 0; q < 4; ++q) {
           if (q >= np4) break;
-          v[q] = _mm512_fmadd_ps(k[t], _mm512_loadu_ps(x0 + (j + q) * step + off), v[q]);
+          v[q] = _mm512_fmadd_ps(k.w[t], _mm512_loadu_ps(x0 + (j + q) * step + off), v[q]);
         }
       }
-      for (int q = 0; q < np4; ++q) {
-        __m512 u = _mm512_add_ps(v[q], kb);
-        u = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(u, klo, _CMP_LE_OQ), u, klo);  // as bias_clamp (a NaN passes)
-        u = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(u, khi, _CMP_GE_OQ), u, khi);
-        _mm512_storeu_ps(yr + (j + q) * 16, u);
-      }
+      for (int q = 0; q < np4; ++q) _mm512_storeu_ps(yr + (j + q) * 16, bias_clamp512(v[q], k));
     }
   }
   // out: 16 pixels at a time transposed back into the 16 output planes
@@ -334,23 +347,6 @@ MG_TARGET_AVX512 void block16_avx512(const Dw3Block& b, const float* x, int64_t 
 }
 
 // ---- AVX-512 rows: 16 outputs a vector, the same taps in the same order as the AVX2 rows ----
-
-struct RowVectors512 {
-  __m512 w[9], bias, lo, hi;
-};
-MG_TARGET_AVX512 inline RowVectors512 row_vectors512(const float* w, float bias, float lo, float hi) {
-  RowVectors512 k;
-  for (int t = 0; t < 9; ++t) k.w[t] = _mm512_set1_ps(w[t]);
-  k.bias = _mm512_set1_ps(bias), k.lo = _mm512_set1_ps(lo), k.hi = _mm512_set1_ps(hi);
-  return k;
-}
-
-// As bias_clamp (a NaN passes).
-MG_TARGET_AVX512 inline __m512 bias_clamp512(__m512 v, const RowVectors512& k) {
-  v = _mm512_add_ps(v, k.bias);
-  v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, k.lo, _CMP_LE_OQ), v, k.lo);
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, k.hi, _CMP_GE_OQ), v, k.hi);
-}
 
 // The first n (0 to 16) lanes.
 MG_TARGET_AVX512 inline __mmask16 first_lanes(int64_t n) {
