@@ -137,8 +137,9 @@ struct Plan {
   int64_t Wb = 0, Hb = 0;  // dw3_border: the bordered plane's width and height
   bool dw3_phase = false;  // dw3_border at stride 2: the bordered plane's even rows, then its odd ones
   bool dw3_s1_avx2 = true;  // dw3: conv_depthwise.h's AVX2 stride-1 rows by hand (MPSGRAPH_CPU_DW3_S1_AVX2=0: compiled)
-  // dw3 on AVX-512: the 16-lane planes and stride-2 rows (MPSGRAPH_CPU_DW3_AVX512=0: 8-lane). MobileNetV2
-  // at batch 1: its stride-1 layers 1.1-1.25x in the network, stride-2 level to 1.05x; at batch 8 level.
+  // dw3 on AVX-512, rows of 8 outputs or more: the 16-lane planes and stride-2 rows (MPSGRAPH_CPU_DW3_AVX512=0:
+  // 8-lane). MobileNetV2 at batch 1: its stride-1 layers 1.1-1.25x in the network, stride-2 level to 1.05x;
+  // at batch 8 level. Rows of 4 to 7 ran 1.3x slower as one masked 16-lane vector than as 8-lane ones.
   bool dw3_avx512 = true;
   bool dw3_row_pairs = false;  // dw3_border at stride 1 (up to 127 wide): Dw3PlaneFn's row pairs, into the output
   bool dw3_phase_pairs = false;  // dw3_phase: Dw3PhasePlaneFn's row pairs, straight into the output
@@ -237,7 +238,7 @@ Plan make_plan(Kind kind, const Node& node, const Shape& src, const Shape& w, co
       p.dw3_phase && p.OL >= min_ol && dw3_s2_plane_fn() && !switched_off("MPSGRAPH_CPU_DW3_PHASE_PAIRS");
   if (p.dw3) p.zeros = std::make_shared<const std::vector<float>>(size_t(p.IL), 0.0f);
   p.dw3_s1_avx2 = !switched_off("MPSGRAPH_CPU_DW3_S1_AVX2");
-  p.dw3_avx512 = !switched_off("MPSGRAPH_CPU_DW3_AVX512");
+  p.dw3_avx512 = p.OL >= 8 && !switched_off("MPSGRAPH_CPU_DW3_AVX512");
   p.dw3_row_pairs = p.dw3_border && row_pairs;
   // 16 channels at once on rows of at most 7 outputs (AVX-512): MobileNetV2's 7x7 layers at
   // batch 1 ran 1.3-1.8x faster in the network, its 14x14 -> 7x7 stride-2 layer 1.2x; at 14x14
