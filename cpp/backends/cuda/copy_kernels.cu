@@ -104,6 +104,23 @@ __global__ void fill_kernel(T* dst, int64_t n, T v) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) dst[i] = v;
 }
 
+// Copy blockIdx.y of the batch: 16-byte words where both ends are 16-byte aligned, bytes else.
+__global__ void batch_copy_kernel(CopyBatch b) {
+  const int k = int(blockIdx.y);
+  const char* src = static_cast<const char*>(b.src[k]);
+  char* dst = static_cast<char*>(b.dst[k]);
+  const int64_t n = b.nbytes[k], step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t words = 0;
+  if ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) % 16 == 0) {
+    words = n / 16;
+    const uint4* s4 = reinterpret_cast<const uint4*>(src);
+    uint4* d4 = reinterpret_cast<uint4*>(dst);
+    for (int64_t i = first; i < words; i += step) d4[i] = s4[i];
+  }
+  for (int64_t i = words * 16 + first; i < n; i += step) dst[i] = src[i];
+}
+
 unsigned grid_for(int64_t n) {
   const int64_t b = (n + 255) / 256;
   return unsigned(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
@@ -197,6 +214,16 @@ void strided_copy(const StridedCopy& c, const void* src, void* dst, cudaStream_t
     default: launch_copy<uint64_t>(c, src, dst, s); break;
   }
   check(cudaGetLastError(), "strided copy launch");
+}
+
+void batch_copy(const CopyBatch& b, cudaStream_t s) {
+  if (b.n <= 0) return;
+  int64_t most = 0;
+  for (int k = 0; k < b.n; ++k) most = most > b.nbytes[k] ? most : b.nbytes[k];
+  const int64_t blocks = (most / 16 + 255) / 256;
+  const dim3 grid(unsigned(blocks < 1 ? 1 : blocks > 1024 ? 1024 : blocks), unsigned(b.n));
+  batch_copy_kernel<<<grid, 256, 0, s>>>(b);
+  check(cudaGetLastError(), "batch copy launch");
 }
 
 void fill_bytes(void* dst, int64_t n, int32_t itemsize, uint64_t value, cudaStream_t s) {

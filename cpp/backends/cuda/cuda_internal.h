@@ -194,4 +194,17 @@ void strided_copy(const StridedCopy& c, const void* src, void* dst, cudaStream_t
 // Fills n elements of itemsize bytes with the pattern in `value`.
 void fill_bytes(void* dst, int64_t n, int32_t itemsize, uint64_t value, cudaStream_t s);
 
+// Up to kBatchCopies contiguous copies in one launch, between device memory and pinned (mapped)
+// host memory in any direction: a run's variable updates land on the host and in their read
+// buffers in one kernel instead of a memcpy each, every memcpy an operation of its own with a
+// gap of microseconds after it (copy_kernels.cu).
+constexpr int kBatchCopies = 16;
+struct CopyBatch {
+  const void* src[kBatchCopies] = {};
+  void* dst[kBatchCopies] = {};
+  int64_t nbytes[kBatchCopies] = {};
+  int n = 0;
+};
+void batch_copy(const CopyBatch& b, cudaStream_t s);
+
 }  // namespace mg::cuda
