@@ -688,35 +688,49 @@ class CudaProgram final : public Program, public AsyncProgram {
     // after the last reader of the staged inputs (a target may be a feed copied out above)
     for (auto* sg : staged_) check(cudaEventRecord(sg->consumed.get(), stream_), "recording an event");
     std::vector<std::shared_ptr<Array>> landed;
-    CopyBatch batch;  // the landings' copies into pinned buffers and read slots, in launches of kBatchCopies
-    auto add = [&](const void* src, void* dst, int64_t nbytes) {
-      if (batch.n == kBatchCopies) {
-        batch_copy(batch, stream_);
-        batch.n = 0;
-      }
-      batch.src[batch.n] = src, batch.dst[batch.n] = dst, batch.nbytes[batch.n] = nbytes;
-      ++batch.n;
+    // the landings' copies, in order: each assign's new value to its host array, then to the
+    // variable's read buffer
+    struct Landing {
+      const void* src;
+      void* dst;
+      size_t nbytes;
     };
+    std::vector<Landing> moves;
+    bool batchable = batch_landings_;
     for (size_t i = 0; i < assigns_.size(); ++i) {
       const AssignStep& a = assigns_[i];
       auto v = landing_array(i);
       if (v->nbytes()) {
-        // a memcpy each without batch_landings_, and where a landing array is not pinned
-        if (batch_landings_ && pinned(i, v)) add(ptr_[size_t(a.slot)], v->data(), int64_t(v->nbytes()));
-        else
-          check(cudaMemcpyAsync(v->data(), ptr_[size_t(a.slot)], v->nbytes(), cudaMemcpyDeviceToHost, stream_),
-                "landing an assign");
-        if (a.read_slot >= 0 && a.read_slot != a.slot) {
-          if (batch_landings_) add(ptr_[size_t(a.slot)], ptr_[size_t(a.read_slot)], int64_t(v->nbytes()));
-          else
-            check(cudaMemcpyAsync(ptr_[size_t(a.read_slot)], ptr_[size_t(a.slot)], v->nbytes(),
-                                  cudaMemcpyDeviceToDevice, stream_),
-                  "landing an assign");
-        }
+        batchable = batchable && pinned(i, v);  // a kernel cannot write a pageable fallback array
+        moves.push_back({ptr_[size_t(a.slot)], v->data(), v->nbytes()});
+        if (a.read_slot >= 0 && a.read_slot != a.slot)
+          moves.push_back({ptr_[size_t(a.slot)], ptr_[size_t(a.read_slot)], v->nbytes()});
       }
       landed.push_back(v);
     }
-    batch_copy(batch, stream_);
+    // one kernel runs them all at once: not where one writes what another reads (an assign of
+    // one variable's value to another, updated in the same run), which memcpys in order keep right
+    auto overlap = [](const void* a, size_t an, const void* b, size_t bn) {
+      const char *x = static_cast<const char*>(a), *y = static_cast<const char*>(b);
+      return x < y + bn && y < x + an;
+    };
+    for (size_t i = 0; batchable && i < moves.size(); ++i)
+      for (size_t j = 0; batchable && j < moves.size(); ++j)
+        batchable = i == j || !overlap(moves[i].dst, moves[i].nbytes, moves[j].src, moves[j].nbytes);
+    if (batchable) {
+      for (size_t k = 0; k < moves.size(); k += kBatchCopies) {
+        CopyBatch batch;
+        for (size_t m = k; m < std::min(moves.size(), k + kBatchCopies); ++m, ++batch.n) {
+          batch.src[batch.n] = moves[m].src;
+          batch.dst[batch.n] = moves[m].dst;
+          batch.nbytes[batch.n] = int64_t(moves[m].nbytes);
+        }
+        batch_copy(batch, stream_);
+      }
+    } else {
+      for (const Landing& m : moves)
+        check(cudaMemcpyAsync(m.dst, m.src, m.nbytes, cudaMemcpyDefault, stream_), "landing an assign");
+    }
     Event done = new_event();
     check(cudaEventRecord(done.get(), stream_), "recording an event");
     auto checks = checks_;
