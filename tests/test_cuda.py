@@ -149,6 +149,35 @@ def test_variables_and_assign():
 
 
 @gpu
+@pytest.mark.parametrize("batched", ["1", "0"])
+def test_landings_batched_or_one_memcpy_each(batched, monkeypatch):
+    """A run's variable updates land on the host and in their read buffers through one batched
+    copy kernel (MPSGRAPH_CUDA_BATCH_LANDINGS=1) or a memcpy each: the same values over several
+    runs, for sizes that are and are not whole 16-byte words, and for an assign of one variable's
+    value to another that the same run updates (the batch must not race with that update)."""
+    monkeypatch.setenv("MPSGRAPH_CUDA_BATCH_LANDINGS", batched)
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal((64, 130)).astype(np.float32)
+    h0 = rng.standard_normal(5).astype(np.float16)  # 10 bytes: no whole word
+    g = mg.Graph()
+    w, h = g.variable(w0, name="w"), g.variable(h0, name="h")
+    a, b = g.variable(np.zeros(3, np.float32), name="a"), g.variable(np.arange(3, dtype=np.float32), name="b")
+    x = g.placeholder((130,), mg.float32)
+    steps = [g.assign(w, w * 0.5 + x), g.assign(h, h + g.constant(np.float16(1))), g.assign(a, b),
+             g.assign(b, b + 1.0)]
+    exe = g.compile({x: ((130,), mg.float32)}, [], target_operations=steps, device="cuda")
+    xv = rng.standard_normal(130).astype(np.float32)
+    want_w, want_h, want_a, want_b = w0.copy(), h0.copy(), np.zeros(3, np.float32), np.arange(3, dtype=np.float32)
+    for _ in range(4):
+        exe.run([mg.TensorData(xv)])
+        want_w, want_h, want_a, want_b = want_w * 0.5 + xv, want_h + np.float16(1), want_b.copy(), want_b + 1
+        np.testing.assert_array_equal(np.asarray(w.value), want_w)
+        np.testing.assert_array_equal(np.asarray(h.value), want_h)
+        np.testing.assert_array_equal(np.asarray(a.value), want_a)
+        np.testing.assert_array_equal(np.asarray(b.value), want_b)
+
+
+@gpu
 @pytest.mark.parametrize("xs,ys", [((5, 7), (7, 3)), ((4, 5, 7), (7, 3)), ((4, 5, 7), (4, 7, 3)), ((2, 1, 5, 7), (3, 7, 2)),
                                    ((7,), (7, 3)), ((5, 7), (7,)), ((0, 7), (7, 3)), ((5, 0), (0, 3))])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32"])
