@@ -716,9 +716,9 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
       const float* xc = x + (n * p.C + g) * p.in_plane - p.pbL;
       const float* wc = w + oc * 9;
       float* yc = y + (n * p.O + oc) * p.P;
-      const float bias = re.fused && re.bias >= 0 ? epi.in[re.bias][re.bias_channel ? oc : 0] : 0.0f;
+      const bool biased = re.fused && re.bias >= 0;
+      const float bias = biased ? epi.in[re.bias][re.bias_channel ? oc : 0] : 0.0f;
       if (block16 && u + 16 <= u1 && oc + 16 <= per_image) {  // 16 channels (one per group: dw3_block16)
-        const bool biased = re.fused && re.bias >= 0;
         const float* b = biased ? epi.in[re.bias] + (re.bias_channel ? oc : 0) : &bias;
         block16(blk, xc + p.pbL, p.in_plane, wc, b, biased && re.bias_channel ? 1 : 0, lo, hi, yc, p.P, block.data());
         if (!re.fused) epi(y, n, oc, oc + 16, 0, p.P);
