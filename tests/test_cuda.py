@@ -152,7 +152,7 @@ def test_variables_and_assign():
 @pytest.mark.parametrize("batched", ["1", "0"])
 def test_landings_batched_or_one_memcpy_each(batched, monkeypatch):
     """A run's variable updates land on the host and in their read buffers through one batched
-    copy kernel (MPSGRAPH_CUDA_BATCH_LANDINGS=1) or a memcpy each: the same values over several
+    copy kernel (the default) or a memcpy each (MPSGRAPH_CUDA_BATCH_LANDINGS=0): the same values over several
     runs, for sizes that are and are not whole 16-byte words, and for an assign of one variable's
     value to another that the same run updates (the batch must not race with that update)."""
     monkeypatch.setenv("MPSGRAPH_CUDA_BATCH_LANDINGS", batched)
