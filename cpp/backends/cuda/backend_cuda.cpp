@@ -227,6 +227,18 @@ const KernelFactory* find_kernel(const std::string& op) {
   return it == kernels().end() ? nullptr : &it->second;
 }
 
+// The order a transpose or swap_axes node reads its input in (output dim i is input dim p[i]);
+// empty for other ops.
+std::vector<int64_t> permutation_of(const Node& n) {
+  if (n.op->name == "transpose") return typed_attrs<ops::TransposeAttrs>(n).permutation;
+  if (n.op->name != "swap_axes") return {};
+  std::vector<int64_t> p(n.outputs[0].shape.size());
+  for (size_t i = 0; i < p.size(); ++i) p[i] = int64_t(i);
+  const ops::SwapAxesAttrs& a = typed_attrs<ops::SwapAxesAttrs>(n);
+  std::swap(p[size_t(a.axis1)], p[size_t(a.axis2)]);
+  return p;
+}
+
 struct LayoutOp {
   std::vector<int> inputs;
   bool output = false;
@@ -325,9 +337,9 @@ std::map<int32_t, ConvEpilogue> conv_epilogues(const Graph& g, const std::vector
     for (const ValueRef& v : d.inputs) {
       conv_in.push_back(g.type(v));
       const Node& src = g.node(v.node);
-      dctx.in_perm.push_back(absorbed[size_t(v.node)] == 1 ? typed_attrs<ops::TransposeAttrs>(src).permutation : std::vector<int64_t>{});
+      dctx.in_perm.push_back(absorbed[size_t(v.node)] == 1 ? permutation_of(src) : std::vector<int64_t>{});
     }
-    const auto& p = typed_attrs<ops::TransposeAttrs>(g.node(t)).permutation;
+    const std::vector<int64_t> p = permutation_of(g.node(t));
     dctx.out_perm.assign(p.size(), 0);
     for (size_t i = 0; i < p.size(); ++i) dctx.out_perm[size_t(p[i])] = int64_t(i);
     std::vector<ValueRef> order;
@@ -355,11 +367,17 @@ std::map<int32_t, ConvEpilogue> conv_epilogues(const Graph& g, const std::vector
   return r;
 }
 
-// Transposes that layout-taking kernels absorb (register_layout_inputs): per node, 1 where
+// Transposes (and swap_axes) that layout-taking kernels absorb (register_layout_inputs): per node, 1 where
 // its readers take the permuted source, 2 where it is the only reader of the output its
 // producer writes permuted.
 std::vector<char> absorbed_transposes(const Specialised& sg) {
   const Graph& g = *sg.graph;
+  // swap_axes nodes (the gradients' transposes) too with the matrix products' transposed
+  // operands (MPSGRAPH_CUDA_MATMUL_TRANSPOSES=1, matmul_cuda.cpp), off until run on a GPU
+  static const bool absorb_swaps = [] {
+    const char* e = std::getenv("MPSGRAPH_CUDA_MATMUL_TRANSPOSES");
+    return e && std::string(e) == "1";
+  }();
   std::map<ValueRef, std::vector<std::pair<int32_t, int>>> readers;
   for (size_t id = 0; id < g.size(); ++id)
     for (size_t i = 0; i < g.node(int32_t(id)).inputs.size(); ++i) readers[g.node(int32_t(id)).inputs[i]].push_back({int32_t(id), int(i)});
@@ -367,7 +385,7 @@ std::vector<char> absorbed_transposes(const Specialised& sg) {
   std::vector<char> r(g.size(), 0);
   for (size_t id = 0; id < g.size(); ++id) {
     const Node& n = g.node(int32_t(id));
-    if (n.op->name != "transpose") continue;
+    if (n.op->name != "transpose" && !(n.op->name == "swap_axes" && absorb_swaps)) continue;
     const auto& rs = readers[{int32_t(id), 0}];
     bool all = !rs.empty();
     for (auto& [reader, input] : rs) {
@@ -510,7 +528,7 @@ class CudaProgram final : public Program, public AsyncProgram {
       if (in_epilogue[id]) continue;
       if (absorbed[id]) {
         slot_of[{int32_t(id), 0}] = slot_of.at(n.inputs[0]);
-        if (absorbed[id] == 1) perm_of[{int32_t(id), 0}] = typed_attrs<ops::TransposeAttrs>(n).permutation;
+        if (absorbed[id] == 1) perm_of[{int32_t(id), 0}] = permutation_of(n);
         views_.push_back({n.name, op, slot_of.at(n.inputs[0])});
         continue;
       }
@@ -560,10 +578,11 @@ class CudaProgram final : public Program, public AsyncProgram {
       std::vector<TensorType> in;
       for (auto& v : inputs) in.push_back(g.type(v));
       KernelCtx kctx{n, in, n.outputs};
-      for (auto& v : n.inputs) kctx.in_perm.push_back(perm_of.count(v) ? perm_of.at(v) : std::vector<int64_t>{});
+      // per input of the step (a fused epilogue's GEMM reads the matmul's operands)
+      for (auto& v : inputs) kctx.in_perm.push_back(perm_of.count(v) ? perm_of.at(v) : std::vector<int64_t>{});
       const int32_t wb = written_by[id];
       if (wb >= 0) {  // the transpose's inverse: value dim i is result dim inv[i]
-        const auto& p = typed_attrs<ops::TransposeAttrs>(g.node(wb)).permutation;
+        const std::vector<int64_t> p = permutation_of(g.node(wb));
         kctx.out_perm.assign(p.size(), 0);
         for (size_t i = 0; i < p.size(); ++i) kctx.out_perm[size_t(p[i])] = int64_t(i);
       }

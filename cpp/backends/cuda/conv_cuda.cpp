@@ -516,8 +516,8 @@ Plan heuristic_plan(const Setup& su) {
   return p;
 }
 
-// Milliseconds one launch takes (the best of a few; stops early once clearly slower than
-// `best`), or infinity where it fails.
+}  // namespace
+
 float time_launch(const LaunchFn& fn, cudaStream_t s, const void* const* in, void* const* out, float best, const Buffer* flush) {
   cudaEvent_t a = nullptr, b = nullptr;
   float t = std::numeric_limits<float>::infinity();
@@ -550,6 +550,8 @@ float time_launch(const LaunchFn& fn, cudaStream_t s, const void* const* in, voi
   cudaEventDestroy(b);
   return t;
 }
+
+namespace {
 
 // Times every usable cuDNN algorithm in both layouts (copies into and out of scratch
 // included) on buffers allocated for the search only; the heuristic plan where none runs.

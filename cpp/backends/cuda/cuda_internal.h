@@ -59,6 +59,12 @@ std::shared_ptr<Buffer> device_alloc(size_t nbytes);
 // allocation.
 using LaunchFn = std::function<void(cudaStream_t stream, const void* const* in, void* const* out)>;
 
+// Milliseconds one launch takes (the best of a few after a warm-up; stops early once clearly
+// slower than `best`), the L2 cache overwritten with `flush` (may be null) before each; or
+// infinity where it fails. For choosing among library algorithms at compile (conv_cuda.cpp).
+float time_launch(const LaunchFn& fn, cudaStream_t s, const void* const* in, void* const* out, float best,
+                  const Buffer* flush);
+
 struct KernelCtx {
   const Node& node;
   const std::vector<TensorType>& in;

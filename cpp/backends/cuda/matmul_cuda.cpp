@@ -8,8 +8,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/cuda_internal.h"
@@ -37,6 +41,7 @@ struct Heuristic {
 };
 enum : int {
   kDescComputeType = 0, kDescScaleType = 1, kDescTransA = 3, kDescTransB = 4, kDescEpilogue = 7, kDescBiasPointer = 8,
+  kOpT = 1,
   kEpilogueDefault = 1, kEpilogueBias = 4, kEpilogueReluBias = 6,
   kLayoutBatchCount = 5, kLayoutBatchStride = 6,
   kPrefMaxWorkspace = 1,
@@ -111,6 +116,74 @@ struct Gemm {
   }
 };
 
+// Whether the environment variable `name` is "1": a fast path not yet on by default.
+bool switched_on(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == "1";
+}
+
+// How many of cuBLASLt's ranked algorithms a small GEMM's compile times (fastest_candidate).
+constexpr int kCandidates = 8;
+// Multiply-adds up to which the candidates are timed: the heuristic's first choice for the small
+// products of a training step splits K and adds a reduction kernel after each GEMM (H100:
+// cutlass sgemm 128x64 plus splitKreduce for 128x64x128).
+constexpr int64_t kSearchMaxWork = int64_t(1) << 31;
+
+struct GemmKey {
+  int dtype, epilogue, transposed;
+  int64_t batch, M, N, K, stride_a, stride_b;
+  bool operator<(const GemmKey& o) const {
+    return std::tie(dtype, epilogue, transposed, batch, M, N, K, stride_a, stride_b) <
+           std::tie(o.dtype, o.epilogue, o.transposed, o.batch, o.M, o.N, o.K, o.stride_a, o.stride_b);
+  }
+};
+
+// The index among `found` candidates (ranked by cuBLASLt) of the one that runs fastest on this
+// device, timed once per shape in the process on zeroed buffers; 0 where the product is large or
+// there is one candidate. Off unless MPSGRAPH_CUDA_GEMM_SEARCH=1 until it has run on a GPU.
+int fastest_candidate(const Gemm& g, const GemmKey& key, const Heuristic* h, int found, bool bias, size_t es) {
+  if (found <= 1 || key.batch * key.M * key.N * key.K > kSearchMaxWork || !switched_on("MPSGRAPH_CUDA_GEMM_SEARCH"))
+    return 0;
+  static std::mutex mu;
+  static std::map<GemmKey, int> chosen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = chosen.find(key); it != chosen.end()) return it->second < found ? it->second : 0;
+  static cudaStream_t s = [] {
+    cudaStream_t r = nullptr;
+    check(cudaStreamCreateWithFlags(&r, cudaStreamNonBlocking), "creating a stream");
+    return r;
+  }();
+  const size_t na = size_t(key.stride_a ? key.batch * key.M * key.K : key.M * key.K) * es,
+               nb = size_t(key.stride_b ? key.batch * key.K * key.N : key.K * key.N) * es,
+               nc = size_t(key.batch * key.M * key.N) * es, nbias = size_t(key.N) * es;
+  std::vector<std::shared_ptr<Buffer>> bufs;
+  for (size_t n : {na, nb, nc, nbias}) {
+    bufs.push_back(device_alloc(n));
+    check(cudaMemsetAsync(bufs.back()->data, 0, n, s), "clearing a search buffer");
+  }
+  const void* in[3] = {bufs[0]->data, bufs[1]->data, bufs[3]->data};
+  void* out[1] = {bufs[2]->data};
+  Lt& l = lt();
+  int best = 0;
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < found; ++i) {
+    if (h[i].state != 0 || h[i].workspace > l.workspace_size) continue;
+    const Algo* algo = &h[i].algo;
+    LaunchFn fn = [&g, algo, bias](cudaStream_t st, const void* const* x, void* const* y) {
+      const float one = 1.f, zero = 0.f;
+      const void* bias_ptr = x[2];
+      if (bias) lt_check(lt().desc_set(g.desc, kDescBiasPointer, &bias_ptr, sizeof(bias_ptr)), "bias pointer");
+      lt_check(lt().matmul(lt().handle, g.desc, &one, x[1], g.a, x[0], g.b, &zero, y[0], g.c, y[0], g.c, algo,
+                           lt().workspace, lt().workspace_size, st),
+               "matmul");
+    };
+    const float ms = time_launch(fn, s, in, out, best_ms, nullptr);
+    if (ms < best_ms) best_ms = ms, best = i;
+  }
+  chosen[key] = best;
+  return best;
+}
+
 int lt_type(DType t) { return t == DType::Float16 ? kR16F : t == DType::BFloat16 ? kR16BF : kR32F; }
 
 // Integer (and other non-cuBLAS) matmul: one thread per output element, wrapping arithmetic.
@@ -155,10 +228,47 @@ LaunchFn bias_kernel(DType dt, int64_t n, int64_t N, bool relu) {
   };
 }
 
+// How operand i's buffer holds its value (KernelCtx::in_perm): as it is, as the value with its
+// last two dims swapped (read through cuBLASLt's transpose flag), or otherwise permuted
+// (copied into scratch first).
+enum class Held { Plain, Swapped, Permuted };
+Held held(const KernelCtx& c, size_t i) {
+  if (i >= c.in_perm.size() || c.in_perm[i].empty()) return Held::Plain;
+  const std::vector<int64_t>& p = c.in_perm[i];
+  const size_t r = p.size();
+  bool identity = true, swapped = r >= 2;
+  for (size_t d = 0; d < r; ++d) {
+    identity = identity && p[d] == int64_t(d);
+    const int64_t want = d + 2 < r ? int64_t(d) : d + 2 == r ? int64_t(r - 1) : int64_t(r - 2);
+    swapped = swapped && p[d] == want;
+  }
+  return identity ? Held::Plain : swapped ? Held::Swapped : Held::Permuted;
+}
+
+// The copy of operand i's value out of its permuted buffer into a contiguous one.
+StridedCopy unpermute_copy(const KernelCtx& c, size_t i) {
+  const std::vector<int64_t>& p = c.in_perm[i];
+  const Shape& value = c.in[i].shape;
+  Shape buf(value.size());
+  for (size_t d = 0; d < value.size(); ++d) buf[size_t(p[d])] = value[d];
+  const std::vector<int64_t> bst = contiguous_strides(buf);
+  std::vector<int64_t> st(value.size());
+  for (size_t d = 0; d < value.size(); ++d) st[d] = bst[size_t(p[d])];
+  return make_copy(dtype_size(c.in[i].dtype), value, st, contiguous_strides(value), 0, 0);
+}
+
 // epilogue: kEpilogueDefault, or kEpilogueBias / kEpilogueReluBias with the bias (N,) as
-// input 2 (float dtypes; the epilogue planner only fuses those).
+// input 2 (float dtypes; the epilogue planner only fuses those). An operand read through an
+// absorbed transpose (register_layout_inputs) that swaps its last two dims goes to cuBLASLt
+// with the transpose flag; the MLP step's weight and data gradients ran a transpose kernel
+// each before.
 LaunchFn matmul_with(const KernelCtx& c, int epilogue) {
   const DType dt = c.in[0].dtype;
+  const bool cublas = dt == DType::Float32 || dt == DType::Float16 || dt == DType::BFloat16;
+  Held hx = held(c, 0), hy = held(c, 1);
+  // the integer kernel reads contiguous operands only
+  if (!cublas && hx == Held::Swapped) hx = Held::Permuted;
+  if (!cublas && hy == Held::Swapped) hy = Held::Permuted;
   Shape xs = c.in[0].shape, ys = c.in[1].shape;
   if (xs.size() == 1) xs.insert(xs.begin(), 1);
   if (ys.size() == 1) ys.push_back(1);
@@ -175,9 +285,13 @@ LaunchFn matmul_with(const KernelCtx& c, int epilogue) {
   int64_t batch = num_elements(bo), M = M0;
   const int64_t nbx = num_elements(bx), nby = num_elements(by);
   const int64_t n_out = batch * M * N;
-  bool folded = false;
-  if (nby == 1 && nbx == batch && batch > 1) {  // (..., M, K) @ (K, N): one GEMM of batch * M rows
-    folded = true;
+  // operands whose batch dims are neither full nor absent are expanded into scratch: a swapped
+  // one is unpermuted first
+  const bool ex = nbx != 1 && nbx != batch, ey = nby != 1 && nby != batch;
+  if (ex && hx == Held::Swapped) hx = Held::Permuted;
+  if (ey && hy == Held::Swapped) hy = Held::Permuted;
+  // (..., M, K) @ (K, N): one GEMM of batch * M rows, where x's rows lie one after another
+  if (nby == 1 && nbx == batch && batch > 1 && hx != Held::Swapped) {
     M *= batch;
     batch = 1;
   }
@@ -191,16 +305,13 @@ LaunchFn matmul_with(const KernelCtx& c, int epilogue) {
       if (post) post(s, in, out);
     };
   }
-  // operands whose batch dims are neither full nor absent are expanded into scratch
   const size_t es = dtype_size(dt);
-  auto expand = [&](const Shape& b, int64_t nb, int64_t rows, int64_t cols, size_t& slot) -> bool {
-    if (folded || nb == 1 || nb == batch) return false;
-    slot = c.scratch(size_t(batch * rows * cols) * es);
-    (void)b;
-    return true;
-  };
-  size_t sx = 0, sy = 0;
-  const bool ex = expand(bx, nbx, M, K, sx), ey = expand(by, nby, K, N, sy);
+  size_t px = 0, py = 0, sx = 0, sy = 0;
+  StridedCopy ux{}, uy{};
+  if (hx == Held::Permuted) ux = unpermute_copy(c, 0), px = c.scratch(size_t(num_elements(c.in[0].shape)) * es);
+  if (hy == Held::Permuted) uy = unpermute_copy(c, 1), py = c.scratch(size_t(num_elements(c.in[1].shape)) * es);
+  if (ex) sx = c.scratch(size_t(batch * M * K) * es);
+  if (ey) sy = c.scratch(size_t(batch * K * N) * es);
   auto expand_copy = [&](const Shape& b, int64_t rows, int64_t cols) {
     Shape full = bo;
     full.push_back(rows);
@@ -220,16 +331,23 @@ LaunchFn matmul_with(const KernelCtx& c, int epilogue) {
   if (ey) cy = expand_copy(by, K, N);
   const int64_t stride_a = (ex || nbx == batch) && batch > 1 ? M * K : 0;
   const int64_t stride_b = (ey || nby == batch) && batch > 1 ? K * N : 0;
+  const bool tx = hx == Held::Swapped, ty = hy == Held::Swapped;
   LaunchFn gemm;
-  if (dt == DType::Float32 || dt == DType::Float16 || dt == DType::BFloat16) {
+  if (cublas) {
     Lt& l = lt();
     auto g = std::make_shared<Gemm>();
     const int t = lt_type(dt);
     lt_check(l.desc_create(&g->desc, kCompute32F, kR32F), "descriptor");
     if (epilogue != kEpilogueDefault) lt_check(l.desc_set(g->desc, kDescEpilogue, &epilogue, sizeof(epilogue)), "epilogue");
-    // row-major C = A B is column-major C^T = B^T A^T: cuBLAS's A is our y, its B our x
-    lt_check(l.layout_create(&g->a, t, uint64_t(N), uint64_t(K), N), "layout");
-    lt_check(l.layout_create(&g->b, t, uint64_t(K), uint64_t(M), K), "layout");
+    // row-major C = A B is column-major C^T = B^T A^T: cuBLAS's A is our y, its B our x; a
+    // swapped operand's buffer is, column-major, the other matrix, read transposed
+    const int32_t op_t = kOpT;
+    if (ty) lt_check(l.desc_set(g->desc, kDescTransA, &op_t, sizeof(op_t)), "transpose flag");
+    if (tx) lt_check(l.desc_set(g->desc, kDescTransB, &op_t, sizeof(op_t)), "transpose flag");
+    if (ty) lt_check(l.layout_create(&g->a, t, uint64_t(K), uint64_t(N), K), "layout");
+    else lt_check(l.layout_create(&g->a, t, uint64_t(N), uint64_t(K), N), "layout");
+    if (tx) lt_check(l.layout_create(&g->b, t, uint64_t(M), uint64_t(K), M), "layout");
+    else lt_check(l.layout_create(&g->b, t, uint64_t(K), uint64_t(M), K), "layout");
     lt_check(l.layout_create(&g->c, t, uint64_t(N), uint64_t(M), N), "layout");
     if (batch > 1) {
       const int32_t bc = int32_t(batch);
@@ -242,20 +360,22 @@ LaunchFn matmul_with(const KernelCtx& c, int epilogue) {
     Pref pref = nullptr;
     lt_check(l.pref_create(&pref), "preference");
     l.pref_set(pref, kPrefMaxWorkspace, &l.workspace_size, sizeof(size_t));
-    Heuristic h{};
+    Heuristic h[kCandidates]{};
     int found = 0;
-    Status st = l.heuristic(l.handle, g->desc, g->a, g->b, g->c, g->c, pref, 1, &h, &found);
+    Status st = l.heuristic(l.handle, g->desc, g->a, g->b, g->c, g->c, pref, kCandidates, h, &found);
     bool in_gemm = epilogue != kEpilogueDefault;
     if (in_gemm && (st != 0 || found == 0)) {  // no fused algorithm: plain GEMM, then bias_kernel
       const int plain = kEpilogueDefault;
       lt_check(l.desc_set(g->desc, kDescEpilogue, &plain, sizeof(plain)), "epilogue");
       in_gemm = false;
-      st = l.heuristic(l.handle, g->desc, g->a, g->b, g->c, g->c, pref, 1, &h, &found);
+      st = l.heuristic(l.handle, g->desc, g->a, g->b, g->c, g->c, pref, kCandidates, h, &found);
     }
     l.pref_destroy(pref);
     if (st != 0 || found == 0)
       raise(ErrorKind::NotImplemented, "matrix_multiplication", c.node.name, "cuBLASLt has no algorithm for this GEMM");
-    g->algo = h.algo;
+    const GemmKey key{int(dt), in_gemm ? epilogue : kEpilogueDefault, int(tx) + 2 * int(ty), batch, M, N, K, stride_a,
+                      stride_b};
+    g->algo = h[fastest_candidate(*g, key, h, found, in_gemm, es)].algo;
     LaunchFn post;
     if (epilogue != kEpilogueDefault && !in_gemm) post = bias_kernel(dt, n_out, N, epilogue == kEpilogueReluBias);
     gemm = [g, in_gemm, post](cudaStream_t s, const void* const* in, void* const* out) {
@@ -277,18 +397,15 @@ LaunchFn matmul_with(const KernelCtx& c, int epilogue) {
   } else {
     raise(ErrorKind::Type, "matrix_multiplication", c.node.name, std::string("no cuda kernel for ") + dtype_name(dt));
   }
-  if (!ex && !ey) return gemm;
+  const bool ux_on = hx == Held::Permuted, uy_on = hy == Held::Permuted;
+  if (!ex && !ey && !ux_on && !uy_on) return gemm;
   const bool bias = epilogue != kEpilogueDefault;
-  return [gemm, ex, ey, cx, cy, sx, sy, bias](cudaStream_t s, const void* const* in, void* const* out) {
+  return [=](cudaStream_t s, const void* const* in, void* const* out) {
     const void* ins[3] = {in[0], in[1], bias ? in[2] : nullptr};
-    if (ex) {
-      strided_copy(cx, in[0], out[sx], s);
-      ins[0] = out[sx];
-    }
-    if (ey) {
-      strided_copy(cy, in[1], out[sy], s);
-      ins[1] = out[sy];
-    }
+    if (ux_on) strided_copy(ux, ins[0], out[px], s), ins[0] = out[px];
+    if (uy_on) strided_copy(uy, ins[1], out[py], s), ins[1] = out[py];
+    if (ex) strided_copy(cx, ins[0], out[sx], s), ins[0] = out[sx];
+    if (ey) strided_copy(cy, ins[1], out[sy], s), ins[1] = out[sy];
     gemm(s, ins, out);
   };
 }
@@ -299,6 +416,11 @@ LaunchFn matmul_factory(const KernelCtx& c) { return matmul_with(c, kEpilogueDef
 
 LaunchFn matmul_bias_kernel(const KernelCtx& c, bool relu) { return matmul_with(c, relu ? kEpilogueReluBias : kEpilogueBias); }
 
-void register_matmul_kernels() { register_kernel("matrix_multiplication", matmul_factory); }
+void register_matmul_kernels() {
+  register_kernel("matrix_multiplication", matmul_factory);
+  // transposed operands read in place: off unless MPSGRAPH_CUDA_MATMUL_TRANSPOSES=1 (read at
+  // the first compile) until it has run on a GPU
+  if (switched_on("MPSGRAPH_CUDA_MATMUL_TRANSPOSES")) register_layout_inputs("matrix_multiplication", {0, 1}, false);
+}
 
 }  // namespace mg::cuda
