@@ -7,7 +7,8 @@ same graph with the path's switch off (read at compile):
     pass over each pair of rows (MPSGRAPH_CPU_POOL_PAIRS=0 keeps the general row): the same bits,
     signed zeros included; other stride-2 windows of 2 to 4 taps along the row (ResNet's padded
     3x3 pool) as 8 outputs a vector from a row padded with -infinity (MPSGRAPH_CPU_POOL_S2=0
-    keeps the general row): the same bits."""
+    keeps the general row): the same bits; one image's rows split over the threads in bands of
+    output rows of every plane (MPSGRAPH_CPU_POOL_BANDS=0 splits planes): the same bits."""
 import numpy as np
 import pytest
 
@@ -77,6 +78,20 @@ def _special_source(seed, shape):
     return x
 
 
+def _same_bits_and_torch(x, kw, switch, threads, monkeypatch, torch_args):
+    """The pool with its fast path and with `switch` off: the same bits, signed zeros included;
+    both against torch's max_pool2d(x, *torch_args) (NaN where NaN)."""
+    with _threads(threads):
+        y = _pool(x, kw, {}, monkeypatch)
+        other = _pool(x, kw, {switch: "0"}, monkeypatch)
+    np.testing.assert_array_equal(y, other)
+    np.testing.assert_array_equal(np.signbit(y), np.signbit(other))
+    if torch_args is not None:
+        ref = F.max_pool2d(torch.from_numpy(x), *torch_args).numpy()
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+        np.testing.assert_array_equal(y[~np.isnan(y)], ref[~np.isnan(ref)])
+
+
 # (N, C, H, W), kernel, stride, ceil mode: the small CNN's pools, rows of 8k and 8k + 1..7
 # outputs (the vector loop and its tail), odd heights and widths (ceil mode: a last window of
 # one row or one column), strides 2 along the row only
@@ -88,15 +103,9 @@ PAIRS = [((2, 3, 64, 64), 2, 2, False), ((1, 2, 9, 34), 2, 2, False), ((1, 3, 11
 @pytest.mark.parametrize("threads", [1, 2])
 def test_max_pool_pairs_against_general_row_and_torch(case, threads, monkeypatch):
     shape, k, s, ceil = case
-    x = _special_source(43, shape)
     kw = dict(kernel_sizes=k, strides=s, ceil_mode=ceil)
-    with _threads(threads):
-        y = _pool(x, kw, {}, monkeypatch)
-        row = _pool(x, kw, {"MPSGRAPH_CPU_POOL_PAIRS": "0"}, monkeypatch)
-    np.testing.assert_array_equal(y, row)
-    np.testing.assert_array_equal(np.signbit(y), np.signbit(row))
-    ref = F.max_pool2d(torch.from_numpy(x), k, s, ceil_mode=ceil).numpy()
-    np.testing.assert_array_equal(y, ref)
+    _same_bits_and_torch(_special_source(43, shape), kw, "MPSGRAPH_CPU_POOL_PAIRS", threads, monkeypatch,
+                         (k, s, 0, 1, ceil))
 
 
 # (N, C, H, W), kernel, stride, padding, ceil mode: ResNet-18's stem pool, rows of 8k and 8k +
@@ -112,14 +121,22 @@ S2 = [((1, 3, 112, 112), 3, 2, 1, False), ((2, 2, 9, 33), 3, 2, 1, False), ((1, 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_max_pool_s2_against_general_row_and_torch(case, threads, monkeypatch):
     shape, k, s, pad, ceil = case
-    x = _special_source(44, shape)
     kw = dict(kernel_sizes=k, strides=s, padding=pad, ceil_mode=ceil)
-    with _threads(threads):
-        y = _pool(x, kw, {}, monkeypatch)
-        row = _pool(x, kw, {"MPSGRAPH_CPU_POOL_S2": "0"}, monkeypatch)
-    np.testing.assert_array_equal(y, row)
-    np.testing.assert_array_equal(np.signbit(y), np.signbit(row))
-    if isinstance(pad, int):  # torch pads symmetrically (-inf)
-        ref = F.max_pool2d(torch.from_numpy(x), k, s, pad, ceil_mode=ceil).numpy()
-        np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
-        np.testing.assert_array_equal(y[~np.isnan(y)], ref[~np.isnan(ref)])
+    # torch pads symmetrically (-inf) only
+    _same_bits_and_torch(_special_source(44, shape), kw, "MPSGRAPH_CPU_POOL_S2", threads, monkeypatch,
+                         (k, s, pad, 1, ceil) if isinstance(pad, int) else None)
+
+
+# (N, C, H, W), kernel, stride, padding: one image (bands) through each row path (ResNet-18's stem
+# pool, 2x2 pairs, the general row), output heights that two bands do and do not split evenly
+# (56, 7, 5, 4), more planes than rows and fewer; a batch of two (planes, as before)
+BANDS = [((1, 8, 112, 112), 3, 2, 1), ((1, 5, 14, 30), 2, 2, 0), ((1, 3, 11, 9), 3, 2, 1), ((1, 40, 8, 8), 2, 2, 0),
+         ((1, 2, 9, 13), 3, 1, 1), ((2, 3, 16, 16), 3, 2, 1)]
+
+
+@pytest.mark.parametrize("case", BANDS, ids=[f"bands{i}" for i in range(len(BANDS))])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_max_pool_row_bands_same_bits(case, threads, monkeypatch):
+    shape, k, s, pad = case
+    kw = dict(kernel_sizes=k, strides=s, padding=pad)
+    _same_bits_and_torch(_special_source(45, shape), kw, "MPSGRAPH_CPU_POOL_BANDS", threads, monkeypatch, (k, s, pad))

@@ -50,6 +50,12 @@ struct PoolPlan {
   // (its left padding is -tsrc[0], its taps tsrc.size())
   bool s2 = false;
   int64_t s2_len = 0;  // the padded row's floats
+  // pool_rows on one image (leading dims (1, C)): the threads take bands of output rows of
+  // every plane, not planes, so the layers after it, which split positions (Winograd's tile
+  // rows, 1x1 layers' column tiles), read rows their own core wrote: ResNet-18 at batch 1, its
+  // first two 56x56 convolutions 1.05-1.1x in the network, the pool level
+  // (MPSGRAPH_CPU_POOL_BANDS=0: planes)
+  bool bands = false;
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -111,6 +117,8 @@ PoolPlan make_plan(const KernelCtx& c, const Shape& src) {
   // output j's taps at 2j + t (t < K) of the row padded by `before` -infinities in front; whole
   // vectors of 8 outputs read up to 2 * 8 * ceil(OL / 8) + 16 floats
   if (p.s2) p.s2_len = std::max(before + n, 2 * (p.out_last + 7) / 8 * 8 + 16);
+  p.bands = p.pool_rows && lead == 2 && src[0] == 1 && p.out[0] >= 4 && num_threads() > 1 &&
+            !switched_off("MPSGRAPH_CPU_POOL_BANDS");
   return p;
 }
 
@@ -375,7 +383,25 @@ void pool_rows(const PoolPlan& p, const S* x, S* y) {
     const int64_t grain =
         std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.in_last) / std::max<int64_t>(1, p.window));
     const PoolS2Fn s2 = pool_s2_fn();
-    parallel_for(p.batch * rows_per_batch, grain, [&](int64_t rb, int64_t re) {
+    // units in the order the tasks take them: rows of each plane, or with bands the band's rows
+    // of every plane, band after band
+    const int64_t bands = p.bands ? std::min<int64_t>(num_threads(), rows_per_batch / 2) : 1;
+    auto row_of = [&](int64_t u, int64_t& b, int64_t& o) {
+      if (bands == 1) {
+        b = u / rows_per_batch, o = u % rows_per_batch;
+        return;
+      }
+      // band k holds rows [k R / bands, (k + 1) R / bands) of every plane: u's band is the last
+      // whose first unit is at or before it
+      int64_t k = std::min(bands - 1, u / (p.batch * rows_per_batch / bands + 1));
+      while (k + 1 < bands && p.batch * ((k + 1) * rows_per_batch / bands) <= u) ++k;
+      while (k > 0 && p.batch * (k * rows_per_batch / bands) > u) --k;
+      const int64_t r0 = k * rows_per_batch / bands, r1 = (k + 1) * rows_per_batch / bands;
+      const int64_t v = u - p.batch * r0;
+      b = v / (r1 - r0), o = r0 + v % (r1 - r0);
+    };
+    parallel_for(p.batch * rows_per_batch, bands > 1 ? p.batch * rows_per_batch / bands : grain,
+                 [&](int64_t rb, int64_t re) {
       thread_local std::vector<float> m;
       if (p.s2) {  // the padded row: -infinity around m, written once per task
         m.assign(size_t(p.s2_len), -std::numeric_limits<float>::infinity());
@@ -383,8 +409,10 @@ void pool_rows(const PoolPlan& p, const S* x, S* y) {
         m.resize(size_t(p.in_last));
       }
       for (int64_t r = rb; r < re; ++r) {
-        const int64_t b = r / rows_per_batch, o = r % rows_per_batch, n = p.ntaps[0][size_t(o)];
-        float* yr = y + r * OL;
+        int64_t b = 0, o = 0;
+        row_of(r, b, o);
+        const int64_t n = p.ntaps[0][size_t(o)];
+        float* yr = y + (b * rows_per_batch + o) * OL;
         if (n <= 0) {
           std::fill(yr, yr + OL, -std::numeric_limits<float>::infinity());
           continue;
