@@ -183,6 +183,11 @@ bool switched_off(const char* name) {
   return env && std::string(env) == "0";
 }
 
+bool switched_on(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::string(e) == "1";
+}
+
 bool is_device_pointer(const void* p) {
   if (!p) return false;
   cudaPointerAttributes a{};
@@ -372,12 +377,9 @@ std::map<int32_t, ConvEpilogue> conv_epilogues(const Graph& g, const std::vector
 // producer writes permuted.
 std::vector<char> absorbed_transposes(const Specialised& sg) {
   const Graph& g = *sg.graph;
-  // swap_axes nodes (the gradients' transposes) too with the matrix products' transposed
-  // operands (MPSGRAPH_CUDA_MATMUL_TRANSPOSES=1, matmul_cuda.cpp), off until run on a GPU
-  static const bool absorb_swaps = [] {
-    const char* e = std::getenv("MPSGRAPH_CUDA_MATMUL_TRANSPOSES");
-    return e && std::string(e) == "1";
-  }();
+  // swap_axes nodes (the gradients' transposes) too once matrix products take transposed
+  // operands (matmul_cuda.cpp registers them only with MPSGRAPH_CUDA_MATMUL_TRANSPOSES=1)
+  const bool absorb_swaps = layout_op("matrix_multiplication") != nullptr;
   std::map<ValueRef, std::vector<std::pair<int32_t, int>>> readers;
   for (size_t id = 0; id < g.size(); ++id)
     for (size_t i = 0; i < g.node(int32_t(id)).inputs.size(); ++i) readers[g.node(int32_t(id)).inputs[i]].push_back({int32_t(id), int(i)});
@@ -1002,10 +1004,7 @@ class CudaProgram final : public Program, public AsyncProgram {
   // The landings' copies in one kernel (batch_copy) rather than two memcpys each: a training
   // step of six variables spent 50 of its 150 us in those memcpys and the gaps between them;
   // batched, the step ran 108 us (H100, batch 128). MPSGRAPH_CUDA_BATCH_LANDINGS=0: memcpys.
-  const bool batch_landings_ = [] {
-    const char* e = std::getenv("MPSGRAPH_CUDA_BATCH_LANDINGS");
-    return !(e && std::string(e) == "0");
-  }();
+  const bool batch_landings_ = !switched_off("MPSGRAPH_CUDA_BATCH_LANDINGS");
   struct Staging {
     std::shared_ptr<Buffer> dev;
     std::unique_ptr<void, PinnedDeleter> pin;

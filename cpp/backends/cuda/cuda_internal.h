@@ -169,6 +169,8 @@ std::string store_expr(DType t, const std::string& value);     // value of compu
 
 // Whether the environment variable `name` is "0": each fast path's kill switch.
 bool switched_off(const char* name);
+// Whether it is "1": a fast path not yet on by default.
+bool switched_on(const char* name);
 
 // Strides of up to kMaxRank dims, passed by value to generated kernels.
 constexpr int kMaxRank = 8;

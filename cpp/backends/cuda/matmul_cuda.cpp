@@ -116,12 +116,6 @@ struct Gemm {
   }
 };
 
-// Whether the environment variable `name` is "1": a fast path not yet on by default.
-bool switched_on(const char* name) {
-  const char* e = std::getenv(name);
-  return e && std::string(e) == "1";
-}
-
 // How many of cuBLASLt's ranked algorithms a small GEMM's compile times (fastest_candidate).
 constexpr int kCandidates = 8;
 // Multiply-adds up to which the candidates are timed: the heuristic's first choice for the small
