@@ -383,45 +383,38 @@ void pool_rows(const PoolPlan& p, const S* x, S* y) {
     const int64_t grain =
         std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.in_last) / std::max<int64_t>(1, p.window));
     const PoolS2Fn s2 = pool_s2_fn();
-    // units in the order the tasks take them: rows of each plane, or with bands the band's rows
-    // of every plane, band after band
-    const int64_t bands = p.bands ? std::min<int64_t>(num_threads(), rows_per_batch / 2) : 1;
-    auto row_of = [&](int64_t u, int64_t& b, int64_t& o) {
-      if (bands == 1) {
-        b = u / rows_per_batch, o = u % rows_per_batch;
+    // a task's scratch row: with s2 the padded row, -infinity around m, written once per task
+    auto scratch = [&]() {
+      thread_local std::vector<float> m;
+      if (p.s2) m.assign(size_t(p.s2_len), -std::numeric_limits<float>::infinity());
+      else m.resize(size_t(p.in_last));
+      return m.data();
+    };
+    auto one_row = [&](int64_t b, int64_t o, float* m) {  // output row o of plane b
+      const int64_t n = p.ntaps[0][size_t(o)];
+      float* yr = y + (b * rows_per_batch + o) * OL;
+      if (n <= 0) {
+        std::fill(yr, yr + OL, -std::numeric_limits<float>::infinity());
         return;
       }
-      // band k holds rows [k R / bands, (k + 1) R / bands) of every plane: u's band is the last
-      // whose first unit is at or before it
-      int64_t k = std::min(bands - 1, u / (p.batch * rows_per_batch / bands + 1));
-      while (k + 1 < bands && p.batch * ((k + 1) * rows_per_batch / bands) <= u) ++k;
-      while (k > 0 && p.batch * (k * rows_per_batch / bands) > u) --k;
-      const int64_t r0 = k * rows_per_batch / bands, r1 = (k + 1) * rows_per_batch / bands;
-      const int64_t v = u - p.batch * r0;
-      b = v / (r1 - r0), o = r0 + v % (r1 - r0);
+      const float* xr = x + b * p.in_plane + p.first[0][size_t(o)];
+      if (p.pairs && n == 2) pairs(xr, xr + p.step[0], yr, OL);
+      else if (p.s2) s2(p, xr, p.step[0], n, m, yr);
+      else row(p, xr, p.step[0], n, m, yr);
     };
-    parallel_for(p.batch * rows_per_batch, bands > 1 ? p.batch * rows_per_batch / bands : grain,
-                 [&](int64_t rb, int64_t re) {
-      thread_local std::vector<float> m;
-      if (p.s2) {  // the padded row: -infinity around m, written once per task
-        m.assign(size_t(p.s2_len), -std::numeric_limits<float>::infinity());
-      } else {
-        m.resize(size_t(p.in_last));
-      }
-      for (int64_t r = rb; r < re; ++r) {
-        int64_t b = 0, o = 0;
-        row_of(r, b, o);
-        const int64_t n = p.ntaps[0][size_t(o)];
-        float* yr = y + (b * rows_per_batch + o) * OL;
-        if (n <= 0) {
-          std::fill(yr, yr + OL, -std::numeric_limits<float>::infinity());
-          continue;
-        }
-        const float* xr = x + b * p.in_plane + p.first[0][size_t(o)];
-        if (p.pairs && n == 2) pairs(xr, xr + p.step[0], yr, OL);
-        else if (p.s2) s2(p, xr, p.step[0], n, m.data(), yr);
-        else row(p, xr, p.step[0], n, m.data(), yr);
-      }
+    const int64_t bands = p.bands ? std::min<int64_t>(num_threads(), rows_per_batch / 2) : 1;
+    if (bands > 1) {  // band k: rows [k R / bands, (k + 1) R / bands) of every plane
+      parallel_for(bands, 1, [&](int64_t k0, int64_t k1) {
+        float* m = scratch();
+        for (int64_t k = k0; k < k1; ++k)
+          for (int64_t b = 0; b < p.batch; ++b)
+            for (int64_t o = k * rows_per_batch / bands; o < (k + 1) * rows_per_batch / bands; ++o) one_row(b, o, m);
+      });
+      return;
+    }
+    parallel_for(p.batch * rows_per_batch, grain, [&](int64_t rb, int64_t re) {
+      float* m = scratch();
+      for (int64_t r = rb; r < re; ++r) one_row(r / rows_per_batch, r % rows_per_batch, m);
     });
   }
 }
