@@ -624,6 +624,18 @@ def test_packed_planes_prefetch_same_bits(shape, wshape, stride, pad, threads, m
     _packed_switch_same_bits(23, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_PREFETCH")
 
 
+@pytest.mark.parametrize("shape,wshape,stride,pad", [((1, 160, 7, 7), (960, 1, 1), 1, 0),
+                                                    ((1, 600, 7, 5), (21, 1, 1), 1, 0),
+                                                    ((4, 120, 7, 7), (19, 3, 3), 1, 1),
+                                                    ((1, 288, 7, 7), (80, 3, 3), 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_channels_prefetch_a_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The channels layout prefetches the weights' next slice (the next depth block, else the next
+    panels'; MPSGRAPH_CPU_PACKED_PREFETCH_A=0: not): the same bits, at one and several depth
+    blocks and at odd panel counts."""
+    _packed_switch_same_bits(24, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_PREFETCH_A")
+
+
 PACKED_ISA_SCRIPT = """
 import os, sys
 import numpy as np, mpsgraph as mg, torch
