@@ -645,7 +645,7 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
       const int64_t next_step = a.wide_channels && next_q + 1 < q1 ? 2 : 1;
       const bool ahead = a.prefetch_a && a.wide_channels && next_q < q1;
       const int64_t lines = ahead ? std::min(kChanDepth, K - next_k0) * kChanRows / 16 : 0;  // 64-byte lines a panel
-      const char* next = reinterpret_cast<const char*>(a.panels + (next_q * K + next_k0) * kChanRows);
+      const char* next = ahead ? reinterpret_cast<const char*>(a.panels + (next_q * K + next_k0) * kChanRows) : nullptr;
       const int64_t second = next_step == 2 ? int64_t(sizeof(float)) * kChanRows * K : 0;
       for (int64_t bl = 0; bl < blocks; ++bl) {
         const int64_t l0 = bl * lines / blocks, npf = (bl + 1) * lines / blocks - l0;
@@ -656,7 +656,7 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
         if (a.wide_channels)
           kWideChannelsKernels[step - 1][cb.n - 1](kn, panel + k0 * kChanRows, kChanRows * K, Bk,
                                                    acc.data() + slot * acc_cols, k0 == 0, k0 + kn == K, Ci + j, ldc,
-                                                   rows, s, i0, R, next + l0 * 64, second, npf);
+                                                   rows, s, i0, R, ahead ? next + l0 * 64 : nullptr, second, npf);
         else
           kChannelsKernels[cb.n - 1](kn, panel + k0 * kChanRows, Bk, kChanCols, acc.data() + slot * acc_cols, k0 == 0,
                                      k0 + kn == K, Ci + j, ldc, rows, s, i0, R, a.row_store);
