@@ -1,6 +1,6 @@
 """Matrix products on the GPU whose operands come through a transpose (a transpose or swap_axes
-node, as the gradients' are). With MPSGRAPH_CUDA_MATMUL_TRANSPOSES=1 (read at the process's first
-compile) a transpose that only matrix products read is not run: a swap of the last two dims goes
+node, as the gradients' are). By default (MPSGRAPH_CUDA_MATMUL_TRANSPOSES=0, read at the process's
+first compile, turns it off) a transpose that only matrix products read is not run: a swap of the last two dims goes
 to cuBLASLt as its transpose flag, other orders are copied into scratch inside the product's
 step. Checked against numpy in float64 either way, with the memory plan showing which
 transposes still run a step. Skips without a GPU."""
@@ -14,7 +14,7 @@ import mpsgraph as mg
 HAS_GPU = mg.Device("cuda:0").available
 pytestmark = pytest.mark.skipif(not HAS_GPU, reason=f"no CUDA GPU here: {mg.Device('cuda:0').unavailable_reason}")
 
-ABSORBED = os.environ.get("MPSGRAPH_CUDA_MATMUL_TRANSPOSES") == "1"
+ABSORBED = os.environ.get("MPSGRAPH_CUDA_MATMUL_TRANSPOSES") != "0"
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-2, 2e-2), "int32": (0, 0)}
 
 

@@ -378,7 +378,7 @@ std::map<int32_t, ConvEpilogue> conv_epilogues(const Graph& g, const std::vector
 std::vector<char> absorbed_transposes(const Specialised& sg) {
   const Graph& g = *sg.graph;
   // swap_axes nodes (the gradients' transposes) too once matrix products take transposed
-  // operands (matmul_cuda.cpp registers them only with MPSGRAPH_CUDA_MATMUL_TRANSPOSES=1)
+  // operands (matmul_cuda.cpp registers them unless MPSGRAPH_CUDA_MATMUL_TRANSPOSES=0)
   const bool absorb_swaps = layout_op("matrix_multiplication") != nullptr;
   std::map<ValueRef, std::vector<std::pair<int32_t, int>>> readers;
   for (size_t id = 0; id < g.size(); ++id)

