@@ -644,7 +644,7 @@ void run_panels(const PackedWeights& a, const float* B, int64_t N, float* C, int
       const int64_t next_q = k0 + kn < K ? q : q + step, next_k0 = k0 + kn < K ? k0 + kn : 0;
       const int64_t next_step = a.wide_channels && next_q + 1 < q1 ? 2 : 1;
       const bool ahead = a.prefetch_a && a.wide_channels && next_q < q1;
-      const int64_t lines = ahead ? std::min(kChanDepth, K - next_k0) * kChanRows / 16 : 0;  // 64-byte lines a panel
+      const int64_t lines = ahead ? std::min(kChanDepth, K - next_k0) : 0;  // a k's 16 floats: one line a panel
       const char* next = ahead ? reinterpret_cast<const char*>(a.panels + (next_q * K + next_k0) * kChanRows) : nullptr;
       const int64_t second = next_step == 2 ? int64_t(sizeof(float)) * kChanRows * K : 0;
       for (int64_t bl = 0; bl < blocks; ++bl) {

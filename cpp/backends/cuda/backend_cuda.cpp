@@ -188,6 +188,32 @@ bool switched_on(const char* name) {
   return e && std::string(e) == "1";
 }
 
+std::vector<int64_t> permutation_of(const Node& n) {
+  if (n.op->name == "transpose") return typed_attrs<ops::TransposeAttrs>(n).permutation;
+  if (n.op->name != "swap_axes") return {};
+  std::vector<int64_t> p(n.outputs[0].shape.size());
+  for (size_t i = 0; i < p.size(); ++i) p[i] = int64_t(i);
+  const ops::SwapAxesAttrs& a = typed_attrs<ops::SwapAxesAttrs>(n);
+  std::swap(p[size_t(a.axis1)], p[size_t(a.axis2)]);
+  return p;
+}
+
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& p) {
+  std::vector<int64_t> r(p.size(), 0);
+  for (size_t i = 0; i < p.size(); ++i) r[size_t(p[i])] = int64_t(i);
+  return r;
+}
+
+std::vector<int64_t> buffer_strides(const Shape& s, const std::vector<int64_t>& perm) {
+  if (perm.empty()) return contiguous_strides(s);
+  Shape b(s.size());
+  for (size_t i = 0; i < s.size(); ++i) b[size_t(perm[i])] = s[i];
+  const std::vector<int64_t> bs = contiguous_strides(b);
+  std::vector<int64_t> r;
+  for (auto p : perm) r.push_back(bs[size_t(p)]);
+  return r;
+}
+
 bool is_device_pointer(const void* p) {
   if (!p) return false;
   cudaPointerAttributes a{};
@@ -230,18 +256,6 @@ const KernelFactory* find_kernel(const std::string& op) {
   (void)done;
   auto it = kernels().find(op);
   return it == kernels().end() ? nullptr : &it->second;
-}
-
-// The order a transpose or swap_axes node reads its input in (output dim i is input dim p[i]);
-// empty for other ops.
-std::vector<int64_t> permutation_of(const Node& n) {
-  if (n.op->name == "transpose") return typed_attrs<ops::TransposeAttrs>(n).permutation;
-  if (n.op->name != "swap_axes") return {};
-  std::vector<int64_t> p(n.outputs[0].shape.size());
-  for (size_t i = 0; i < p.size(); ++i) p[i] = int64_t(i);
-  const ops::SwapAxesAttrs& a = typed_attrs<ops::SwapAxesAttrs>(n);
-  std::swap(p[size_t(a.axis1)], p[size_t(a.axis2)]);
-  return p;
 }
 
 struct LayoutOp {
@@ -344,9 +358,7 @@ std::map<int32_t, ConvEpilogue> conv_epilogues(const Graph& g, const std::vector
       const Node& src = g.node(v.node);
       dctx.in_perm.push_back(absorbed[size_t(v.node)] == 1 ? permutation_of(src) : std::vector<int64_t>{});
     }
-    const std::vector<int64_t> p = permutation_of(g.node(t));
-    dctx.out_perm.assign(p.size(), 0);
-    for (size_t i = 0; i < p.size(); ++i) dctx.out_perm[size_t(p[i])] = int64_t(i);
+    dctx.out_perm = inverse_permutation(permutation_of(g.node(t)));
     std::vector<ValueRef> order;
     std::vector<TensorType> fn_in;
     const std::vector<EwNode> ew = fused_group_nodes(g, members, order, fn_in);
@@ -584,9 +596,7 @@ class CudaProgram final : public Program, public AsyncProgram {
       for (auto& v : inputs) kctx.in_perm.push_back(perm_of.count(v) ? perm_of.at(v) : std::vector<int64_t>{});
       const int32_t wb = written_by[id];
       if (wb >= 0) {  // the transpose's inverse: value dim i is result dim inv[i]
-        const std::vector<int64_t> p = permutation_of(g.node(wb));
-        kctx.out_perm.assign(p.size(), 0);
-        for (size_t i = 0; i < p.size(); ++i) kctx.out_perm[size_t(p[i])] = int64_t(i);
+        kctx.out_perm = inverse_permutation(permutation_of(g.node(wb)));
       }
       Step st;
       st.fn = conv_epilogue != epilogue_of.end() ? conv_epilogue->second.fn

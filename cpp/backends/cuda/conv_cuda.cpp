@@ -172,16 +172,6 @@ Ints packed(const Shape& s, Layout l) {
 }
 
 // Strides of the value's dims in a buffer holding it as value = transpose(buffer, perm).
-Ints buffer_strides(const Shape& s, const Ints& perm) {
-  if (perm.empty()) return contiguous_strides(s);
-  Shape b(s.size());
-  for (size_t i = 0; i < s.size(); ++i) b[size_t(perm[i])] = s[i];
-  const Ints bs = contiguous_strides(b);
-  Ints r;
-  for (auto p : perm) r.push_back(bs[size_t(p)]);
-  return r;
-}
-
 bool same_strides(const Shape& s, const Ints& a, const Ints& b) {
   for (size_t i = 0; i < s.size(); ++i)
     if (s[i] != 1 && a[i] != b[i]) return false;

@@ -169,8 +169,17 @@ std::string store_expr(DType t, const std::string& value);     // value of compu
 
 // Whether the environment variable `name` is "0": each fast path's kill switch.
 bool switched_off(const char* name);
-// Whether it is "1": a fast path not yet on by default.
+// Whether it is "1": a fast path not on by default.
 bool switched_on(const char* name);
+
+// The order a transpose or swap_axes node reads its input in (output dim i is input dim p[i]);
+// empty for other ops.
+std::vector<int64_t> permutation_of(const Node& n);
+// q with q[p[i]] = i.
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& p);
+// The strides (in elements) of a value of shape s held in a contiguous buffer whose dim perm[i]
+// is the value's dim i (KernelCtx::in_perm); contiguous strides where perm is empty.
+std::vector<int64_t> buffer_strides(const Shape& s, const std::vector<int64_t>& perm);
 
 // Strides of up to kMaxRank dims, passed by value to generated kernels.
 constexpr int kMaxRank = 8;

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "backends/cuda/cuda_internal.h"
@@ -162,14 +161,8 @@ std::vector<StridedCopy> axis_copies(size_t es, const Shape& whole, const std::v
 }  // namespace
 
 void register_shape_kernels() {
-  register_kernel("transpose", [](const KernelCtx& c) { return permute(c, typed_attrs<ops::TransposeAttrs>(c.node).permutation); });
-  register_kernel("swap_axes", [](const KernelCtx& c) {
-    Ints perm;
-    for (size_t i = 0; i < c.in[0].shape.size(); ++i) perm.push_back(int64_t(i));
-    const ops::SwapAxesAttrs& a = typed_attrs<ops::SwapAxesAttrs>(c.node);
-    std::swap(perm[size_t(a.axis1)], perm[size_t(a.axis2)]);
-    return permute(c, perm);
-  });
+  for (const char* op : {"transpose", "swap_axes"})
+    register_kernel(op, [](const KernelCtx& c) { return permute(c, permutation_of(c.node)); });
   register_kernel("broadcast_to", broadcast);
   register_kernel("broadcast_like", broadcast);
   register_kernel("slice", [](const KernelCtx& c) {
