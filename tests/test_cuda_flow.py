@@ -4,6 +4,7 @@ gradients (with and without checkpoints), errors raised inside regions, non_zero
 every dtype (empty results, several blocks, special values), and run_async (results equal
 run's, many in flight, out= buffers, errors through the future). Skips where no GPU is."""
 import concurrent.futures
+import time
 
 import numpy as np
 import pytest
@@ -357,3 +358,69 @@ def test_run_async_with_control_flow_and_data_dependent_ops():
         got = [_np(t) for t in f.result(timeout=60)]
         for a, b in zip(got, w):
             np.testing.assert_array_equal(a, b)
+
+
+def test_run_async_futures_complete_for_wait_as_completed_and_callbacks():
+    # nothing asks for the results: the waiter thread completes the futures
+    exe = _exe()
+    ins = [(f32(256, 256), f32(256, 256) * 0.05) for _ in range(10)]
+    want = [_np(exe.run(list(p))[0]) for p in ins]
+    futs = [exe.run_async(list(p)) for p in ins]
+    called = []
+    for f in futs:
+        f.add_done_callback(lambda f: called.append(f))
+    done, not_done = concurrent.futures.wait(futs, timeout=60)
+    assert not not_done
+    assert len(list(concurrent.futures.as_completed(futs, timeout=60))) == len(futs)
+    deadline = time.monotonic() + 60  # a callback runs just after wait() is woken
+    while len(called) < len(futs) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(called) == len(futs)
+    for f, w in zip(futs, want):
+        np.testing.assert_array_equal(_np(f.result(timeout=0)[0]), w)
+
+
+def test_run_async_done_polling_completes_and_a_loop_into_one_buffer():
+    exe = _exe()
+    x, w = f32(256, 256), f32(256, 256) * 0.05
+    want = _np(exe.run([x, w])[0])
+    xd, wd = mg.TensorData(x).to(GPU), mg.TensorData(w).to(GPU)
+    out = exe.run([xd, wd])
+    futs = [exe.run_async([xd, wd], out=out) for _ in range(200)]  # each completes the finished ones
+    deadline = time.monotonic() + 60
+    while not futs[-1].done() and time.monotonic() < deadline:
+        time.sleep(0.0001)
+    assert all(f.done() for f in futs)  # each finished run completes when asked
+    np.testing.assert_array_equal(_np(out[0]), want)
+
+
+def test_executable_dropped_on_another_thread_while_graphs_are_captured():
+    # regression: an executable's destructor waited on the shared stream outside run_mutex, so
+    # a thread dropping one while another captured a CUDA graph crashed the driver or failed
+    # the capture (a run_async future's waiter thread dropped the last reference); compiling
+    # (constant uploads) and copying results to the host on one thread failed the other's
+    # capture the same way
+    import threading
+
+    x, w = f32(256, 256), f32(256, 256) * 0.05
+    want = _np(_exe().run([x, w])[0])
+    stop, errors = threading.Event(), []
+
+    def dropper():
+        try:
+            while not stop.is_set():
+                e = _exe()
+                np.testing.assert_array_equal(_np(e.run([x, w])[0]), want)
+                del e
+        except Exception as ex:  # noqa: BLE001 - reported below
+            errors.append(ex)
+
+    t = threading.Thread(target=dropper)
+    t.start()
+    try:
+        for _ in range(40):
+            np.testing.assert_array_equal(_np(_exe().run([x, w])[0]), want)
+    finally:
+        stop.set()
+        t.join()
+    assert not errors

@@ -597,6 +597,17 @@ void take_gil_back(PyThreadState* st) {
   PyEval_RestoreThread(st);
 }
 
+// run_async's handle on one queued GPU run (the Python side completes its future): holds the
+// inputs, out buffers and results until it is dropped.
+struct QueuedRun {
+  std::shared_ptr<Executable> exe;
+  std::vector<std::shared_ptr<Array>> inputs, given, outs;
+  StartedRun run;
+  std::atomic<bool> waited{false};  // result() has waited (run is never changed: other threads query it)
+  // a run with no finished query counts as finished: result() then blocks until it is
+  bool finished(bool block) const { return waited || !run.wait || !run.finished || run.finished(block); }
+};
+
 // Runs f without the GIL (a plain function, not a RAII guard, so that the GIL is never
 // taken back from a destructor).
 template <class F>
@@ -868,6 +879,20 @@ PYBIND11_MODULE(_core, m) {
                                shape, strides, t.readonly);
       });
 
+  py::class_<QueuedRun, std::shared_ptr<QueuedRun>>(m, "_QueuedRun")
+      .def("finished", [](QueuedRun& q) { return q.finished(false); },
+           "Whether the device is done with the run (result() would not block).")
+      .def("wait_finished", [](QueuedRun& q, double linger_s) {
+            without_gil([&] {
+              q.finished(true);
+              std::this_thread::sleep_for(std::chrono::duration<double>(linger_s));
+            });
+          }, py::arg("linger_s"), "Blocks, without the GIL, until the run is finished, then for linger_s more.")
+      .def("result", [](QueuedRun& q) {
+            if (!q.waited.exchange(true) && q.run.wait) without_gil([&] { q.run.wait(); });  // once, even if it raises
+            return wrap_outputs(q.outs, q.exe->device());
+          }, "Waits for the run, raises its errors and returns its results.");
+
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
       .def("run", [](Executable& e, std::vector<py::handle> inputs, std::optional<std::vector<py::handle>> out) {
             auto in = arrays_of(inputs, e.device());
@@ -878,17 +903,13 @@ PYBIND11_MODULE(_core, m) {
           }, py::arg("inputs"), py::arg("out") = py::none())
       .def("_start", [](const std::shared_ptr<Executable>& e, std::vector<py::handle> inputs,
                         std::optional<std::vector<py::handle>> out) {
-            // run_async on a GPU: queues the run here and returns what waits for it; the
-            // closure holds the inputs, out buffers and results until it is dropped
-            auto in = arrays_of(inputs, e->device());
-            std::vector<std::shared_ptr<Array>> given;
-            if (out) given = arrays_of(*out, e->device(), true);
-            auto wait = std::make_shared<std::function<void()>>();
-            auto outs = without_gil([&] { return e->start(in, out ? &given : nullptr, *wait); });
-            return py::cpp_function([e, in, given, outs, wait]() {
-              if (*wait) without_gil([&] { (*wait)(); });
-              return wrap_outputs(outs, e->device());
-            });
+            // run_async on a GPU: queues the run here and returns its QueuedRun
+            auto q = std::make_shared<QueuedRun>();
+            q->exe = e;
+            q->inputs = arrays_of(inputs, e->device());
+            if (out) q->given = arrays_of(*out, e->device(), true);
+            q->outs = without_gil([&] { return e->start(q->inputs, out ? &q->given : nullptr, q->run); });
+            return q;
           }, py::arg("inputs"), py::arg("out") = py::none())
       .def_property_readonly("feed_nodes", &Executable::feeds)
       .def_property_readonly("feed_types", [](const Executable& e) {

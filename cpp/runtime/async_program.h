@@ -9,13 +9,21 @@
 
 namespace mg {
 
+// A queued run. `wait` blocks until it completes, then raises its errors and lands its effects
+// (empty: the run has completed). `finished(false)` says without blocking whether the device is
+// done with it, so that wait would return at once; `finished(true)` first blocks until it is,
+// with no other effect (empty: not known before wait).
+struct StartedRun {
+  std::function<void()> wait;
+  std::function<bool(bool block)> finished;
+};
+
 class AsyncProgram {
  public:
   virtual ~AsyncProgram() = default;
-  // Queues a run and returns what waits for it to complete (and raises its errors); the
-  // caller keeps inputs and outputs alive until then.
-  virtual std::function<void()> start(const std::vector<std::shared_ptr<Array>>& inputs,
-                                      const std::vector<std::shared_ptr<Array>>& outputs) = 0;
+  // Queues a run; the caller keeps inputs and outputs alive until its wait returns.
+  virtual StartedRun start(const std::vector<std::shared_ptr<Array>>& inputs,
+                           const std::vector<std::shared_ptr<Array>>& outputs) = 0;
 };
 
 }  // namespace mg

@@ -236,7 +236,7 @@ std::shared_ptr<Array> Executable::take_output(Stage& c, size_t k) {
 
 void Executable::run_stage(Compiled& c, const std::shared_ptr<Stage>& stp, const std::vector<std::shared_ptr<Array>>& values,
                            const std::vector<std::shared_ptr<Array>>* out, std::vector<std::shared_ptr<Array>>& outputs,
-                           std::function<void()>* wait) {
+                           StartedRun* started) {
   Stage& st = *stp;
   c.last_path.push_back(stp);
   if (st.program) {
@@ -255,9 +255,9 @@ void Executable::run_stage(Compiled& c, const std::shared_ptr<Stage>& stp, const
     } else {
       for (size_t k = 0; k < st.out_types.size(); ++k) outputs.push_back(take_output(st, k));
     }
-    auto* async = wait ? dynamic_cast<AsyncProgram*>(st.program.get()) : nullptr;
+    auto* async = started ? dynamic_cast<AsyncProgram*>(st.program.get()) : nullptr;
     if (async)
-      *wait = async->start(values, outputs);
+      *started = async->start(values, outputs);
     else
       st.program->run(values, outputs);
     return;
@@ -312,7 +312,7 @@ void Executable::run_stage(Compiled& c, const std::shared_ptr<Stage>& stp, const
   } else if (it != st.next.begin()) {
     st.next.splice(st.next.begin(), st.next, it);
   }
-  run_stage(c, st.next.front().second, next, out, outputs, wait);
+  run_stage(c, st.next.front().second, next, out, outputs, started);
 }
 
 std::vector<std::shared_ptr<Array>> Executable::run(const std::vector<std::shared_ptr<Array>>& inputs,
@@ -322,14 +322,14 @@ std::vector<std::shared_ptr<Array>> Executable::run(const std::vector<std::share
 
 std::vector<std::shared_ptr<Array>> Executable::start(const std::vector<std::shared_ptr<Array>>& inputs,
                                                       const std::vector<std::shared_ptr<Array>>* out,
-                                                      std::function<void()>& wait) {
-  wait = {};
-  return start_run(inputs, out, &wait);
+                                                      StartedRun& started) {
+  started = {};
+  return start_run(inputs, out, &started);
 }
 
 std::vector<std::shared_ptr<Array>> Executable::start_run(const std::vector<std::shared_ptr<Array>>& inputs,
                                                           const std::vector<std::shared_ptr<Array>>* out,
-                                                          std::function<void()>* wait) {
+                                                          StartedRun* started) {
   if (inputs.size() != feeds_.size())
     raise(ErrorKind::Value, "run", "", "expected " + std::to_string(feeds_.size()) + " inputs, got " +
                                            std::to_string(inputs.size()));
@@ -353,7 +353,7 @@ std::vector<std::shared_ptr<Array>> Executable::start_run(const std::vector<std:
   if (c.assigns && c.root->sg.vars) state = std::unique_lock<std::mutex>(c.root->sg.vars->run_mu);
   c.last_path.clear();
   // assigns land when the run completes, under the variable lock: such runs finish here
-  run_stage(c, c.root, inputs, out, outputs, c.assigns ? nullptr : wait);
+  run_stage(c, c.root, inputs, out, outputs, c.assigns ? nullptr : started);
   return outputs;
 }
 

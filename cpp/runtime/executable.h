@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/graph.h"
+#include "runtime/async_program.h"
 #include "runtime/backend.h"
 
 namespace mg {
@@ -35,10 +36,11 @@ class Executable {
   // inputs in feed order; `out` (optional) receives results in caller-owned buffers.
   std::vector<std::shared_ptr<Array>> run(const std::vector<std::shared_ptr<Array>>& inputs,
                                           const std::vector<std::shared_ptr<Array>>* out = nullptr);
-  // As run, but returns once the device has the work queued (Program::start): `wait` then
-  // completes it. Executables that assign variables run to completion here (wait is empty).
+  // As run, but returns once the device has the work queued (AsyncProgram::start): `started`
+  // then completes it. Executables that assign variables run to completion here (its wait is
+  // empty), as do programs that cannot start a run without waiting.
   std::vector<std::shared_ptr<Array>> start(const std::vector<std::shared_ptr<Array>>& inputs,
-                                            const std::vector<std::shared_ptr<Array>>* out, std::function<void()>& wait);
+                                            const std::vector<std::shared_ptr<Array>>* out, StartedRun& started);
 
   const std::vector<int32_t>& feeds() const { return feeds_; }
   const std::vector<TensorType>& feed_types() const { return feed_types_; }
@@ -89,12 +91,12 @@ class Executable {
   Compiled& compiled_for(const std::vector<TensorType>& types);
   std::shared_ptr<Stage> make_stage(Specialised sg);
   std::vector<std::shared_ptr<Array>> start_run(const std::vector<std::shared_ptr<Array>>& inputs,
-                                                const std::vector<std::shared_ptr<Array>>* out, std::function<void()>* wait);
+                                                const std::vector<std::shared_ptr<Array>>* out, StartedRun* started);
   Specialised specialise_stage(const Stage& st, const std::vector<ValueRef>& targets, const std::vector<int32_t>& ops,
                                const ValueFeeds& values) const;
   void run_stage(Compiled& c, const std::shared_ptr<Stage>& st, const std::vector<std::shared_ptr<Array>>& values,
                  const std::vector<std::shared_ptr<Array>>* out, std::vector<std::shared_ptr<Array>>& outputs,
-                 std::function<void()>* wait);
+                 StartedRun* started);
   std::shared_ptr<Array> take_output(Stage& c, size_t k);
   void check_out_buffers(const std::vector<std::shared_ptr<Array>>& inputs,
                          const std::vector<std::shared_ptr<Array>>& out) const;

@@ -328,6 +328,10 @@ def _forget_async_pool():
     global _async_pool, _async_lock
     _async_pool = None
     _async_lock = threading.Lock()
+    import sys
+
+    if "mpsgraph._gpu_runs" in sys.modules:
+        sys.modules["mpsgraph._gpu_runs"].forget()
 
 
 if hasattr(os, "register_at_fork"):
@@ -664,15 +668,17 @@ class Executable:
         and the next run's copies overlap this run's compute."""
         ins = self._inputs(inputs)
         if self._exe.device.startswith("cuda"):
+            from . import _gpu_runs  # here, not at import: concurrent.futures loads logging
+
             try:
-                wait = self._exe._start(ins, _out_values(out))
+                queued = self._exe._start(ins, _out_values(out))
             except Exception as e:  # raised through the future, as on the other devices
                 import concurrent.futures
 
                 f = concurrent.futures.Future()
                 f.set_exception(e)
                 return f
-            return _pool().submit(wait)
+            return _gpu_runs.completions().submit(queued)
         return _pool().submit(self._exe.run, ins, _out_values(out))
 
     __call__ = run

@@ -100,18 +100,43 @@ struct PoolReturn {
   size_t sz;
   void operator()(void* q) const {
     Pool& pl = pool();
-    std::lock_guard<std::mutex> l(pl.mu);
-    if (pl.free_bytes + sz > kPoolLimit) {
-      DeviceScope on_gpu;
-      cudaFree(q);
-      return;
+    {
+      std::lock_guard<std::mutex> l(pl.mu);
+      if (pl.free_bytes + sz <= kPoolLimit) {
+        pl.free[sz].push_back(q);
+        pl.free_bytes += sz;
+        return;
+      }
     }
-    pl.free[sz].push_back(q);
-    pl.free_bytes += sz;
+    DeviceScope on_gpu;  // past the pool's bound: freed, after pl.mu (run_mutex comes first)
+    std::lock_guard<std::recursive_mutex> r(run_mutex());
+    cudaFree(q);
   }
 };
 
 }  // namespace
+
+std::recursive_mutex& run_mutex() {
+  static std::recursive_mutex mu;
+  return mu;
+}
+
+void copy_sync(void* dst, const void* src, size_t nbytes, cudaMemcpyKind kind, const char* what) {
+  if (!nbytes) return;
+  std::lock_guard<std::recursive_mutex> l(run_mutex());
+  check(cudaMemcpy(dst, src, nbytes, kind), what);
+}
+
+void memset_sync(void* dst, int value, size_t nbytes, const char* what) {
+  if (!nbytes) return;
+  std::lock_guard<std::recursive_mutex> l(run_mutex());
+  check(cudaMemset(dst, value, nbytes), what);
+}
+
+void free_pinned(void* p) {
+  std::lock_guard<std::recursive_mutex> l(run_mutex());
+  cudaFreeHost(p);
+}
 
 std::shared_ptr<Buffer> device_alloc(size_t nbytes) {
   DeviceScope on_gpu;
@@ -131,6 +156,7 @@ std::shared_ptr<Buffer> device_alloc(size_t nbytes) {
     cudaError_t e = cudaMalloc(&ptr, sz);
     if (e != cudaSuccess) {  // give the cached blocks back and try once more
       cudaGetLastError();
+      std::lock_guard<std::recursive_mutex> r(run_mutex());
       std::lock_guard<std::mutex> l(p.mu);
       cudaDeviceSynchronize();
       for (auto& kv : p.free)
@@ -463,14 +489,8 @@ struct Step {
 };
 
 struct PinnedDeleter {
-  void operator()(void* p) const { cudaFreeHost(p); }
+  void operator()(void* p) const { free_pinned(p); }
 };
-
-// One run at a time per process: runs share the stream, and a capture must see only its own work.
-std::mutex& run_mutex() {
-  static std::mutex mu;
-  return mu;
-}
 
 // Host inputs' copies to the GPU run here, so that the next run's copies overlap this run's
 // compute (ordered against it by events).
@@ -564,7 +584,7 @@ class CudaProgram final : public Program, public AsyncProgram {
         auto value = node_attr<std::shared_ptr<const Array>>(n, "value");
         Slot s{SlotKind::Const, 0, value->nbytes(), n.outputs[0], n.name, op};
         s.own = device_alloc(value->nbytes());
-        if (value->nbytes()) check(cudaMemcpy(s.own->data, value->data(), value->nbytes(), cudaMemcpyHostToDevice), "uploading a constant");
+        copy_sync(s.own->data, value->data(), value->nbytes(), cudaMemcpyHostToDevice, "uploading a constant");
         slot_of[{int32_t(id), 0}] = new_slot(std::move(s));
         continue;
       }
@@ -645,21 +665,26 @@ class CudaProgram final : public Program, public AsyncProgram {
 
   ~CudaProgram() override {
     DeviceScope on_gpu;
-    cudaStreamSynchronize(stream_);  // a started run may still use the buffers and graphs
+    // A started run may still use the buffers and graphs. The stream is every program's: under
+    // run_mutex, so that the wait never meets another thread's capture on it (the driver
+    // crashed, or the capture failed, where a run_async future dropped the last reference to
+    // an executable on its waiter thread while the caller's thread captured another's graph).
+    std::lock_guard<std::recursive_mutex> l(run_mutex());
+    cudaStreamSynchronize(stream_);
     cudaGetLastError();
     for (auto& gr : graphs_) cudaGraphExecDestroy(gr.exec);
   }
 
   void run(const std::vector<std::shared_ptr<Array>>& inputs, const std::vector<std::shared_ptr<Array>>& outputs) override {
-    start(inputs, outputs)();
+    start(inputs, outputs).wait();
   }
 
-  // Queues the copies in, the steps and the copies out; the returned function waits for the
-  // run's event, runs the kernels' checks and lands the assigns.
-  std::function<void()> start(const std::vector<std::shared_ptr<Array>>& inputs,
-                              const std::vector<std::shared_ptr<Array>>& outputs) override {
+  // Queues the copies in, the steps and the copies out; the returned wait waits for the run's
+  // event, runs the kernels' checks and lands the assigns.
+  StartedRun start(const std::vector<std::shared_ptr<Array>>& inputs,
+                   const std::vector<std::shared_ptr<Array>>& outputs) override {
     DeviceScope on_gpu;
-    std::unique_lock<std::mutex> l(run_mutex());
+    std::unique_lock<std::recursive_mutex> l(run_mutex());
     const int parity = int(runs_++ & 1);
     staged_.clear();
     std::vector<const void*> key;  // the outside addresses the steps see
@@ -765,20 +790,26 @@ class CudaProgram final : public Program, public AsyncProgram {
     Event done = new_event();
     check(cudaEventRecord(done.get(), stream_), "recording an event");
     auto checks = checks_;
+    // an error other than "not ready" counts as finished: wait then raises it
+    auto finished = [done](bool block) {
+      return (block ? cudaEventSynchronize(done.get()) : cudaEventQuery(done.get())) != cudaErrorNotReady;
+    };
     if (assigns_.empty())
-      return [done, checks] {
-        check(cudaEventSynchronize(done.get()), "running a cuda program");
-        for (auto& chk : *checks) chk();
-      };
+      return {[done, checks] {
+                check(cudaEventSynchronize(done.get()), "running a cuda program");
+                for (auto& chk : *checks) chk();
+              },
+              finished};
     // a program that assigns is waited for at once (Executable::start), while it lives
-    return [this, done, checks, landed = std::move(landed)] {
+    return {[this, done, checks, landed = std::move(landed)] {
       check(cudaEventSynchronize(done.get()), "running a cuda program");
       for (auto& chk : *checks) chk();  // a recorded error stops the run before its assigns land
       for (size_t i = 0; i < assigns_.size(); ++i) {  // assigns land when the run completes
         vars_->set(assigns_[i].var, landed[i]);
         if (assigns_[i].read_slot >= 0) uploaded_[size_t(assigns_[i].read_slot)] = landed[i];
       }
-    };
+    },
+            finished};
   }
 
   // A region's run (RegionProgram): every feed and result is a device pointer; nothing is
@@ -979,7 +1010,7 @@ class CudaProgram final : public Program, public AsyncProgram {
     auto arr = std::make_shared<Array>();
     arr->dtype = a.type.dtype;
     arr->shape = a.type.shape;
-    arr->buffer = Buffer::borrow(p, nbytes, std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); }));
+    arr->buffer = Buffer::borrow(p, nbytes, std::shared_ptr<void>(p, free_pinned));
     list.push_back(arr);
     return arr;
   }
@@ -1063,20 +1094,20 @@ class CudaBackend final : public Backend {
     if (!a->data() || !on_device(*a)) return a;
     DeviceScope on_gpu;
     auto h = Array::empty(a->dtype, a->shape);
-    if (h->nbytes()) check(cudaMemcpy(h->data(), a->data(), h->nbytes(), cudaMemcpyDeviceToHost), "copying to the host");
+    copy_sync(h->data(), a->data(), h->nbytes(), cudaMemcpyDeviceToHost, "copying to the host");
     return h;
   }
   std::vector<std::shared_ptr<Array>> run_data_dependent(const Node& node, const std::vector<TensorType>& in_types,
                                                          const std::vector<std::shared_ptr<const Array>>& inputs) override {
     DeviceScope on_gpu;
-    std::lock_guard<std::mutex> l(run_mutex());  // its launches must not join another thread's capture
+    std::lock_guard<std::recursive_mutex> l(run_mutex());  // its launches must not join another thread's capture
     return cuda::run_data_dependent(node, in_types, inputs);
   }
   std::shared_ptr<Array> from_host(const std::shared_ptr<Array>& a) override {
     if (a->data() && on_device(*a)) return a;
     DeviceScope on_gpu;
     auto d = allocate(a->dtype, a->shape);
-    if (d->nbytes()) check(cudaMemcpy(d->data(), a->data(), d->nbytes(), cudaMemcpyHostToDevice), "copying to the GPU");
+    copy_sync(d->data(), a->data(), d->nbytes(), cudaMemcpyHostToDevice, "copying to the GPU");
     return d;
   }
   uintptr_t stream_handle() override { return reinterpret_cast<uintptr_t>(context().stream); }
@@ -1089,7 +1120,7 @@ class CudaBackend final : public Backend {
                                           : reinterpret_cast<cudaStream_t>(consumer);
     if (theirs == ours) return;
     DeviceScope on_gpu;
-    std::lock_guard<std::mutex> l(run_mutex());  // the record must not join another thread's capture
+    std::lock_guard<std::recursive_mutex> l(run_mutex());  // the record must not join another thread's capture
     Event e = new_event();
     check(cudaEventRecord(e.get(), ours), "recording an event for a DLPack consumer");
     check(cudaStreamWaitEvent(theirs, e.get(), 0), "ordering the consumer's stream after mpsgraph's work");

@@ -20,7 +20,7 @@ namespace {
 
 LaunchFn upload_once(const std::vector<uint8_t>& bytes) {
   std::shared_ptr<Buffer> buf = device_alloc(bytes.size());
-  if (!bytes.empty()) check(cudaMemcpy(buf->data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "uploading a constant");
+  copy_sync(buf->data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, "uploading a constant");
   const size_t n = bytes.size();
   return [buf, n](cudaStream_t s, const void* const*, void* const* out) {
     if (n) check(cudaMemcpyAsync(out[0], buf->data, n, cudaMemcpyDeviceToDevice, s), "copying a constant");

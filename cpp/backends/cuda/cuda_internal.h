@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,6 +52,19 @@ class DeviceScope {
 
 // Device memory from a pool of freed blocks by size class, bounded (cuda_backend_cuda.cpp).
 std::shared_ptr<Buffer> device_alloc(size_t nbytes);
+
+// Held while a run is queued (one at a time per process: runs share the stream, and a capture
+// must see only its own work) and around whatever would join another thread's capture on that
+// blocking stream: synchronous copies and memsets (ordered on the legacy stream), frees (they
+// wait for the device), stream waits. Without it, compiling (constant uploads) or dropping an
+// executable on one thread failed or crashed another thread's CUDA graph capture. Recursive:
+// frees run in destructors, some inside a run.
+std::recursive_mutex& run_mutex();
+// cudaMemcpy and cudaMemset under run_mutex, with check.
+void copy_sync(void* dst, const void* src, size_t nbytes, cudaMemcpyKind kind, const char* what);
+void memset_sync(void* dst, int value, size_t nbytes, const char* what);
+// cudaFreeHost under run_mutex (for pinned memory's deleters).
+void free_pinned(void* p);
 
 // ---- kernels ----
 

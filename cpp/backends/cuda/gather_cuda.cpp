@@ -157,7 +157,7 @@ std::shared_ptr<Shared> make_shared_state(const KernelCtx& c, const Shape& D, co
   p->rec = device_alloc(2 * sizeof(uint64_t));
   void* h = nullptr;
   check(cudaMallocHost(&h, 2 * sizeof(uint64_t)), "allocating pinned memory for index checks");
-  p->rec_host = std::shared_ptr<uint64_t>(static_cast<uint64_t*>(h), [](uint64_t* q) { cudaFreeHost(q); });
+  p->rec_host = std::shared_ptr<uint64_t>(static_cast<uint64_t*>(h), [](uint64_t* q) { free_pinned(q); });
   p->rec_host.get()[0] = ~0ull;
   // after the run: the smallest bad index position, if any, as the CPU reports it
   c.after_run([p] {

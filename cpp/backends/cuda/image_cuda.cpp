@@ -38,7 +38,7 @@ std::string header(DType dt) {
 
 std::shared_ptr<Buffer> upload(const std::vector<int64_t>& v) {
   std::shared_ptr<Buffer> b = device_alloc(std::max<size_t>(1, v.size()) * sizeof(int64_t));
-  if (!v.empty()) check(cudaMemcpy(b->data, v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice), "uploading a table");
+  copy_sync(b->data, v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice, "uploading a table");
   return b;
 }
 

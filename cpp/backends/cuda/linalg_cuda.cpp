@@ -90,7 +90,7 @@ extern "C" __global__ void k(LG g, const S* __restrict__ a, const S* __restrict_
 
 std::shared_ptr<Buffer> upload(const std::vector<int64_t>& v) {
   std::shared_ptr<Buffer> b = device_alloc(std::max<size_t>(1, v.size()) * sizeof(int64_t));
-  if (!v.empty()) check(cudaMemcpy(b->data, v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice), "uploading a table");
+  copy_sync(b->data, v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice, "uploading a table");
   return b;
 }
 

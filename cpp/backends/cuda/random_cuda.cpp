@@ -61,7 +61,7 @@ LaunchFn uniform_factory(const KernelCtx& c) {
   const int64_t n = num_elements(c.out[0].shape);
   const uint64_t seed = uint64_t(typed_attrs<ops::RandomUniformAttrs>(c.node).seed);
   std::shared_ptr<Buffer> run = device_alloc(sizeof(uint64_t));  // this executable's run counter
-  check(cudaMemset(run->data, 0, sizeof(uint64_t)), "clearing a random run counter");
+  memset_sync(run->data, 0, sizeof(uint64_t), "clearing a random run counter");
   return [=](cudaStream_t s, const void* const*, void* const* out) {
     int64_t nn = n;
     uint64_t sd = seed;

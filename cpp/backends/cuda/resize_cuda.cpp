@@ -106,7 +106,7 @@ Tables upload(ops::ResizeAxis& y, ops::ResizeAxis& x, const ResizeGeom& g) {
   t.yw = put(y.w1.data(), y.w1.size() * 8);
   t.xw = put(x.w1.data(), x.w1.size() * 8);
   t.buf = device_alloc(std::max<size_t>(1, bytes.size()));
-  if (!bytes.empty()) check(cudaMemcpy(t.buf->data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "uploading resize tables");
+  copy_sync(t.buf->data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, "uploading resize tables");
   return t;
 }
 

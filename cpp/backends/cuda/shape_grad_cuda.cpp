@@ -211,7 +211,7 @@ LaunchFn pad_gradient(const KernelCtx& c) {
   std::vector<std::pair<PadBox, std::shared_ptr<Buffer>>> steps;
   for (auto& [b, pairs] : folds) {
     std::shared_ptr<Buffer> t = device_alloc(pairs.size() * sizeof(int64_t));
-    check(cudaMemcpy(t->data, pairs.data(), pairs.size() * sizeof(int64_t), cudaMemcpyHostToDevice), "uploading pad_gradient pairs");
+    copy_sync(t->data, pairs.data(), pairs.size() * sizeof(int64_t), cudaMemcpyHostToDevice, "uploading pad_gradient pairs");
     steps.push_back({b, t});
   }
   PadBox all;

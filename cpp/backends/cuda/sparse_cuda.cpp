@@ -301,7 +301,7 @@ std::shared_ptr<Step> prepare(const KernelCtx& c, size_t i0, DType vt, bool row_
   p->rec = device_alloc(7 * sizeof(int64_t));
   void* h = nullptr;
   check(cudaMallocHost(&h, 7 * sizeof(int64_t)), "allocating pinned memory for index checks");
-  p->rec_host = std::shared_ptr<int64_t>(static_cast<int64_t*>(h), [](int64_t* q) { cudaFreeHost(q); });
+  p->rec_host = std::shared_ptr<int64_t>(static_cast<int64_t*>(h), [](int64_t* q) { free_pinned(q); });
   std::fill(p->rec_host.get(), p->rec_host.get() + 7, int64_t(0));
   p->rec_host.get()[0] = p->rec_host.get()[1] = -1;
   c.after_run([p] { raise_recorded(*p); });
