@@ -424,3 +424,25 @@ def test_executable_dropped_on_another_thread_while_graphs_are_captured():
         stop.set()
         t.join()
     assert not errors
+
+
+def test_run_async_of_an_executable_that_assigns_completes_each_step_in_order():
+    # such runs complete before run_async returns; their futures complete at once (none older
+    # pending) or in order behind another executable's run
+    g = mg.Graph()
+    v = g.variable(np.zeros(4, np.float32))
+    x = g.placeholder((4,), mg.float32)
+    seen = v * 1.0
+    step = g.compile({x: ((4,), mg.float32)}, [seen], target_operations=[g.assign(v, v + x)], device=GPU)
+    other = _exe()
+    xv = np.arange(4, dtype=np.float32)
+    futs, steps = [], []
+    for k in range(20):
+        if k % 5 == 0:
+            futs.append(other.run_async([f32(256, 256), f32(256, 256)]))
+        steps.append(step.run_async([xv]))
+        futs.append(steps[-1])
+    concurrent.futures.wait(futs, timeout=60)
+    for k, f in enumerate(steps):
+        np.testing.assert_array_equal(_np(f.result(timeout=0)[0]), xv * k)  # the value before step k
+    np.testing.assert_array_equal(g.variable_data(v).numpy(), xv * 20)

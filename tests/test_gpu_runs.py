@@ -109,6 +109,22 @@ def test_submit_completes_the_runs_already_finished(completions):
     assert [f.result() for f in futs] == list(range(5))
 
 
+def test_a_run_finished_when_queued_completes_at_once_unless_older_ones_wait(completions):
+    done_run = FakeRun("sync")
+    done_run.device_done.set()  # as a run that assigns variables: complete when run_async returns
+    f = completions.submit(done_run)
+    assert concurrent.futures.Future.done(f) and f.result() == "sync"
+    slow = FakeRun("slow")
+    fs = completions.submit(slow)
+    later = FakeRun("later")
+    later.device_done.set()
+    fl = completions.submit(later)  # behind an unfinished run: in order, not at once
+    assert not concurrent.futures.Future.done(fl)
+    slow.device_done.set()
+    assert fs.result() == "slow" and fl.result() == "later"
+    assert done_run.results == slow.results == later.results == 1
+
+
 def test_done_completes_a_finished_run_and_errors_come_through(completions):
     err = ValueError("[matmul] inner dimensions differ")
     run = FakeRun(None, error=err)

@@ -65,9 +65,17 @@ class Completions:
         self.complete_finished()
         f = RunFuture(queued, self)
         with self._lock:
-            self._pending.append(f)
-            if self._waiter_idle:
-                self._work.notify()
+            # a run that completed while it was queued (one that assigns variables) and has no
+            # older run before it: completed here, without waking the waiter
+            inline = not self._pending and queued.finished()
+            if inline:
+                f._claimed = True
+            else:
+                self._pending.append(f)
+                if self._waiter_idle:
+                    self._work.notify()
+        if inline:
+            self._complete(f)
         return f
 
     def claim(self, f, block):
