@@ -383,6 +383,28 @@ def test_depthwise3x3_copy_rows_same_bits(case, threads, monkeypatch):
     _dw_agree(case, x, w, bias, "bias_relu6", y)
 
 
+# case: (N, C, H, W), multiplier, stride, pads, dilation: planes whose rows are read in place
+# (stride 2 from 32 outputs wide, stride 1 from 128): MobileNetV2's 112x112 -> 56x56 layer, odd
+# widths and heights, one plane per image and several images (the prefetch crosses images), and
+# a padding that leaves a row in the zeros.
+DW_PREFETCH = [((2, 6, 112, 112), 1, (2, 2), (1, 1, 1, 1), (1, 1)), ((3, 1, 67, 71), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+               ((1, 5, 9, 130), 1, (1, 1), (1, 1, 1, 1), (1, 1)), ((2, 3, 17, 130), 1, (2, 2), (0, 2, 1, 1), (1, 1))]
+
+
+@pytest.mark.parametrize("case", DW_PREFETCH, ids=lambda c: "x".join(map(str, c[0])) + f"s{c[2][0]}")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise3x3_prefetch_same_bits(case, threads, monkeypatch):
+    """Rows read in place prefetch the next channel's source plane (MPSGRAPH_CPU_DW3_PREFETCH=0:
+    not): the same bits, and PyTorch's values."""
+    x, w, bias = _dw_setup(case, 19)
+    build = _dw_build(case, w, bias, "bias_relu6")
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        plain = _run(_compile(build, [x], {"MPSGRAPH_CPU_DW3_PREFETCH": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, plain)
+    _dw_agree(case, x, w, bias, "bias_relu6", y)
+
+
 @pytest.mark.parametrize("idx", [1, 0, 6, 16])
 def test_depthwise3x3_non_finite_source(idx):
     """An infinity or NaN reaches only the outputs that read it (the padding is not multiplied
