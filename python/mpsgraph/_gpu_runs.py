@@ -61,21 +61,17 @@ class Completions:
         self._waiter.start()
 
     def submit(self, queued):
-        """The future of a run just queued; completes the runs the device has finished first."""
-        self.complete_finished()
+        """The future of a run just queued. Completes the runs the device has finished, this one
+        too where it finished while queued (one that assigns variables) with none pending
+        before it; wakes the waiter only for what is left."""
         f = RunFuture(queued, self)
         with self._lock:
-            # a run that completed while it was queued (one that assigns variables) and has no
-            # older run before it: completed here, without waking the waiter
-            inline = not self._pending and queued.finished()
-            if inline:
-                f._claimed = True
-            else:
-                self._pending.append(f)
-                if self._waiter_idle:
-                    self._work.notify()
-        if inline:
-            self._complete(f)
+            self._pending.append(f)
+        self.complete_finished()
+        with self._lock:
+            self._drop_claimed()
+            if self._pending and self._waiter_idle:
+                self._work.notify()
         return f
 
     def claim(self, f, block):
@@ -104,16 +100,18 @@ class Completions:
     @staticmethod
     def _complete(f):
         queued, f._queued = f._queued, None
+        error = None
         try:
             r = queued.result()
         except BaseException as e:  # raised through the future, as from an executor's worker
-            del queued
-            f.set_exception(e)
-        else:
-            # the run's references (its executable's among them) go before anyone is woken, so
-            # that an executable is not destroyed on this thread behind its owner's back
-            del queued
+            r, error = None, e
+        # the run's references (its executable's among them) go before anyone is woken, so that
+        # an executable is not destroyed on this thread behind its owner's back
+        del queued
+        if error is None:
             f.set_result(r)
+        else:
+            f.set_exception(error)
 
     def _wait_loop(self):
         while True:

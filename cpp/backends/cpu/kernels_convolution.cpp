@@ -705,6 +705,8 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
   // (r, j) reads phase kt & 1 at (r + kt / 2) * Wb + 2 * j + t = 2 * (r * Wb / 2 + j) + ...
   const int64_t Wb = p.Wb, Hb = p.Hb, IH = p.IL ? p.in_plane / p.IL : 0, Wh = Wb / 2;
   const int64_t nq = (p.R * Wh + 7) / 8 * 8, phase = 2 * nq + Wb + 18;  // phase: reads stay inside
+  // unit u's source plane (unit: an image's output channel)
+  auto source_plane = [&](int64_t u) { return x + (u / per_image * p.C + u % per_image / p.Og) * p.in_plane; };
   parallel_for(p.N * per_image, grain, [&](int64_t u0, int64_t u1) {
     thread_local std::vector<float> plane;  // bordered source, then the output rows at width Wb
     if (p.dw3_phase) plane.resize(size_t(2 * phase + nq + 1));
@@ -715,8 +717,8 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
     thread_local std::vector<float> block;  // block16's transposed planes
     if (block16) block.resize(size_t(dw3_block16_scratch(blk)));
     for (int64_t u = u0; u < u1; ++u) {
-      const int64_t n = u / per_image, oc = u % per_image, g = oc / p.Og;
-      const float* xc = x + (n * p.C + g) * p.in_plane - p.pbL;
+      const int64_t n = u / per_image, oc = u % per_image;
+      const float* xc = source_plane(u) - p.pbL;
       const float* wc = w + oc * 9;
       float* yc = y + (n * p.O + oc) * p.P;
       const bool biased = re.fused && re.bias >= 0;
@@ -768,8 +770,7 @@ void depthwise3x3(const Plan& p, const float* x, const float* w, float* y, const
       const char* ahead = nullptr;
       int64_t ahead_lines = 0;
       if (p.dw3_prefetch && u + 1 < u1) {
-        const int64_t nn = (u + 1) / per_image, ng = (u + 1) % per_image / p.Og;
-        ahead = reinterpret_cast<const char*>(x + (nn * p.C + ng) * p.in_plane);
+        ahead = reinterpret_cast<const char*>(source_plane(u + 1));
         ahead_lines = (p.in_plane * int64_t(sizeof(float)) + 63) / 64;
       }
 #endif
