@@ -140,6 +140,40 @@ def test_bias_scale_chain_broadcasts(shapes, dtype):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32], ids=["f32", "f16", "i32"])
+@pytest.mark.parametrize("shapes", [((37, 1), (37, 129)), ((129,), (37, 129)), ((), (5, 7, 33)), ((7, 1), (5, 1, 33))],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_broadcast_like_joins_the_group(shapes, dtype):
+    """broadcast_like(r, y) * y + y: the broadcast is read through strides inside the group (its
+    `like` operand gives only the shape) instead of a strided copy of its own; the same bits as
+    fusion off, and one intermediate fewer."""
+    rng = np.random.default_rng(len(shapes[0]) * 5 + len(shapes[1]))
+    r, y = (rand(sh, np.float32, rng).astype(dtype) for sh in shapes)
+    got, = fused_and_unfused(lambda g, pr, py: g.broadcast_like(pr, py) * py + py, [r, y])
+    want = np.broadcast_to(r, np.broadcast_shapes(r.shape, y.shape)) * y + y
+    tol = 0 if dtype == np.int32 else 2e-6 if dtype == np.float32 else 2e-3
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+
+
+@gpu
+def test_softmax_cross_entropy_gradient_fuses_its_broadcasts():
+    """The gradient of softmax cross-entropy, whose broadcast_like nodes had run as strided
+    copies: fused as unfused, and (softmax(z) - labels) / batch in float64."""
+    rng = np.random.default_rng(3)
+    z = rand((128, 10), np.float32, rng)
+    labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 128)]
+
+    def build(g, pz, pl):
+        loss = g.softmax_cross_entropy(pz, pl, axis=1, reduction="mean")
+        return g.gradients(loss, [pz])[pz]
+
+    got, = fused_and_unfused(build, [z, labels])
+    e = np.exp(z.astype(np.float64) - z.max(axis=1, keepdims=True))
+    want = (e / e.sum(axis=1, keepdims=True) - labels) / 128
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+@gpu
 def test_select_clamp_compare_and_bool_output():
     """select(x > 0, g, 0) (ReLU's gradient) with NaN and -0.0, clamp with broadcast bounds,
     comparisons and logical ops ending in a bool result."""

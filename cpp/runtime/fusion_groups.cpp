@@ -24,7 +24,9 @@ FusionPlan plan_fusion_groups(const Graph& g, const std::vector<ValueRef>& targe
     const Shape& shape = nd.outputs[0].shape;
     std::vector<int32_t> members{int32_t(id)};
     std::vector<int> absorbed;
-    for (const ValueRef& v : nd.inputs) {
+    for (size_t k = 0; k < nd.inputs.size(); ++k) {
+      const ValueRef& v = nd.inputs[k];
+      if (rules.reads && !rules.reads(nd, k)) continue;
       const int gi = p.group_of[size_t(v.node)];
       if (gi < 0 || uses[size_t(v.node)] != 1 || g.type(v).shape != shape) continue;
       if (std::find(absorbed.begin(), absorbed.end(), gi) != absorbed.end()) continue;

@@ -18,6 +18,9 @@ struct FusionPlan {
 struct FusionRules {
   std::function<bool(const Node&)> fusible;                   // one output, whose shape the group takes
   std::function<bool(const std::vector<int32_t>&)> fits;      // a merged group (unsorted) is allowed
+  // whether a node's operand k is read as a value (empty: every operand); one read for its
+  // shape only (broadcast_like's second) never pulls its producer into the group
+  std::function<bool(const Node&, size_t)> reads;
 };
 
 // Groups of two or more nodes: a fusible node joins its consumer's group when the consumer is

@@ -26,9 +26,23 @@ bool fusion_enabled() {
   return !switched_off("MPSGRAPH_CUDA_FUSION");
 }
 
-std::vector<DType> input_dtypes(const Graph& g, const Node& n) {
+// broadcast_like(x, like) in a group is x read through broadcast strides: `like` gives only
+// the shape, which the group has already. Its gradients (softmax cross-entropy's) had run as
+// strided copies of their own.
+bool shape_only(const Node& n, size_t k) { return k == 1 && n.op->name == "broadcast_like"; }
+
+// The operands a node reads as values, and the op its kernel expression comes from.
+std::vector<ValueRef> value_inputs(const Node& n) {
+  std::vector<ValueRef> r;
+  for (size_t k = 0; k < n.inputs.size(); ++k)
+    if (!shape_only(n, k)) r.push_back(n.inputs[k]);
+  return r;
+}
+std::string expr_op(const Node& n) { return n.op->name == "broadcast_like" ? "identity" : n.op->name; }
+
+std::vector<DType> value_dtypes(const Graph& g, const Node& n) {
   std::vector<DType> r;
-  for (const ValueRef& v : n.inputs) r.push_back(g.type(v).dtype);
+  for (const ValueRef& v : value_inputs(n)) r.push_back(g.type(v).dtype);
   return r;
 }
 
@@ -37,14 +51,14 @@ bool fusible(const Graph& g, const Node& n) {
   if (num_elements(n.outputs[0].shape) <= 0) return false;
   for (const ValueRef& v : n.inputs)
     if (is_complex(g.type(v).dtype) || g.type(v).dtype == DType::Float64) return false;
-  return !node_expr(n.op->name, input_dtypes(g, n), n.outputs[0].dtype).expr.empty();
+  return !node_expr(expr_op(n), value_dtypes(g, n), n.outputs[0].dtype).expr.empty();
 }
 
 // The values a group reads from outside, in first-use order of `members`.
 std::vector<ValueRef> outside_inputs(const Graph& g, const std::vector<int32_t>& members) {
   std::vector<ValueRef> r;
   for (int32_t id : members)
-    for (const ValueRef& v : g.node(id).inputs)
+    for (const ValueRef& v : value_inputs(g.node(id)))
       if (std::find(members.begin(), members.end(), v.node) == members.end() && std::find(r.begin(), r.end(), v) == r.end())
         r.push_back(v);
   return r;
@@ -68,6 +82,7 @@ FusionPlan plan_cuda_fusion(const Graph& g, const std::vector<ValueRef>& targets
   FusionRules rules;
   rules.fusible = [&g](const Node& n) { return fusible(g, n); };
   rules.fits = [&g](const std::vector<int32_t>& members) { return fits(g, members); };
+  rules.reads = [](const Node& n, size_t k) { return !shape_only(n, k); };
   return plan_fusion_groups(g, targets, skip, rules);
 }
 
@@ -80,8 +95,8 @@ std::vector<EwNode> group_nodes(const Graph& g, const std::vector<int32_t>& node
   std::vector<EwNode> ew;
   for (int32_t id : nodes) {
     const Node& nd = g.node(id);
-    EwNode e{nd.op->name, {}, input_dtypes(g, nd), nd.outputs[0].dtype};
-    for (const ValueRef& v : nd.inputs) {
+    EwNode e{expr_op(nd), {}, value_dtypes(g, nd), nd.outputs[0].dtype};
+    for (const ValueRef& v : value_inputs(nd)) {
       auto it = index_of.find(v.node);
       e.arg.push_back(it != index_of.end() ? it->second : -int(std::find(inputs.begin(), inputs.end(), v) - inputs.begin()) - 1);
     }
