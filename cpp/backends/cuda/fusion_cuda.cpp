@@ -28,7 +28,8 @@ bool fusion_enabled() {
 
 // broadcast_like(x, like) in a group is x read through broadcast strides: `like` gives only
 // the shape, which the group has already. Its gradients (softmax cross-entropy's) had run as
-// strided copies of their own.
+// strided copies of their own. MPSGRAPH_CUDA_FUSE_BROADCASTS=0 leaves them out of groups.
+bool fuse_broadcasts() { return !switched_off("MPSGRAPH_CUDA_FUSE_BROADCASTS"); }
 bool shape_only(const Node& n, size_t k) { return k == 1 && n.op->name == "broadcast_like"; }
 
 // The operands a node reads as values, and the op its kernel expression comes from.
@@ -49,6 +50,7 @@ std::vector<DType> value_dtypes(const Graph& g, const Node& n) {
 bool fusible(const Graph& g, const Node& n) {
   if (n.op->view || n.outputs.size() != 1 || !n.regions.empty() || n.inputs.empty()) return false;
   if (num_elements(n.outputs[0].shape) <= 0) return false;
+  if (n.op->name == "broadcast_like" && !fuse_broadcasts()) return false;
   for (const ValueRef& v : n.inputs)
     if (is_complex(g.type(v).dtype) || g.type(v).dtype == DType::Float64) return false;
   return !node_expr(expr_op(n), value_dtypes(g, n), n.outputs[0].dtype).expr.empty();
