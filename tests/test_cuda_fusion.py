@@ -173,6 +173,69 @@ def test_softmax_cross_entropy_gradient_fuses_its_broadcasts():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
+def prologue_on_and_off(build, arrays):
+    """Results with reduction prologues on; asserts they equal prologues off bit for bit and
+    that the reduced group's result no longer has a buffer of its own."""
+    runs = []
+    for on in (True, False):
+        with cpu_or_cuda_fusion(on, "MPSGRAPH_CUDA_REDUCTION_PROLOGUES"), np.errstate(all="ignore"):
+            runs.append(compile_run(build, arrays, True))
+    (fused, plan_on), (plain, plan_off) = runs
+    for a, b in zip(fused, plain):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(bits(a), bits(b))
+    assert arena_values(plan_on) < arena_values(plan_off), (plan_on, plan_off)
+    return fused
+
+
+REDUCTION_PROLOGUES = {
+    # name: (build, input shapes, float64 reference); the reduction's source is a group (or a lone node)
+    "softmax_denominator_rows": (lambda g, x: g.reduction_sum(g.exponent(x - g.reduction_maximum(x, axes=[1])), axes=[1]),
+                                 [(128, 10)], lambda x: np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)),
+    "mean_of_columns": (lambda g, x, s, b: g.mean(g.relu(x * s + b), axes=[0]), [(300, 70), (70,), (70,)],
+                        lambda x, s, b: np.maximum(x * s + b, 0).mean(0, keepdims=True)),
+    "max_over_outer_axes": (lambda g, x, y: g.reduction_maximum(x * y, axes=[0, 2]), [(6, 5, 7), (5, 1)],
+                            lambda x, y: (x * y).max((0, 2), keepdims=True)),
+    "long_rows_split": (lambda g, x: g.reduction_sum(g.sigmoid(x) * x, axes=[1]), [(3, 50000)],
+                        lambda x: (x / (1 + np.exp(-x))).sum(1, keepdims=True)),
+    "whole_tensor_product": (lambda g, x: g.reduction_product(g.sign(x) * 0.5 + 1.0, axes=[0]), [(41,)],
+                             lambda x: np.prod(np.sign(x) * 0.5 + 1.0, 0, keepdims=True)),
+    "bias_gradient_sum_to_like": (lambda g, x, dy, b: g.sum_to_like(g.select(g.greater_than(x, 0.0), dy, 0.0), b),
+                                  [(64, 32), (64, 32), (32,)], lambda x, dy, b: np.where(x > 0, dy, 0).sum(0)),
+}
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["f32", "f16", "bf16"])
+@pytest.mark.parametrize("case", list(REDUCTION_PROLOGUES))
+def test_reduction_computes_its_source_group(case, dtype):
+    """The group a reduction alone reads is computed inside the reduction's kernel, in every
+    reduction layout (rows, columns, outer axes, long rows over blocks, the whole tensor) and for
+    sum_to_like: the same bits as the group's own kernel then the reduction, and the float64
+    value within the dtype's rounding."""
+    build, shapes, ref = REDUCTION_PROLOGUES[case]
+    rng = np.random.default_rng(len(case))
+    arrays = [rand(sh, dtype, rng, scale=1.0) for sh in shapes]
+    got, = prologue_on_and_off(build, arrays)
+    want = ref(*(a.astype(np.float64) for a in arrays))
+    tol = 1e-4 if dtype == np.float32 else 2e-2 if dtype == np.float16 else 8e-2
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * float(np.abs(want).max()))
+
+
+@gpu
+def test_reduction_prologue_integers_and_bools():
+    """An int32 sum of a product (wrapping as the unfused kernels do) and reduction_and of a
+    comparison, each computing its source in the reduction."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(-1 << 30, 1 << 30, (37, 129)).astype(np.int32)
+    y = rng.integers(-9, 9, (129,)).astype(np.int32)
+    got, = prologue_on_and_off(lambda g, px, py: g.reduction_sum(px * py + 3, axes=[1]), [x, y])
+    want = ((x.astype(np.int64) * y + 3).sum(1, keepdims=True) + (1 << 31)) % (1 << 32) - (1 << 31)
+    np.testing.assert_array_equal(got.astype(np.int64), want)
+    got, = prologue_on_and_off(lambda g, px: g.reduction_and(g.greater_than(px, -(1 << 29)), axes=[0]), [x])
+    np.testing.assert_array_equal(got, (x > -(1 << 29)).all(0, keepdims=True))
+
+
 @gpu
 def test_select_clamp_compare_and_bool_output():
     """select(x > 0, g, 0) (ReLU's gradient) with NaN and -0.0, clamp with broadcast bounds,

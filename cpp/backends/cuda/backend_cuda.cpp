@@ -330,6 +330,37 @@ std::map<int32_t, std::vector<int32_t>> pool_prologues(const Graph& g, const std
   return r;
 }
 
+// Elementwise groups (or lone elementwise nodes) whose result only a reduction reads, as its
+// source, run inside the reduction's kernel (reduction_takes_prologue), computed at each element
+// it reads: the group's result never goes to memory and its launch is saved (softmax's exp
+// before its sum, cross-entropy's product before its sum). Groups already taken (`taken`: a
+// matmul's or convolution's epilogue, a pool's prologue) stay where they are; the ones taken
+// here are added to `prologue_of` and marked in `in_prologue`.
+void reduction_prologues(const Graph& g, const std::vector<ValueRef>& targets, const FusionPlan& fusion,
+                         const std::vector<char>& taken, std::map<int32_t, std::vector<int32_t>>& prologue_of,
+                         std::vector<char>& in_prologue) {
+  std::map<ValueRef, int> readers;
+  for (size_t id = 0; id < g.size(); ++id)
+    for (const ValueRef& v : g.node(int32_t(id)).inputs) ++readers[v];
+  for (const ValueRef& t : targets) readers[t] += 2;
+  for (size_t id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(int32_t(id));
+    if (n.inputs.empty() || taken[id] || !reduction_takes_prologue(n)) continue;
+    const ValueRef src = n.inputs[0];
+    if (src.index != 0 || readers[src] != 1) continue;
+    const int32_t p = src.node;
+    std::vector<int32_t> members;
+    const int32_t grp = fusion.group_of[size_t(p)];
+    if (grp >= 0 && fusion.groups[size_t(grp)].back() == p) members = fusion.groups[size_t(grp)];
+    else if (grp < 0 && cuda_fusible(g, p)) members = {p};
+    else continue;
+    const auto claimed = [&](int32_t m) { return taken[size_t(m)] != 0 || in_prologue[size_t(m)] != 0; };
+    if (std::any_of(members.begin(), members.end(), claimed)) continue;
+    for (int32_t m : members) in_prologue[size_t(m)] = 1;
+    prologue_of[int32_t(id)] = std::move(members);
+  }
+}
+
 // v's value where it is a one-element constant (a clamp's bound), else NaN.
 double one_element_constant(const Graph& g, ValueRef v) {
   const Node& src = g.node(v.node);
@@ -552,10 +583,13 @@ class CudaProgram final : public Program, public AsyncProgram {
     for (size_t id = 0; id < g.size(); ++id)
       if (absorbed[id] == 2) written_by[size_t(g.node(int32_t(id)).inputs[0].node)] = int32_t(id);
     std::vector<char> in_prologue;
-    const std::map<int32_t, std::vector<int32_t>> prologue_of = pool_prologues(g, sg.targets, fusion, unfused, in_prologue);
+    std::map<int32_t, std::vector<int32_t>> prologue_of = pool_prologues(g, sg.targets, fusion, unfused, in_prologue);
     std::vector<char> skip_epilogue = unfused, in_epilogue;
     for (size_t id = 0; id < g.size(); ++id) skip_epilogue[id] = skip_epilogue[id] || in_prologue[id];
     const std::map<int32_t, ConvEpilogue> epilogue_of = conv_epilogues(g, sg.targets, fusion, skip_epilogue, absorbed, written_by, in_epilogue);
+    std::vector<char> taken = skip_epilogue;
+    for (size_t id = 0; id < g.size(); ++id) taken[id] = taken[id] || in_epilogue[id];
+    reduction_prologues(g, sg.targets, fusion, taken, prologue_of, in_prologue);
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
@@ -621,8 +655,10 @@ class CudaProgram final : public Program, public AsyncProgram {
       Step st;
       st.fn = conv_epilogue != epilogue_of.end() ? conv_epilogue->second.fn
               : group >= 0                     ? make_fused_group(g, fusion.groups[size_t(group)], inputs)
-              : prologue != prologue_of.end() ? pool_with_prologue(kctx, g.type(n.inputs[0]).shape, g, prologue->second)
-                                              : (*f)(kctx);
+              : prologue != prologue_of.end()
+                  ? (reduction_takes_prologue(n) ? reduction_with_prologue(kctx, g.type(n.inputs[0]), g, prologue->second)
+                                                 : pool_with_prologue(kctx, g.type(n.inputs[0]).shape, g, prologue->second))
+                  : (*f)(kctx);
       if (conv_epilogue != epilogue_of.end()) kctx.scratch_bytes = conv_epilogue->second.scratch_bytes;
       for (auto& chk : kctx.checks) checks_->push_back(std::move(chk));
       direct_ = direct_ || kctx.host_driven;

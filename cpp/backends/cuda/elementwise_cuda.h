@@ -66,6 +66,15 @@ ElementFn element_fn(const std::vector<EwNode>& nodes, const std::vector<TensorT
 bool pool_takes_prologue(const Node& pool, const TensorType& input);
 LaunchFn pool_with_prologue(const KernelCtx& c, const Shape& input_shape, const Graph& g, const std::vector<int32_t>& group);
 
+// Reductions (reduction_cuda.cpp) that read their source as an elementwise group's value,
+// computed at each element (ElementFn), so the group's result never goes to memory:
+// reduction_takes_prologue says which ops can (MPSGRAPH_CUDA_REDUCTION_PROLOGUES=0: none);
+// reduction_with_prologue's launch reads the group's outside inputs (c.in, in fused_group_fn's
+// order). `input` is the reduction's source type.
+bool reduction_takes_prologue(const Node& reduction);
+LaunchFn reduction_with_prologue(const KernelCtx& c, const TensorType& input, const Graph& g,
+                                 const std::vector<int32_t>& group);
+
 // A depthwise convolution (its KernelCtx `conv`) that stores `fn`'s value instead of its own:
 // fn's input `conv_arg` is the convolution's result, read at the same index (a channels-last
 // result whose one reader is fn's group). The launch reads (x, w, fn's other inputs in order)

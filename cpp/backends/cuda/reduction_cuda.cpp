@@ -9,10 +9,12 @@
 // (the first NaN if any), float16/bfloat16 accumulate in float32.
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/elementwise_cuda.h"
 #include "core/error.h"
 #include "core/registry.h"
 #include "core/ops/reduction_attrs.h"
@@ -64,27 +66,27 @@ __device__ __forceinline__ A block_all(A v) {
   return v;
 }
 static_assert(sizeof(A) <= 16, "partial slots are 16 bytes");
-extern "C" __global__ void k_row(i64 rows, i64 len, const IS* __restrict__ in, OS* __restrict__ out) {
+extern "C" __global__ void k_row(i64 rows, i64 len, SRC_PARAMS, OS* __restrict__ out) {
   const int lane = threadIdx.x & 31;
   const i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
   for (i64 o = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); o < rows; o += warps) {
-    const IS* p = in + o * len;
+    const i64 base = o * len;
     A acc = r_init();
 #pragma unroll 4
-    for (i64 j = lane; j < len; j += 32) acc = r_add(acc, r_load(p, j), j);
+    for (i64 j = lane; j < len; j += 32) acc = r_add(acc, R_AT(base + j), j);
     acc = warp_all(acc);
     if (lane == 0) r_store(out, o, acc, len);
   }
 }
-extern "C" __global__ void k_rowb(i64 rows, i64 len, i64 split, i64 chunk, const IS* __restrict__ in, OS* __restrict__ out,
+extern "C" __global__ void k_rowb(i64 rows, i64 len, i64 split, i64 chunk, SRC_PARAMS, OS* __restrict__ out,
                                   A* __restrict__ part) {
   for (i64 b = blockIdx.x; b < rows * split; b += gridDim.x) {
     const i64 o = b / split, s = b - o * split;
     const i64 j1 = mg_min64(len, (s + 1) * chunk);
-    const IS* p = in + o * len;
+    const i64 base = o * len;
     A acc = r_init();
 #pragma unroll 4
-    for (i64 j = s * chunk + threadIdx.x; j < j1; j += blockDim.x) acc = r_add(acc, r_load(p, j), j);
+    for (i64 j = s * chunk + threadIdx.x; j < j1; j += blockDim.x) acc = r_add(acc, R_AT(base + j), j);
     acc = block_all(acc);
     if (threadIdx.x == 0) {
       if (split == 1) r_store(out, o, acc, len);
@@ -92,7 +94,7 @@ extern "C" __global__ void k_rowb(i64 rows, i64 len, i64 split, i64 chunk, const
     }
   }
 }
-extern "C" __global__ void k_col(i64 outer, i64 len, i64 inner, i64 split, i64 chunk, const IS* __restrict__ in,
+extern "C" __global__ void k_col(i64 outer, i64 len, i64 inner, i64 split, i64 chunk, SRC_PARAMS,
                                  OS* __restrict__ out, A* __restrict__ part) {
   __shared__ A sh[8][33];
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;  // 256 threads
@@ -103,9 +105,9 @@ extern "C" __global__ void k_col(i64 outer, i64 len, i64 inner, i64 split, i64 c
     const i64 r1 = mg_min64(len, (s + 1) * chunk);
     A acc = r_init();
     if (i < inner) {
-      const IS* p = in + o * len * inner + i;
+      const i64 base = o * len * inner + i;
 #pragma unroll 4
-      for (i64 r = s * chunk + ty; r < r1; r += 8) acc = r_add(acc, r_load(p, r * inner), r);
+      for (i64 r = s * chunk + ty; r < r1; r += 8) acc = r_add(acc, R_AT(base + r * inner), r);
     }
     sh[ty][tx] = acc;
     __syncthreads();
@@ -134,12 +136,12 @@ __device__ __forceinline__ i64 mg_off(i64 j, int rank, const i64* shape, const i
   for (int d = rank - 1; d >= 0; --d) { const i64 q = j / shape[d]; o += (j - q * shape[d]) * stride[d]; j = q; }
   return o;
 }
-extern "C" __global__ void k_gen(Red r, const IS* __restrict__ in, OS* __restrict__ out) {
+extern "C" __global__ void k_gen(Red r, SRC_PARAMS, OS* __restrict__ out) {
   for (i64 o = blockIdx.x; o < r.n_out; o += gridDim.x) {
     const i64 base = mg_off(o, r.orank, r.oshape, r.ostride);
     A acc = r_init();
     for (i64 j = threadIdx.x; j < r.n_red; j += blockDim.x)
-      acc = r_add(acc, r_load(in, base + mg_off(j, r.rrank, r.rshape, r.rstride)), j);
+      acc = r_add(acc, R_AT(base + mg_off(j, r.rrank, r.rshape, r.rstride)), j);
     acc = block_all(acc);
     if (threadIdx.x == 0) r_store(out, o, acc, r.n_red);
   }
@@ -152,14 +154,31 @@ struct RedSpace {  // k_gen's parameters (its struct Red)
   int64_t oshape[kMaxRank] = {}, ostride[kMaxRank] = {}, rshape[kMaxRank] = {}, rstride[kMaxRank] = {};
 };
 
-std::string reduction_source(const Op& op, DType dt, DType odt) {
+// A reduction's source read as the value of an elementwise group (ElementFn) computed at each
+// element instead of from memory: the group's outside inputs are the kernel's source
+// parameters, in fused_group_fn's order.
+struct Prologue {
+  const ElementFn* fn = nullptr;
+  const std::vector<TensorType>* inputs = nullptr;
+  bool wide = false;  // 2^31 elements or more: the element function's index is 64-bit
+};
+
+std::string reduction_source(const Op& op, DType dt, DType odt, const Prologue& pro = {}) {
   std::string s = prelude() + "typedef " + compute_type(dt) + " C;\ntypedef " + storage_type(dt) + " IS;\ntypedef " +
                   storage_type(odt) + " OS;\n" + op.types + "typedef " + op.A + " A;\n";
   s += "__device__ __forceinline__ A r_init() { return " + op.init + "; }\n";
   s += "__device__ __forceinline__ A r_add(A acc, C x, i64 j) { return " + op.add + "; }\n";
   s += "__device__ __forceinline__ A r_comb(A a, A b) { return " + op.combine + "; }\n";
-  s += "__device__ __forceinline__ C r_load(const IS* p, i64 k) { return " + load_expr(dt, "p[k]") + "; }\n";
   s += "__device__ __forceinline__ void r_store(OS* p, i64 k, A m, i64 n) { p[k] = " + store_expr(odt, op.emit) + "; }\n";
+  if (!pro.fn) {
+    s += "__device__ __forceinline__ C r_load(const IS* p, i64 k) { return " + load_expr(dt, "p[k]") + "; }\n";
+    s += "#define SRC_PARAMS const IS* __restrict__ in\n#define R_AT(k) r_load(in, (k))\n";
+  } else {
+    s += std::string(pro.wide ? "typedef i64 I;\n" : "typedef i32 I;\n") + pro.fn->source + "#define SRC_PARAMS ";
+    for (size_t a = 0; a < pro.inputs->size(); ++a)
+      s += std::string(a ? ", " : "") + "const " + storage_type((*pro.inputs)[a].dtype) + "* __restrict__ a" + std::to_string(a);
+    s += "\n#define R_AT(k) (" + load_expr(dt, "(" + pro.fn->call("(k)", "0") + ")") + ")\n";
+  }
   return s + kRedKernels;
 }
 
@@ -170,7 +189,26 @@ struct Group {
   bool reduced;
 };
 
-LaunchFn make_reduction(const KernelCtx& c, const std::vector<int64_t>& axes, const Op& op) {
+// A launch's arguments: `lead` scalars, then the source (one buffer, or a prologue's `nin`
+// inputs), then `tail` pointers; the pointers copied into `ptrs`, which the array refers to.
+struct Args {
+  void* v[kMaxFusedInputs + 8];
+  const void* ptrs[kMaxFusedInputs];
+  int n = 0;
+  Args(std::initializer_list<void*> lead, const void* const* in, size_t nin) {
+    for (void* a : lead) v[n++] = a;
+    for (size_t k = 0; k < nin; ++k) {
+      ptrs[k] = in[k];
+      v[n++] = &ptrs[k];
+    }
+  }
+  void** add(std::initializer_list<void*> tail) {
+    for (void* a : tail) v[n++] = a;
+    return v;
+  }
+};
+
+LaunchFn make_reduction(const KernelCtx& c, const std::vector<int64_t>& axes, const Op& op, const Prologue& pro = {}) {
   const Shape& in = c.in[0].shape;
   const DType dt = c.in[0].dtype, odt = c.out[0].dtype;
   std::vector<char> red(in.size(), 0);
@@ -184,7 +222,11 @@ LaunchFn make_reduction(const KernelCtx& c, const std::vector<int64_t>& axes, co
     else gs.push_back({in[d], bool(red[d])});
   }
   Kernel kern;
-  const std::string src = reduction_source(op, dt, odt);
+  const std::string src = reduction_source(op, dt, odt, pro);
+  const size_t nin = pro.fn ? pro.inputs->size() : 1;
+  // a prologue's group is compiled uncontracted, as its own kernel is: fusing changes no bit
+  // (the ops that take one add, compare or multiply per element, so the flag changes none of theirs)
+  const std::vector<std::string> opts = pro.fn ? std::vector<std::string>{"--fmad=false"} : std::vector<std::string>{};
   const std::string& name = c.node.op->name;
   if (n_out == 0) return [](cudaStream_t, const void* const*, void* const*) {};
   const int64_t target = int64_t(std::max(context().sm_count, 1)) * 4;  // blocks for a few waves
@@ -206,20 +248,19 @@ LaunchFn make_reduction(const KernelCtx& c, const std::vector<int64_t>& axes, co
   } else {
     simple = false;
   }
-  const Kernel fin = nvrtc_kernel(src, "k_finish");
+  const Kernel fin = nvrtc_kernel(src, "k_finish", opts);
   // partials of a split reduction: 16-byte slots (the source asserts sizeof(A) <= 16)
   auto finish = [fin](cudaStream_t s, int64_t n, int64_t split, int64_t l, void* part, void* o) {
     void* args[] = {&n, &split, &l, &part, &o};
     launch(fin, std::min<int64_t>((n + 7) / 8, int64_t(1) << 20), 256, 0, s, args);
   };
   if (simple && inner == 1 && len <= 1024) {
-    kern = nvrtc_kernel(src, "k_row");
-    return [kern, outer, len, grid](cudaStream_t s, const void* const* in, void* const* out) {
+    kern = nvrtc_kernel(src, "k_row", opts);
+    return [kern, outer, len, grid, nin](cudaStream_t s, const void* const* in, void* const* out) {
       int64_t rows = outer, l = len;
-      const void* x = in[0];
       void* o = out[0];
-      void* args[] = {&rows, &l, &x, &o};
-      launch(kern, grid((rows + 7) / 8), 256, 0, s, args);
+      Args a({&rows, &l}, in, nin);
+      launch(kern, grid((rows + 7) / 8), 256, 0, s, a.add({&o}));
     };
   }
   if (simple && inner == 1) {
@@ -228,14 +269,14 @@ LaunchFn make_reduction(const KernelCtx& c, const std::vector<int64_t>& axes, co
     const int64_t chunk = ceil_div(len, split);
     split = ceil_div(len, chunk);
     const size_t part = split > 1 ? c.scratch(size_t(outer * split) * 16) : 0;
-    kern = nvrtc_kernel(src, "k_rowb");
-    return [kern, outer, len, split, chunk, part, finish, grid](cudaStream_t s, const void* const* in, void* const* out) {
+    kern = nvrtc_kernel(src, "k_rowb", opts);
+    return [kern, outer, len, split, chunk, part, finish, grid, nin](cudaStream_t s, const void* const* in,
+                                                                    void* const* out) {
       int64_t rows = outer, l = len, sp = split, ch = chunk;
-      const void* x = in[0];
       void* o = out[0];
       void* p = sp > 1 ? out[part] : nullptr;
-      void* args[] = {&rows, &l, &sp, &ch, &x, &o, &p};
-      launch(kern, grid(rows * sp), 256, 0, s, args);
+      Args a({&rows, &l, &sp, &ch}, in, nin);
+      launch(kern, grid(rows * sp), 256, 0, s, a.add({&o, &p}));
       if (sp > 1) finish(s, rows, sp, l, p, o);
     };
   }
@@ -246,15 +287,14 @@ LaunchFn make_reduction(const KernelCtx& c, const std::vector<int64_t>& axes, co
     const int64_t chunk = ceil_div(len, split);
     split = ceil_div(len, chunk);
     const size_t part = split > 1 ? c.scratch(size_t(n_out * split) * 16) : 0;
-    kern = nvrtc_kernel(src, "k_col");
-    return [kern, outer, len, inner, split, chunk, tiles, n_out, part, finish, grid](cudaStream_t s, const void* const* in,
-                                                                                    void* const* out) {
+    kern = nvrtc_kernel(src, "k_col", opts);
+    return [kern, outer, len, inner, split, chunk, tiles, n_out, part, finish, grid, nin](
+               cudaStream_t s, const void* const* in, void* const* out) {
       int64_t ou = outer, l = len, inn = inner, sp = split, ch = chunk;
-      const void* x = in[0];
       void* o = out[0];
       void* p = sp > 1 ? out[part] : nullptr;
-      void* args[] = {&ou, &l, &inn, &sp, &ch, &x, &o, &p};
-      launch(kern, grid(tiles * sp), 256, 0, s, args);
+      Args a({&ou, &l, &inn, &sp, &ch}, in, nin);
+      launch(kern, grid(tiles * sp), 256, 0, s, a.add({&o, &p}));
       if (sp > 1) finish(s, n_out, sp, l, p, o);
     };
   }
@@ -270,13 +310,12 @@ LaunchFn make_reduction(const KernelCtx& c, const std::vector<int64_t>& axes, co
     (r ? rs.rshape : rs.oshape)[rank] = in[d];
     (r ? rs.rstride : rs.ostride)[rank++] = st[d];
   }
-  kern = nvrtc_kernel(src, "k_gen");
-  return [kern, rs, grid](cudaStream_t s, const void* const* in, void* const* out) {
+  kern = nvrtc_kernel(src, "k_gen", opts);
+  return [kern, rs, grid, nin](cudaStream_t s, const void* const* in, void* const* out) {
     RedSpace r = rs;
-    const void* x = in[0];
     void* o = out[0];
-    void* args[] = {&r, &x, &o};
-    launch(kern, grid(rs.n_out), 256, 0, s, args);
+    Args a({&r}, in, nin);
+    launch(kern, grid(rs.n_out), 256, 0, s, a.add({&o}));
   };
 }
 
@@ -311,7 +350,7 @@ __device__ __forceinline__ Ls ls_add(Ls a, float x) {
 }
 )";
 
-LaunchFn reduce_factory(const KernelCtx& c) {
+LaunchFn reduce_impl(const KernelCtx& c, const Prologue& pro) {
   const std::string& op = c.node.op->name;
   const DType dt = c.in[0].dtype;
   const auto& axes = typed_attrs<ops::ReductionAttrs>(c.node).axes;
@@ -325,7 +364,7 @@ LaunchFn reduce_factory(const KernelCtx& c) {
     const std::string A = sum_acc(dt);
     const std::string x = fl ? "x" : "(u64)x";
     Op p{"", A, prod ? A + "(1)" : A + "(0)", prod ? "acc * " + x : "acc + " + x, prod ? "a * b" : "a + b", fl ? "m" : "C(m)"};
-    return make_reduction(c, axes, p);
+    return make_reduction(c, axes, p, pro);
   }
   if (op == "reduction_maximum" || op == "reduction_minimum") {
     const bool mx = op == "reduction_maximum";
@@ -334,7 +373,7 @@ LaunchFn reduce_factory(const KernelCtx& c) {
         raise(ErrorKind::Value, op, c.node.name, "zero-size reduction has no identity");
     if (boolean) {
       Op p{"", "bool", mx ? "false" : "true", mx ? "acc || x" : "acc && x", mx ? "a || b" : "a && b", "m"};
-      return make_reduction(c, axes, p);
+      return make_reduction(c, axes, p, pro);
     }
     std::string init;
     if (fl) init = mx ? "-__int_as_float(0x7f800000)" : "__int_as_float(0x7f800000)";
@@ -347,16 +386,16 @@ LaunchFn reduce_factory(const KernelCtx& c) {
     const std::string f = fl ? (mx ? "mg_maxf" : "mg_minf") : "";
     Op p{"", "C", init, fl ? f + "(acc, x)" : (mx ? "(x > acc ? x : acc)" : "(x < acc ? x : acc)"),
          fl ? f + "(a, b)" : (mx ? "(b > a ? b : a)" : "(b < a ? b : a)"), "m"};
-    return make_reduction(c, axes, p);
+    return make_reduction(c, axes, p, pro);
   }
   if (op == "reduction_and" || op == "reduction_or") {
     const bool a = op == "reduction_and";
     const std::string nz = fl ? "(x != 0.f)" : "(x != 0)";
     Op p{"", "bool", a ? "true" : "false", a ? "acc && " + nz : "acc || " + nz, a ? "a && b" : "a || b", "m"};
-    return make_reduction(c, axes, p);
+    return make_reduction(c, axes, p, pro);
   }
   if (!fl) return no_kernel();
-  if (op == "mean") return make_reduction(c, axes, Op{"", "float", "0.f", "acc + x", "a + b", "m / (float)n"});
+  if (op == "mean") return make_reduction(c, axes, Op{"", "float", "0.f", "acc + x", "a + b", "m / (float)n"}, pro);
   if (op == "variance")
     return make_reduction(c, axes, Op{kWelford, "Wf", "Wf{0.f, 0.f, 0.f}", "wf_add(acc, x)", "wf_comb(a, b)", "m.q / (float)n"});
   if (op == "logsumexp")
@@ -387,7 +426,7 @@ LaunchFn arg_factory(const KernelCtx& c) {
 
 // sum_to_like: x summed over the dims it was broadcast along to reach its input's shape
 // (output element order is the kept dims' order, as for any reduction).
-LaunchFn sum_to_like_factory(const KernelCtx& c) {
+LaunchFn sum_to_like_impl(const KernelCtx& c, const Prologue& pro) {
   const DType dt = c.in[0].dtype;
   if (dt == DType::Bool) raise(ErrorKind::Type, "sum_to_like", c.node.name, "bool is not summable");
   const Shape& xs = c.in[0].shape;
@@ -398,10 +437,37 @@ LaunchFn sum_to_like_factory(const KernelCtx& c) {
     if (d < lead || (os[d - lead] == 1 && xs[d] != 1)) axes.push_back(int64_t(d));
   const bool fl = is_floating(dt);
   const std::string A = sum_acc(dt);
-  return make_reduction(c, axes, Op{"", A, A + "(0)", fl ? "acc + x" : "acc + (u64)x", "a + b", fl ? "m" : "C(m)"});
+  return make_reduction(c, axes, Op{"", A, A + "(0)", fl ? "acc + x" : "acc + (u64)x", "a + b", fl ? "m" : "C(m)"}, pro);
 }
 
+LaunchFn reduce_factory(const KernelCtx& c) { return reduce_impl(c, {}); }
+LaunchFn sum_to_like_factory(const KernelCtx& c) { return sum_to_like_impl(c, {}); }
+
 }  // namespace
+
+// Ops whose per-element step is one add, compare or multiply: compiled uncontracted for the
+// prologue, their own arithmetic gives the same bits (variance's and logsumexp's would not).
+bool reduction_takes_prologue(const Node& n) {
+  static const char* ops[] = {"reduction_sum", "reduction_product", "reduction_maximum", "reduction_minimum",
+                              "reduction_and", "reduction_or",      "mean",              "sum_to_like"};
+  if (switched_off("MPSGRAPH_CUDA_REDUCTION_PROLOGUES")) return false;
+  return std::any_of(std::begin(ops), std::end(ops), [&](const char* o) { return n.op->name == o; });
+}
+
+LaunchFn reduction_with_prologue(const KernelCtx& c, const TensorType& input, const Graph& g,
+                                 const std::vector<int32_t>& group) {
+  std::vector<ValueRef> order;
+  const ElementFn fn = fused_group_fn(g, group, order);
+  if (fn.out != input.dtype || c.in.size() > size_t(kMaxFusedInputs))
+    raise(ErrorKind::Runtime, c.node.op->name, c.node.name, "bad reduction prologue");
+  std::vector<TensorType> rin{input};
+  if (c.node.inputs.size() > 1) rin.push_back(g.type(c.node.inputs[1]));  // sum_to_like's shape operand
+  const KernelCtx rc{c.node, rin, c.out};
+  const Prologue pro{&fn, &c.in, num_elements(input.shape) >= (int64_t(1) << 31)};
+  LaunchFn f = c.node.op->name == "sum_to_like" ? sum_to_like_impl(rc, pro) : reduce_impl(rc, pro);
+  for (size_t b : rc.scratch_bytes) c.scratch(b);  // numbered as the step's own
+  return f;
+}
 
 void register_reduction_kernels() {
   register_kernel("sum_to_like", sum_to_like_factory);
