@@ -174,8 +174,9 @@ def test_softmax_cross_entropy_gradient_fuses_its_broadcasts():
 
 
 def prologue_on_and_off(build, arrays):
-    """Results with reduction prologues on; asserts they equal prologues off bit for bit and
-    that the reduced group's result no longer has a buffer of its own."""
+    """Results with reduction prologues on (opt-in for now: MPSGRAPH_CUDA_REDUCTION_PROLOGUES=1);
+    asserts they equal prologues off bit for bit and that the reduced group's result no longer
+    has a buffer of its own."""
     runs = []
     for on in (True, False):
         with cpu_or_cuda_fusion(on, "MPSGRAPH_CUDA_REDUCTION_PROLOGUES"), np.errstate(all="ignore"):
@@ -220,6 +221,33 @@ def test_reduction_computes_its_source_group(case, dtype):
     want = ref(*(a.astype(np.float64) for a in arrays))
     tol = 1e-4 if dtype == np.float32 else 2e-2 if dtype == np.float16 else 8e-2
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * float(np.abs(want).max()))
+
+
+@gpu
+@pytest.mark.parametrize("lone", [True, False], ids=["relu", "bias_relu"])
+def test_reduction_leaves_a_convolution_epilogue_alone(lone):
+    """A channels-last float16 convolution whose ReLU (alone, or after a bias) feeds a global
+    mean: the convolution's fused epilogue keeps the group, the mean reads its result, and the
+    values match the CPU whether or not reduction prologues are on."""
+    rng = np.random.default_rng(7)
+    x = rand((2, 9, 9, 16), np.float16, rng, scale=1.0)
+    w = rand((3, 3, 16, 32), np.float16, rng, scale=0.2)
+    b = rand((32,), np.float16, rng, scale=1.0)
+
+    def build(g, px, pw, pb):
+        c = g.convolution_2d(px, pw, padding=[1, 1, 1, 1], data_layout="NHWC", weights_layout="HWIO")
+        return g.mean(g.relu(c if lone else c + pb), axes=[1, 2])
+
+    results = []
+    for on in (True, False):
+        with cpu_or_cuda_fusion(on, "MPSGRAPH_CUDA_REDUCTION_PROLOGUES"):
+            results.append(compile_run(build, [x, w, b], True)[0][0])
+    np.testing.assert_array_equal(bits(results[0]), bits(results[1]))
+    g = mg.Graph()
+    ps = [g.placeholder(a.shape, MG_DT[a.dtype]) for a in (x, w, b)]
+    out = build(g, *ps)
+    want = np.asarray(g.run(dict(zip(ps, (x, w, b))), [out], device="cpu")[out]).astype(np.float64)
+    np.testing.assert_allclose(results[0].astype(np.float64), want, rtol=2e-2, atol=2e-2)
 
 
 @gpu

@@ -335,7 +335,8 @@ std::map<int32_t, std::vector<int32_t>> pool_prologues(const Graph& g, const std
 // it reads: the group's result never goes to memory and its launch is saved (softmax's exp
 // before its sum, cross-entropy's product before its sum). Groups already taken (`taken`: a
 // matmul's or convolution's epilogue, a pool's prologue) stay where they are; the ones taken
-// here are added to `prologue_of` and marked in `in_prologue`.
+// here are added to `prologue_of` and marked in `in_prologue`. Opt-in for now
+// (MPSGRAPH_CUDA_REDUCTION_PROLOGUES=1): written without a GPU at hand, not yet run on one.
 void reduction_prologues(const Graph& g, const std::vector<ValueRef>& targets, const FusionPlan& fusion,
                          const std::vector<char>& taken, std::map<int32_t, std::vector<int32_t>>& prologue_of,
                          std::vector<char>& in_prologue) {
@@ -587,8 +588,9 @@ class CudaProgram final : public Program, public AsyncProgram {
     std::vector<char> skip_epilogue = unfused, in_epilogue;
     for (size_t id = 0; id < g.size(); ++id) skip_epilogue[id] = skip_epilogue[id] || in_prologue[id];
     const std::map<int32_t, ConvEpilogue> epilogue_of = conv_epilogues(g, sg.targets, fusion, skip_epilogue, absorbed, written_by, in_epilogue);
-    std::vector<char> taken = skip_epilogue;
+    std::vector<char> taken = skip_epilogue;  // a convolution's epilogue marks its group's root only by its key
     for (size_t id = 0; id < g.size(); ++id) taken[id] = taken[id] || in_epilogue[id];
+    for (const auto& e : epilogue_of) taken[size_t(e.first)] = 1;
     reduction_prologues(g, sg.targets, fusion, taken, prologue_of, in_prologue);
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
