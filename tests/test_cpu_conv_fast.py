@@ -3,7 +3,8 @@ PyTorch in float64:
   * constant weights prepared at compile (MPSGRAPH_CPU_CONST_WEIGHTS=0 turns it off): Winograd's
     filter transform done once, used by every run, also for batches too small to pay per run;
     the transformed weights packed for the 16 products (MPSGRAPH_CPU_WINOGRAD_PACKED=0: BLAS);
-    the input and output transforms' AVX2 loops (MPSGRAPH_CPU_WINOGRAD_AVX2=0: scalar);
+    the input and output transforms' AVX2 loops (MPSGRAPH_CPU_WINOGRAD_AVX2=0: scalar) and their
+    16-tile AVX-512 form (MPSGRAPH_CPU_WINOGRAD_AVX512=0: the AVX2 loops);
   * the depthwise 3x3 rows (MPSGRAPH_CPU_DW3=0 turns them off): strides 1 and 2, paddings,
     vertical dilation, odd sizes, channel multipliers, the fused bias + ReLU/ReLU6 epilogues,
     every ISA path (MPSGRAPH_CPU_ISA), float16 through float32; stride 2 on narrow planes
@@ -202,6 +203,31 @@ def test_winograd_avx2_transforms_same_bits_as_scalar(shape, o, pads, threads, m
     else:
         np.testing.assert_array_equal(scalar, generic)
     assert not np.array_equal(y, generic)  # Winograd ran, not im2col
+    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
+    assert np.all(np.abs(y - np.maximum(ref + bias, 0)) <= 2e-6 * scale + 1e-6)
+
+
+WINO_AVX512 = WINO_AVX2 + [((1, 64, 56, 56), 64, (1, 1, 1, 1)), ((2, 64, 37, 71), 32, (1, 1, 1, 1)),
+                            ((1, 64, 9, 66), 16, (0, 2, 1, 0))]  # 28, 35 and 33 tiles a row; odd widths
+
+
+@pytest.mark.parametrize("shape,o,pads", WINO_AVX512)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_winograd_avx512_transforms_same_bits_as_avx2(shape, o, pads, threads, monkeypatch):
+    """On AVX-512 CPUs the transforms take 16 tiles a vector (MPSGRAPH_CPU_WINOGRAD_AVX512=0: the
+    AVX2 loops' 8): the same adds and subtracts, so the same bits, with rows of tiles that are
+    not whole vectors and output widths whose last tile has one column. Elsewhere both settings
+    run the AVX2 loops."""
+    rng, x, w, bias = _conv3x3_case(8, shape, o)
+
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        return [g.relu(g.convolution(px, g.constant(w), strides=1, padding=pads) + g.constant(bias))], [px]
+
+    with _threads(threads):
+        y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        avx2 = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD_AVX512": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(y, avx2)
     ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
     assert np.all(np.abs(y - np.maximum(ref + bias, 0)) <= 2e-6 * scale + 1e-6)
 

@@ -56,10 +56,47 @@ struct Wino {
   int slots = 1;
   bool by_channels = false;  // units one at a time, split over source, then output channels
   bool avx2 = false;  // the transforms' AVX2 loops (MPSGRAPH_CPU_WINOGRAD_AVX2=0: the scalar ones)
+  // on AVX-512 CPUs, 16 tiles a vector instead of 8 (MPSGRAPH_CPU_WINOGRAD_AVX512=0: the AVX2 loops)
+  bool avx512 = false;
   bool own_shares = false;  // each slot claims its own contiguous share of the units first (unit_shares.h)
   int64_t v_elems = 0, m_elems = 0;  // per slot
   size_t u_idx = 0, v_idx = 0, m_idx = 0;
 };
+
+// B^T d B of a 4x4 source tile d: v[i][j] is plane 4i + j. V is a float or a vector of tiles
+// (+ and - per lane): every form makes the same adds and subtracts in the same order, so the
+// scalar, AVX2 and AVX-512 transforms give the same bits.
+template <class V>
+[[gnu::always_inline]] inline void input_tile(const V (&d)[4][4], V (&v)[4][4]) {
+  V t[4][4];  // B^T d
+  for (int j = 0; j < 4; ++j) {
+    t[0][j] = d[0][j] - d[2][j];
+    t[1][j] = d[1][j] + d[2][j];
+    t[2][j] = d[2][j] - d[1][j];
+    t[3][j] = d[1][j] - d[3][j];
+  }
+  for (int i = 0; i < 4; ++i) {
+    v[i][0] = t[i][0] - t[i][2];
+    v[i][1] = t[i][1] + t[i][2];
+    v[i][2] = t[i][2] - t[i][1];
+    v[i][3] = t[i][1] - t[i][3];
+  }
+}
+
+// A^T m A of a tile's 16 products m (plane 4i + j): y[i][c], output row i, column c; as
+// input_tile, the same bits in every form.
+template <class V>
+[[gnu::always_inline]] inline void output_tile(const V (&m)[16], V (&y)[2][2]) {
+  V s[2][4];  // A^T m
+  for (int j = 0; j < 4; ++j) {
+    s[0][j] = m[j] + m[4 + j] + m[8 + j];
+    s[1][j] = m[4 + j] - m[8 + j] - m[12 + j];
+  }
+  for (int i = 0; i < 2; ++i) {
+    y[i][0] = s[i][0] + s[i][1] + s[i][2];
+    y[i][1] = s[i][1] - s[i][2] - s[i][3];
+  }
+}
 
 // U[xi][o][c] = (G g G^T)[xi] for each 3x3 kernel g. False when a weight is not finite.
 bool transform_weights(const Wino& q, const float* w, float* U) {
@@ -94,9 +131,12 @@ bool transform_weights(const Wino& q, const float* w, float* U) {
 // [c0, c1). False when a source value is not finite.
 bool transform_input_avx2(const Wino& q, const float* x, float* V, int64_t ty0, int64_t ty1, int64_t c0,
                           int64_t c1);
+bool transform_input_avx512(const Wino& q, const float* x, float* V, int64_t ty0, int64_t ty1, int64_t c0,
+                            int64_t c1);
 
 bool transform_input(const Wino& q, const float* x, float* V, int64_t ty0, int64_t ty1, int64_t c0, int64_t c1) {
 #if MG_CPU_X86
+  if (q.avx512) return transform_input_avx512(q, x, V, ty0, ty1, c0, c1);
   if (q.avx2) return transform_input_avx2(q, x, V, ty0, ty1, c0, c1);
 #endif
   const int64_t T = (ty1 - ty0) * q.tw, CT = q.C * T;
@@ -121,21 +161,11 @@ bool transform_input(const Wino& q, const float* x, float* V, int64_t ty0, int64
               z += d[i][j] * 0.0f;
             }
         }
-        float t[4][4];  // B^T d
-        for (int j = 0; j < 4; ++j) {
-          t[0][j] = d[0][j] - d[2][j];
-          t[1][j] = d[1][j] + d[2][j];
-          t[2][j] = d[2][j] - d[1][j];
-          t[3][j] = d[1][j] - d[3][j];
-        }
+        float v[4][4];
+        input_tile(d, v);
         const int64_t at = (ty - ty0) * q.tw + tx;
-        for (int i = 0; i < 4; ++i) {
-          float* v = vc + (i * 4) * CT + at;
-          v[0] = t[i][0] - t[i][2];
-          v[CT] = t[i][1] + t[i][2];
-          v[2 * CT] = t[i][2] - t[i][1];
-          v[3 * CT] = t[i][1] - t[i][3];
-        }
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 4; ++j) vc[(i * 4 + j) * CT + at] = v[i][j];
       }
     }
   }
@@ -198,22 +228,14 @@ MG_TARGET_AVX2 bool transform_input_avx2(const Wino& q, const float* x, float* V
           d[i][2] = load_evens_or_odds(row + 2, true);
           d[i][3] = load_evens_or_odds(row + 2, false);
         }
-        __m256 t[4][4];  // B^T d
-        for (int j = 0; j < 4; ++j) {
-          t[0][j] = _mm256_sub_ps(d[0][j], d[2][j]);
-          t[1][j] = _mm256_add_ps(d[1][j], d[2][j]);
-          t[2][j] = _mm256_sub_ps(d[2][j], d[1][j]);
-          t[3][j] = _mm256_sub_ps(d[1][j], d[3][j]);
-        }
+        __m256 v[4][4];
+        input_tile(d, v);
         const bool full = tx + 8 <= q.tw;
-        for (int i = 0; i < 4; ++i) {
-          const __m256 v[4] = {_mm256_sub_ps(t[i][0], t[i][2]), _mm256_add_ps(t[i][1], t[i][2]),
-                               _mm256_sub_ps(t[i][2], t[i][1]), _mm256_sub_ps(t[i][1], t[i][3])};
+        for (int i = 0; i < 4; ++i)
           for (int j = 0; j < 4; ++j) {
-            if (full) store_in_order(vc + (i * 4 + j) * CT + at0 + tx, v[j]);
-            else store_in_order(tail[i * 4 + j], v[j]);
+            if (full) store_in_order(vc + (i * 4 + j) * CT + at0 + tx, v[i][j]);
+            else store_in_order(tail[i * 4 + j], v[i][j]);
           }
-        }
         if (!full)
           for (int xi = 0; xi < 16; ++xi)
             for (int64_t k = 0; k < q.tw - tx; ++k) vc[xi * CT + at0 + tx + k] = tail[xi][k];
@@ -228,6 +250,100 @@ MG_TARGET_AVX2 bool transform_input_avx2(const Wino& q, const float* x, float* V
 #endif
 
 #if MG_CPU_X86
+// transform_input_avx2 with 16 tiles a vector (AVX-512): a tile row's 4 source rows copied into
+// zero-bordered rows once per channel, as there; each tile's columns 2tx .. 2tx + 3 picked in
+// order by one two-source permute per column from the 32 floats of its 16 tiles; the same adds
+// and subtracts per tile, so the same bits. A last group of fewer than 16 tiles stores under a
+// mask.
+MG_TARGET_AVX512 bool transform_input_avx512(const Wino& q, const float* x, float* V, int64_t ty0, int64_t ty1,
+                                             int64_t c0, int64_t c1) {
+  const int64_t T = (ty1 - ty0) * q.tw, CT = q.C * T;
+  const int64_t groups = (q.tw + 15) / 16, Wp = 32 * groups + 40;  // bordered row: source column u - pl at u
+  thread_local std::vector<float> rows;
+  rows.assign(size_t(4 * Wp), 0.0f);
+  const int64_t ncopy = std::max<int64_t>(0, std::min(q.W, Wp - q.pl));
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 vz = zero;  // stays 0 unless an infinity or NaN is multiplied in
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  auto slot = [](int64_t r) { return r & 3; };
+  for (int64_t c = c0; c < c1; ++c) {
+    const float* xc = x + c * q.H * q.W;
+    float* vc = V + c * T;
+    for (int64_t ty = ty0; ty < ty1; ++ty) {
+      const int64_t r0 = 2 * ty - q.pt;
+      for (int i = ty == ty0 ? 0 : 2; i < 4; ++i) {
+        const int64_t r = r0 + i;
+        float* row = rows.data() + slot(r) * Wp + q.pl;
+        if (r < 0 || r >= q.H) {
+          std::fill(row, row + ncopy, 0.0f);
+          continue;
+        }
+        const float* src = xc + r * q.W;
+        for (int64_t k = 0; k < ncopy; k += 16) {
+          const __mmask16 m = ncopy - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (ncopy - k)) - 1);
+          const __m512 v = _mm512_maskz_loadu_ps(m, src + k);
+          vz = _mm512_add_ps(vz, _mm512_mul_ps(v, zero));
+          _mm512_mask_storeu_ps(row + k, m, v);
+        }
+      }
+      const int64_t at0 = (ty - ty0) * q.tw;
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t tx = 16 * g;
+        const __mmask16 m = q.tw - tx >= 16 ? __mmask16(0xffff) : __mmask16((1u << (q.tw - tx)) - 1);
+        __m512 d[4][4];
+        for (int i = 0; i < 4; ++i) {
+          const float* row = rows.data() + slot(r0 + i) * Wp + 2 * tx;
+          const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row + 16);
+          const __m512 a2 = _mm512_loadu_ps(row + 2), b2 = _mm512_loadu_ps(row + 18);
+          d[i][0] = _mm512_permutex2var_ps(a, evens, b);
+          d[i][1] = _mm512_permutex2var_ps(a, odds, b);
+          d[i][2] = _mm512_permutex2var_ps(a2, evens, b2);
+          d[i][3] = _mm512_permutex2var_ps(a2, odds, b2);
+        }
+        __m512 v[4][4];
+        input_tile(d, v);
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(vc + (i * 4 + j) * CT + at0 + tx, m, v[i][j]);
+      }
+    }
+  }
+  alignas(64) float zs[16];
+  _mm512_store_ps(zs, vz);
+  float z = 0.0f;
+  for (float v : zs) z += v;
+  return z == 0.0f;
+}
+
+// transform_output_row_avx2 with 16 tiles a vector (AVX-512), the two output columns
+// interleaved by two-source permutes; a last group of tiles whose outputs are all inside y
+// loads and stores under masks. Returns the first tile of the row left to the scalar loop.
+MG_TARGET_AVX512 int64_t transform_output_row_avx512(const Wino& q, const float* m, int64_t OT, float* yo, int64_t ty) {
+  const int64_t r = 2 * ty;
+  if (r + 2 > q.OH) return 0;
+  const int64_t inside = std::min(q.tw, q.OW / 2);  // tiles whose two columns are both in y
+  const __m512i lo_idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi_idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  int64_t tx = 0;
+  for (; tx < inside; tx += 16) {
+    const int64_t n = std::min<int64_t>(16, inside - tx);
+    const __mmask16 lm = n == 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+    const __mmask16 m0 = n >= 8 ? __mmask16(0xffff) : __mmask16((1u << (2 * n)) - 1);
+    const __mmask16 m1 = n >= 16 ? __mmask16(0xffff) : n > 8 ? __mmask16((1u << (2 * (n - 8))) - 1) : __mmask16(0);
+    __m512 mv[16], y2[2][2];
+    for (int k = 0; k < 16; ++k) mv[k] = _mm512_maskz_loadu_ps(lm, m + tx + k * OT);
+    output_tile(mv, y2);
+    for (int i = 0; i < 2; ++i) {  // the even and odd columns interleaved
+      float* yr = yo + (r + i) * q.OW + 2 * tx;
+      _mm512_mask_storeu_ps(yr, m0, _mm512_permutex2var_ps(y2[i][0], lo_idx, y2[i][1]));
+      _mm512_mask_storeu_ps(yr + 16, m1, _mm512_permutex2var_ps(y2[i][0], hi_idx, y2[i][1]));
+    }
+  }
+  return std::min(tx, inside);
+}
+#endif
+
+#if MG_CPU_X86
 // transform_output with AVX2 for groups of 8 tiles whose 2x2 outputs are all inside y: the same
 // adds and subtracts, the two output columns interleaved by unpacks; returns the first tile of
 // the row left to the scalar loop.
@@ -237,17 +353,11 @@ MG_TARGET_AVX2 int64_t transform_output_row_avx2(const Wino& q, const float* m, 
   int64_t tx = 0;
   for (; tx + 8 <= q.tw && 2 * tx + 16 <= q.OW; tx += 8) {
     const float* mt = m + tx;
-    __m256 s0[4], s1[4];  // A^T m
-    for (int j = 0; j < 4; ++j) {
-      const __m256 m0 = _mm256_loadu_ps(mt + j * OT), m1 = _mm256_loadu_ps(mt + (4 + j) * OT),
-                   m2 = _mm256_loadu_ps(mt + (8 + j) * OT), m3 = _mm256_loadu_ps(mt + (12 + j) * OT);
-      s0[j] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
-      s1[j] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
-    }
+    __m256 mv[16], y2[2][2];
+    for (int k = 0; k < 16; ++k) mv[k] = _mm256_loadu_ps(mt + k * OT);
+    output_tile(mv, y2);
     for (int i = 0; i < 2; ++i) {
-      const __m256* si = i ? s1 : s0;
-      const __m256 e = _mm256_add_ps(_mm256_add_ps(si[0], si[1]), si[2]);
-      const __m256 o = _mm256_sub_ps(_mm256_sub_ps(si[1], si[2]), si[3]);
+      const __m256 e = y2[i][0], o = y2[i][1];
       const __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);  // tiles 0 1 4 5, 2 3 6 7
       float* yr = yo + (r + i) * q.OW + 2 * tx;
       _mm256_storeu_ps(yr, _mm256_permute2f128_ps(lo, hi, 0x20));
@@ -260,6 +370,7 @@ MG_TARGET_AVX2 int64_t transform_output_row_avx2(const Wino& q, const float* m, 
 
 // y tiles of rows [ty0, ty1) from M[xi][o][t] = A^T m A.
 int64_t transform_output_row_avx2(const Wino& q, const float* m, int64_t OT, float* yo, int64_t ty);
+int64_t transform_output_row_avx512(const Wino& q, const float* m, int64_t OT, float* yo, int64_t ty);
 
 void transform_output(const Wino& q, const float* M, float* y, int64_t ty0, int64_t ty1, int64_t o0, int64_t o1) {
   const int64_t T = (ty1 - ty0) * q.tw, OT = q.O * T;
@@ -268,21 +379,19 @@ void transform_output(const Wino& q, const float* M, float* y, int64_t ty0, int6
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       int64_t tx0 = 0;
 #if MG_CPU_X86
-      if (q.avx2) tx0 = transform_output_row_avx2(q, M + o * T + (ty - ty0) * q.tw, OT, yo, ty);
+      if (q.avx512) tx0 = transform_output_row_avx512(q, M + o * T + (ty - ty0) * q.tw, OT, yo, ty);
+      else if (q.avx2) tx0 = transform_output_row_avx2(q, M + o * T + (ty - ty0) * q.tw, OT, yo, ty);
 #endif
       for (int64_t tx = tx0; tx < q.tw; ++tx) {
         const float* m = M + o * T + (ty - ty0) * q.tw + tx;
-        float s[2][4];  // A^T m
-        for (int j = 0; j < 4; ++j) {
-          const float m0 = m[j * OT], m1 = m[(4 + j) * OT], m2 = m[(8 + j) * OT], m3 = m[(12 + j) * OT];
-          s[0][j] = m0 + m1 + m2;
-          s[1][j] = m1 - m2 - m3;
-        }
+        float mv[16], y2[2][2];
+        for (int k = 0; k < 16; ++k) mv[k] = m[k * OT];
+        output_tile(mv, y2);
         const int64_t r = 2 * ty, c = 2 * tx;
         for (int i = 0; i < 2 && r + i < q.OH; ++i) {
           float* yr = yo + (r + i) * q.OW + c;
-          yr[0] = s[i][0] + s[i][1] + s[i][2];
-          if (c + 1 < q.OW) yr[1] = s[i][1] - s[i][2] - s[i][3];
+          yr[0] = y2[i][0];
+          if (c + 1 < q.OW) yr[1] = y2[i][1];
         }
       }
     }
@@ -374,6 +483,7 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   q.pt = a.padding[0], q.pl = a.padding[2];
 #if MG_CPU_X86
   q.avx2 = best_isa() != Isa::Generic && q.pt >= 0 && q.pl >= 0 && !switched_off("MPSGRAPH_CPU_WINOGRAD_AVX2");
+  q.avx512 = q.avx2 && best_isa() == Isa::Avx512 && !switched_off("MPSGRAPH_CPU_WINOGRAD_AVX512");
   q.own_shares = !switched_off("MPSGRAPH_CPU_UNIT_SHARES");  // (=0: the units claimed in turn from one counter)
 #endif
   // pays where the channel products are deep enough (their depth is C) and there are tiles to
