@@ -191,8 +191,9 @@ def prologue_on_and_off(build, arrays):
 
 REDUCTION_PROLOGUES = {
     # name: (build, input shapes, float64 reference); the reduction's source is a group (or a lone node)
-    "softmax_denominator_rows": (lambda g, x: g.reduction_sum(g.exponent(x - g.reduction_maximum(x, axes=[1])), axes=[1]),
-                                 [(128, 10)], lambda x: np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)),
+    "softmax_denominator_rows": (
+        lambda g, x: g.reduction_sum(g.exponent(x - g.reduction_maximum(x, axes=[1])), axes=[1]),
+        [(128, 10)], lambda x: np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)),
     "mean_of_columns": (lambda g, x, s, b: g.mean(g.relu(x * s + b), axes=[0]), [(300, 70), (70,), (70,)],
                         lambda x, s, b: np.maximum(x * s + b, 0).mean(0, keepdims=True)),
     "max_over_outer_axes": (lambda g, x, y: g.reduction_maximum(x * y, axes=[0, 2]), [(6, 5, 7), (5, 1)],

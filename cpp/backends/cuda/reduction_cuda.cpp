@@ -176,7 +176,8 @@ std::string reduction_source(const Op& op, DType dt, DType odt, const Prologue& 
   } else {
     s += std::string(pro.wide ? "typedef i64 I;\n" : "typedef i32 I;\n") + pro.fn->source + "#define SRC_PARAMS ";
     for (size_t a = 0; a < pro.inputs->size(); ++a)
-      s += std::string(a ? ", " : "") + "const " + storage_type((*pro.inputs)[a].dtype) + "* __restrict__ a" + std::to_string(a);
+      s += std::string(a ? ", " : "") + "const " + storage_type((*pro.inputs)[a].dtype) + "* __restrict__ a" +
+           std::to_string(a);
     s += "\n#define R_AT(k) (" + load_expr(dt, "(" + pro.fn->call("(k)", "0") + ")") + ")\n";
   }
   return s + kRedKernels;
@@ -437,7 +438,8 @@ LaunchFn sum_to_like_impl(const KernelCtx& c, const Prologue& pro) {
     if (d < lead || (os[d - lead] == 1 && xs[d] != 1)) axes.push_back(int64_t(d));
   const bool fl = is_floating(dt);
   const std::string A = sum_acc(dt);
-  return make_reduction(c, axes, Op{"", A, A + "(0)", fl ? "acc + x" : "acc + (u64)x", "a + b", fl ? "m" : "C(m)"}, pro);
+  const Op sum{"", A, A + "(0)", fl ? "acc + x" : "acc + (u64)x", "a + b", fl ? "m" : "C(m)"};
+  return make_reduction(c, axes, sum, pro);
 }
 
 LaunchFn reduce_factory(const KernelCtx& c) { return reduce_impl(c, {}); }
