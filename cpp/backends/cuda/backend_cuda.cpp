@@ -658,8 +658,9 @@ class CudaProgram final : public Program, public AsyncProgram {
       st.fn = conv_epilogue != epilogue_of.end() ? conv_epilogue->second.fn
               : group >= 0                     ? make_fused_group(g, fusion.groups[size_t(group)], inputs)
               : prologue == prologue_of.end() ? (*f)(kctx)
-              : reduction_takes_prologue(n)   ? reduction_with_prologue(kctx, g.type(n.inputs[0]), g, prologue->second)
-                                              : pool_with_prologue(kctx, g.type(n.inputs[0]).shape, g, prologue->second);
+              : reduction_takes_prologue(n)
+                  ? reduction_with_prologue(kctx, g.type(n.inputs[0]), g, prologue->second)
+                  : pool_with_prologue(kctx, g.type(n.inputs[0]).shape, g, prologue->second);
       if (conv_epilogue != epilogue_of.end()) kctx.scratch_bytes = conv_epilogue->second.scratch_bytes;
       for (auto& chk : kctx.checks) checks_->push_back(std::move(chk));
       direct_ = direct_ || kctx.host_driven;
