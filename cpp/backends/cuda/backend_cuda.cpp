@@ -298,57 +298,24 @@ const LayoutOp* layout_op(const std::string& op) {
   return it == layout_ops().end() ? nullptr : &it->second;
 }
 
-// Elementwise groups (or lone elementwise nodes) whose result only a forward pool reads run
-// inside the pool's kernel, computed at each window tap (pool_takes_prologue): the pool's
-// input never goes to memory. Per pool node the nodes it computes; `in_prologue` marks them.
-// Nodes a matmul epilogue claimed (`unfused`) stay out. MPSGRAPH_CUDA_POOL_PROLOGUES=0 turns this off.
-std::map<int32_t, std::vector<int32_t>> pool_prologues(const Graph& g, const std::vector<ValueRef>& targets, const FusionPlan& fusion,
-                                                       const std::vector<char>& unfused, std::vector<char>& in_prologue) {
-  std::map<int32_t, std::vector<int32_t>> r;
-  in_prologue.assign(g.size(), 0);
-  static const bool off = switched_off("MPSGRAPH_CUDA_POOL_PROLOGUES");
-  if (off) return r;
+// Elementwise groups (or lone elementwise nodes) whose result only one consumer reads, as its
+// first input, run inside that consumer's kernel where `takes(consumer, source type)`, computed
+// where the kernel reads them: the group's result never goes to memory. Groups with a node
+// already claimed (`taken`, or an earlier call's `in_prologue`) stay where they are; the ones
+// taken here are added to `prologue_of` (per consumer, the nodes it computes) and marked in
+// `in_prologue`.
+void take_prologues(const Graph& g, const std::vector<ValueRef>& targets, const FusionPlan& fusion,
+                    const std::function<bool(const Node&, const TensorType&)>& takes, const std::vector<char>& taken,
+                    std::map<int32_t, std::vector<int32_t>>& prologue_of, std::vector<char>& in_prologue) {
   std::map<ValueRef, int> readers;
   for (size_t id = 0; id < g.size(); ++id)
     for (const ValueRef& v : g.node(int32_t(id)).inputs) ++readers[v];
   for (const ValueRef& t : targets) readers[t] += 2;
   for (size_t id = 0; id < g.size(); ++id) {
     const Node& n = g.node(int32_t(id));
-    if (n.inputs.empty()) continue;
+    if (n.inputs.empty() || taken[id]) continue;
     const ValueRef src = n.inputs[0];
-    if (src.index != 0 || readers[src] != 1 || !pool_takes_prologue(n, g.type(src))) continue;
-    const int32_t p = src.node;
-    if (unfused[size_t(p)]) continue;
-    std::vector<int32_t> members;
-    const int32_t grp = fusion.group_of[size_t(p)];
-    if (grp >= 0 && fusion.groups[size_t(grp)].back() == p) members = fusion.groups[size_t(grp)];
-    else if (grp < 0 && cuda_fusible(g, p)) members = {p};
-    else continue;
-    for (int32_t m : members) in_prologue[size_t(m)] = 1;
-    r[int32_t(id)] = std::move(members);
-  }
-  return r;
-}
-
-// Elementwise groups (or lone elementwise nodes) whose result only a reduction reads, as its
-// source, run inside the reduction's kernel (reduction_takes_prologue), computed at each element
-// it reads: the group's result never goes to memory and its launch is saved (softmax's exp
-// before its sum, cross-entropy's product before its sum). Groups already taken (`taken`: a
-// matmul's or convolution's epilogue, a pool's prologue) stay where they are; the ones taken
-// here are added to `prologue_of` and marked in `in_prologue`. Opt-in for now
-// (MPSGRAPH_CUDA_REDUCTION_PROLOGUES=1): written without a GPU at hand, not yet run on one.
-void reduction_prologues(const Graph& g, const std::vector<ValueRef>& targets, const FusionPlan& fusion,
-                         const std::vector<char>& taken, std::map<int32_t, std::vector<int32_t>>& prologue_of,
-                         std::vector<char>& in_prologue) {
-  std::map<ValueRef, int> readers;
-  for (size_t id = 0; id < g.size(); ++id)
-    for (const ValueRef& v : g.node(int32_t(id)).inputs) ++readers[v];
-  for (const ValueRef& t : targets) readers[t] += 2;
-  for (size_t id = 0; id < g.size(); ++id) {
-    const Node& n = g.node(int32_t(id));
-    if (n.inputs.empty() || taken[id] || !reduction_takes_prologue(n)) continue;
-    const ValueRef src = n.inputs[0];
-    if (src.index != 0 || readers[src] != 1) continue;
+    if (src.index != 0 || readers[src] != 1 || !takes(n, g.type(src))) continue;
     const int32_t p = src.node;
     std::vector<int32_t> members;
     const int32_t grp = fusion.group_of[size_t(p)];
@@ -360,6 +327,18 @@ void reduction_prologues(const Graph& g, const std::vector<ValueRef>& targets, c
     for (int32_t m : members) in_prologue[size_t(m)] = 1;
     prologue_of[int32_t(id)] = std::move(members);
   }
+}
+
+// Forward pools compute their input group at each window tap (pool_takes_prologue), before the
+// convolution epilogues are planned; nodes a matmul epilogue claimed (`unfused`) stay out.
+// MPSGRAPH_CUDA_POOL_PROLOGUES=0 turns this off.
+std::map<int32_t, std::vector<int32_t>> pool_prologues(const Graph& g, const std::vector<ValueRef>& targets, const FusionPlan& fusion,
+                                                       const std::vector<char>& unfused, std::vector<char>& in_prologue) {
+  std::map<int32_t, std::vector<int32_t>> r;
+  in_prologue.assign(g.size(), 0);
+  static const bool off = switched_off("MPSGRAPH_CUDA_POOL_PROLOGUES");
+  if (!off) take_prologues(g, targets, fusion, pool_takes_prologue, unfused, r, in_prologue);
+  return r;
 }
 
 // v's value where it is a one-element constant (a clamp's bound), else NaN.
@@ -591,7 +570,10 @@ class CudaProgram final : public Program, public AsyncProgram {
     std::vector<char> taken = skip_epilogue;  // a convolution's epilogue marks its group's root only by its key
     for (size_t id = 0; id < g.size(); ++id) taken[id] = taken[id] || in_epilogue[id];
     for (const auto& e : epilogue_of) taken[size_t(e.first)] = 1;
-    reduction_prologues(g, sg.targets, fusion, taken, prologue_of, in_prologue);
+    // reductions compute the groups they alone read (softmax's exp before its sum); opt-in
+    // for now (MPSGRAPH_CUDA_REDUCTION_PROLOGUES=1): written without a GPU at hand
+    take_prologues(g, sg.targets, fusion, [](const Node& n, const TensorType&) { return reduction_takes_prologue(n); },
+                   taken, prologue_of, in_prologue);
     for (size_t id = 0; id < g.size(); ++id) {
       const Node& n = g.node(int32_t(id));
       const std::string& op = n.op->name;
