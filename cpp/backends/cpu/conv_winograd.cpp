@@ -173,6 +173,46 @@ bool transform_input(const Wino& q, const float* x, float* V, int64_t ty0, int64
 }
 
 #if MG_CPU_X86
+// The source rows i0 .. 3 of the tile row whose first source row is r0, copied into the
+// zero-bordered rows (row width Wp, source column u - pl at u; rows outside the source are
+// zeros). Source row r lies in slot r mod 4 (r & 3, negative rows too), so a tile row's first two
+// rows are the last two of the tile row before, copied (and checked) once: i0 is 2 after the
+// first tile row. Every value copied is multiplied by 0 into vz or z, which stay 0 unless one
+// is an infinity or NaN.
+MG_TARGET_AVX2 inline void copy_tile_rows(const Wino& q, const float* xc, int64_t r0, int i0, float* rows, int64_t Wp,
+                                          int64_t ncopy, __m256& vz, float& z) {
+  const __m256 zero = _mm256_setzero_ps();
+  for (int i = i0; i < 4; ++i) {
+    const int64_t r = r0 + i;
+    float* row = rows + (r & 3) * Wp + q.pl;
+    if (r < 0 || r >= q.H) {
+      std::fill(row, row + ncopy, 0.0f);
+      continue;
+    }
+    const float* src = xc + r * q.W;
+    int64_t k = 0;
+    for (; k + 8 <= ncopy; k += 8) {
+      const __m256 v = _mm256_loadu_ps(src + k);
+      vz = _mm256_add_ps(vz, _mm256_mul_ps(v, zero));
+      _mm256_storeu_ps(row + k, v);
+    }
+    for (; k < ncopy; ++k) {
+      z += src[k] * 0.0f;
+      row[k] = src[k];
+    }
+  }
+}
+
+// True when vz's lanes and z are all 0 (every value copied was finite).
+MG_TARGET_AVX2 inline bool all_finite(__m256 vz, float z) {
+  alignas(32) float zs[8];
+  _mm256_store_ps(zs, vz);
+  for (float v : zs) z += v;
+  return z == 0.0f;
+}
+#endif
+
+#if MG_CPU_X86
 // transform_input with AVX2: 8 tiles of a tile row at a time from the tile row's 4 source rows
 // copied into zero-bordered rows (no edge cases; each source row once per channel), the even
 // and odd columns split by shuffles (lanes in the order 0 1 4 5 2 3 6 7, put back by one
@@ -186,43 +226,21 @@ MG_TARGET_AVX2 bool transform_input_avx2(const Wino& q, const float* x, float* V
   thread_local std::vector<float> rows;
   rows.assign(size_t(4 * Wp), 0.0f);
   const int64_t ncopy = std::max<int64_t>(0, std::min(q.W, Wp - q.pl));
-  const __m256 zero = _mm256_setzero_ps();
-  __m256 vz = zero;  // stays 0 unless an infinity or NaN is multiplied in
+  __m256 vz = _mm256_setzero_ps();
   float z = 0.0f;
   alignas(32) float tail[16][8];
-  // source row r lies in slot r mod 4 (r & 3, negative rows too): a tile row's first two rows
-  // are the last two of the tile row before, copied (and checked) once
-  auto slot = [](int64_t r) { return r & 3; };
   for (int64_t c = c0; c < c1; ++c) {
     const float* xc = x + c * q.H * q.W;
     float* vc = V + c * T;
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       const int64_t r0 = 2 * ty - q.pt;
-      for (int i = ty == ty0 ? 0 : 2; i < 4; ++i) {
-        const int64_t r = r0 + i;
-        float* row = rows.data() + slot(r) * Wp + q.pl;
-        if (r < 0 || r >= q.H) {
-          std::fill(row, row + ncopy, 0.0f);
-          continue;
-        }
-        const float* src = xc + r * q.W;
-        int64_t k = 0;
-        for (; k + 8 <= ncopy; k += 8) {
-          const __m256 v = _mm256_loadu_ps(src + k);
-          vz = _mm256_add_ps(vz, _mm256_mul_ps(v, zero));
-          _mm256_storeu_ps(row + k, v);
-        }
-        for (; k < ncopy; ++k) {
-          z += src[k] * 0.0f;
-          row[k] = src[k];
-        }
-      }
+      copy_tile_rows(q, xc, r0, ty == ty0 ? 0 : 2, rows.data(), Wp, ncopy, vz, z);
       const int64_t at0 = (ty - ty0) * q.tw;
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t tx = 8 * g;
         __m256 d[4][4];
         for (int i = 0; i < 4; ++i) {
-          const float* row = rows.data() + slot(r0 + i) * Wp + 2 * tx;
+          const float* row = rows.data() + ((r0 + i) & 3) * Wp + 2 * tx;
           d[i][0] = load_evens_or_odds(row, true);
           d[i][1] = load_evens_or_odds(row, false);
           d[i][2] = load_evens_or_odds(row + 2, true);
@@ -242,16 +260,13 @@ MG_TARGET_AVX2 bool transform_input_avx2(const Wino& q, const float* x, float* V
       }
     }
   }
-  alignas(32) float zs[8];
-  _mm256_store_ps(zs, vz);
-  for (float v : zs) z += v;
-  return z == 0.0f;
+  return all_finite(vz, z);
 }
 #endif
 
 #if MG_CPU_X86
-// transform_input_avx2 with 16 tiles a vector (AVX-512): a tile row's 4 source rows copied into
-// zero-bordered rows once per channel, as there; each tile's columns 2tx .. 2tx + 3 picked in
+// transform_input_avx2 with 16 tiles a vector (AVX-512): the same bordered rows
+// (copy_tile_rows); each tile's columns 2tx .. 2tx + 3 picked in
 // order by one two-source permute per column from the 32 floats of its 16 tiles; the same adds
 // and subtracts per tile, so the same bits. A last group of fewer than 16 tiles stores under a
 // mask.
@@ -262,38 +277,23 @@ MG_TARGET_AVX512 bool transform_input_avx512(const Wino& q, const float* x, floa
   thread_local std::vector<float> rows;
   rows.assign(size_t(4 * Wp), 0.0f);
   const int64_t ncopy = std::max<int64_t>(0, std::min(q.W, Wp - q.pl));
-  const __m512 zero = _mm512_setzero_ps();
-  __m512 vz = zero;  // stays 0 unless an infinity or NaN is multiplied in
+  __m256 vz = _mm256_setzero_ps();
+  float z = 0.0f;
   const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  auto slot = [](int64_t r) { return r & 3; };
   for (int64_t c = c0; c < c1; ++c) {
     const float* xc = x + c * q.H * q.W;
     float* vc = V + c * T;
     for (int64_t ty = ty0; ty < ty1; ++ty) {
       const int64_t r0 = 2 * ty - q.pt;
-      for (int i = ty == ty0 ? 0 : 2; i < 4; ++i) {
-        const int64_t r = r0 + i;
-        float* row = rows.data() + slot(r) * Wp + q.pl;
-        if (r < 0 || r >= q.H) {
-          std::fill(row, row + ncopy, 0.0f);
-          continue;
-        }
-        const float* src = xc + r * q.W;
-        for (int64_t k = 0; k < ncopy; k += 16) {
-          const __mmask16 m = ncopy - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (ncopy - k)) - 1);
-          const __m512 v = _mm512_maskz_loadu_ps(m, src + k);
-          vz = _mm512_add_ps(vz, _mm512_mul_ps(v, zero));
-          _mm512_mask_storeu_ps(row + k, m, v);
-        }
-      }
+      copy_tile_rows(q, xc, r0, ty == ty0 ? 0 : 2, rows.data(), Wp, ncopy, vz, z);
       const int64_t at0 = (ty - ty0) * q.tw;
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t tx = 16 * g;
         const __mmask16 m = q.tw - tx >= 16 ? __mmask16(0xffff) : __mmask16((1u << (q.tw - tx)) - 1);
         __m512 d[4][4];
         for (int i = 0; i < 4; ++i) {
-          const float* row = rows.data() + slot(r0 + i) * Wp + 2 * tx;
+          const float* row = rows.data() + ((r0 + i) & 3) * Wp + 2 * tx;
           const __m512 a = _mm512_loadu_ps(row), b = _mm512_loadu_ps(row + 16);
           const __m512 a2 = _mm512_loadu_ps(row + 2), b2 = _mm512_loadu_ps(row + 18);
           d[i][0] = _mm512_permutex2var_ps(a, evens, b);
@@ -308,11 +308,7 @@ MG_TARGET_AVX512 bool transform_input_avx512(const Wino& q, const float* x, floa
       }
     }
   }
-  alignas(64) float zs[16];
-  _mm512_store_ps(zs, vz);
-  float z = 0.0f;
-  for (float v : zs) z += v;
-  return z == 0.0f;
+  return all_finite(vz, z);
 }
 
 // transform_output_row_avx2 with 16 tiles a vector (AVX-512), the two output columns
