@@ -46,7 +46,9 @@ PyTorch in float64:
     panels of about equal height (MPSGRAPH_CPU_PACKED_SPLIT_TAIL=0: 6 and the rest), the same bits;
     B's columns in chunks of about 8 KiB, not 256 KiB, from depth 64 at up to 32768 weights
     (MPSGRAPH_CPU_PACKED_L1_CHUNK=0), the same bits; copied columns in chunks of 128 KiB
-    (MPSGRAPH_CPU_PACKED_HALF_CHUNK=0: 256 KiB), the same bits;
+    (MPSGRAPH_CPU_PACKED_HALF_CHUNK=0: 256 KiB), the same bits; the AVX-512 planes kernel over
+    the depth in blocks of 128 (MPSGRAPH_CPU_PACKED_DEPTH_BLOCKS=0: all of it at once), the same
+    bits;
   * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
     compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
   * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
@@ -1090,6 +1092,30 @@ def test_packed_half_chunk_same_bits(shape, wshape, stride, pad, threads, monkey
     residual in the store; within 2e-6 of sum |w||x| of the float64 reference."""
     _epilogues_same_bits(67, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_HALF_CHUNK",
                          (None, "relu6", "relu6_residual"))
+
+
+# ---------------- AVX-512 planes in depth blocks (MPSGRAPH_CPU_PACKED_DEPTH_BLOCKS) ----------------
+
+# (N, C, H, W), (O, kh, kw), stride, pad: planes products deeper than one block of 128: MobileNetV2's
+# 14x14 projections (384 and 576 deep: 3 and 5 blocks, an image's 196 columns end in a tail of 4),
+# a 28x28 one (192: 2 blocks of 96), a 56x56 one (144, rows read with prefetches), a depth that
+# blocks unevenly (300: 100 each), odd channels and widths, a 3x3 im2col (depth 288) with
+# padding and stride 2; and a depth of one block (128) as a control.
+DEPTH_BLOCKS = [((1, 384, 14, 14), (64, 1, 1), 1, 0), ((2, 576, 14, 14), (96, 1, 1), 1, 0),
+                ((1, 192, 28, 28), (32, 1, 1), 1, 0), ((1, 144, 56, 56), (24, 1, 1), 1, 0),
+                ((2, 300, 9, 21), (13, 1, 1), 1, 0), ((1, 32, 19, 23), (37, 3, 3), 2, 1),
+                ((1, 128, 14, 14), (40, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", DEPTH_BLOCKS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_depth_blocks_same_bits(shape, wshape, stride, pad, threads, monkeypatch):
+    """The AVX-512 planes kernel over the depth in blocks of 128, the partial sums kept in the
+    output between blocks (PACKED_DEPTH_BLOCKS=0: the whole depth at once): each output's sum is
+    the same multiply-adds in the same order, so the same bits, with the bias, clamp and residual
+    applied after the last block only; within 2e-6 of sum |w||x| of the float64 reference."""
+    _epilogues_same_bits(68, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_DEPTH_BLOCKS",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
 
 
 # ---------------- depthwise 3x3 stride-1 rows ending in a vector step (MPSGRAPH_CPU_DW3_S1_AVX2) ----------------
