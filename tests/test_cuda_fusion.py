@@ -174,7 +174,7 @@ def test_softmax_cross_entropy_gradient_fuses_its_broadcasts():
 
 
 def prologue_on_and_off(build, arrays):
-    """Results with reduction prologues on (opt-in for now: MPSGRAPH_CUDA_REDUCTION_PROLOGUES=1);
+    """Results with reduction prologues on (MPSGRAPH_CUDA_REDUCTION_PROLOGUES=0 turns them off);
     asserts they equal prologues off bit for bit and that the reduced group's result no longer
     has a buffer of its own."""
     runs = []

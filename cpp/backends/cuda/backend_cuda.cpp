@@ -570,8 +570,8 @@ class CudaProgram final : public Program, public AsyncProgram {
     std::vector<char> taken = skip_epilogue;  // a convolution's epilogue marks its group's root only by its key
     for (size_t id = 0; id < g.size(); ++id) taken[id] = taken[id] || in_epilogue[id];
     for (const auto& e : epilogue_of) taken[size_t(e.first)] = 1;
-    // reductions compute the groups they alone read (softmax's exp before its sum); opt-in
-    // for now (MPSGRAPH_CUDA_REDUCTION_PROLOGUES=1): written without a GPU at hand
+    // reductions compute the groups they alone read (softmax's exp before its sum;
+    // MPSGRAPH_CUDA_REDUCTION_PROLOGUES=0: not)
     take_prologues(g, sg.targets, fusion, [](const Node& n, const TensorType&) { return reduction_takes_prologue(n); },
                    taken, prologue_of, in_prologue);
     for (size_t id = 0; id < g.size(); ++id) {

@@ -68,7 +68,7 @@ LaunchFn pool_with_prologue(const KernelCtx& c, const Shape& input_shape, const 
 
 // Reductions (reduction_cuda.cpp) that read their source as an elementwise group's value,
 // computed at each element (ElementFn), so the group's result never goes to memory:
-// reduction_takes_prologue says which ops can (only with MPSGRAPH_CUDA_REDUCTION_PROLOGUES=1 for now);
+// reduction_takes_prologue says which ops can (none with MPSGRAPH_CUDA_REDUCTION_PROLOGUES=0);
 // reduction_with_prologue's launch reads the group's outside inputs (c.in, in fused_group_fn's
 // order). `input` is the reduction's source type.
 bool reduction_takes_prologue(const Node& reduction);

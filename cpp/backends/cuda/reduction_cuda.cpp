@@ -449,11 +449,11 @@ LaunchFn sum_to_like_factory(const KernelCtx& c) { return sum_to_like_impl(c, {}
 
 // Ops whose per-element step is one add, compare or multiply: compiled uncontracted for the
 // prologue, their own arithmetic gives the same bits (variance's and logsumexp's would not).
-// Off unless MPSGRAPH_CUDA_REDUCTION_PROLOGUES=1 until it has run on a GPU (docs/cuda.md).
+// MPSGRAPH_CUDA_REDUCTION_PROLOGUES=0: none (the group runs as its own kernel).
 bool reduction_takes_prologue(const Node& n) {
   static const char* ops[] = {"reduction_sum", "reduction_product", "reduction_maximum", "reduction_minimum",
                               "reduction_and", "reduction_or",      "mean",              "sum_to_like"};
-  if (!switched_on("MPSGRAPH_CUDA_REDUCTION_PROLOGUES")) return false;
+  if (switched_off("MPSGRAPH_CUDA_REDUCTION_PROLOGUES")) return false;
   return std::any_of(std::begin(ops), std::end(ops), [&](const char* o) { return n.op->name == o; });
 }
 
