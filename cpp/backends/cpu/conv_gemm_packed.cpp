@@ -226,6 +226,10 @@ constexpr auto kAvx512Full = avx512_kernels<true, false, false>(kAvx512Rows);
 constexpr auto kAvx512FullPrefetch = avx512_kernels<true, true, false>(kAvx512Rows);
 constexpr auto kAvx512Tail = avx512_kernels<false, false, false>(kAvx512Rows);
 constexpr auto kAvx512HalfTail = avx512_kernels<false, false, true>(kAvx512Rows);
+// a full block (prefetching B's rows two blocks on or not), a tail, or a tail of at most 16
+const std::array<Avx512Kernel, kPanelRows>& avx512_kernels_for(bool full, bool prefetch, bool half_tail) {
+  return full ? (prefetch ? kAvx512FullPrefetch : kAvx512Full) : half_tail ? kAvx512HalfTail : kAvx512Tail;
+}
 
 // v + b, then the clamp, per lane in PackedStore's order (the comparisons keep a NaN v). minmax
 // (PackedStore::minmax): the clamp as max(lo, v) then min(hi, v), two operations instead of
@@ -622,8 +626,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         const int64_t k0 = kb * K / nkb, kn = (kb + 1) * K / nkb - k0;
         for (int64_t j = c0; j < c1; j += nr) {
           const int64_t n = std::min(nr, c1 - j);
-          const auto& kernels = n == nr ? (prefetch ? kAvx512FullPrefetch : kAvx512Full)
-                                : n <= 16 && a.half_tail ? kAvx512HalfTail : kAvx512Tail;
+          const auto& kernels = avx512_kernels_for(n == nr, prefetch, n <= 16 && a.half_tail);
           for (int64_t i0 = r0; i0 < r1; i0 += a.mr) {
             const int64_t rows = std::min(a.mr, r1 - i0);
             kernels[size_t(rows - 1)](kn, a.panels + i0 * K + k0 * a.mr, B + k0 * ldb + j, ldb, C + i0 * ldc + j, ldc,
@@ -642,8 +645,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         const int64_t n = std::min(nr, c1 - j);
         if (a.isa == Isa::Avx512) {
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          const auto& kernels = n == nr ? (prefetch ? kAvx512FullPrefetch : kAvx512Full)
-                                : n <= 16 && a.half_tail ? kAvx512HalfTail : kAvx512Tail;
+          const auto& kernels = avx512_kernels_for(n == nr, prefetch, n <= 16 && a.half_tail);
           kernels[size_t(rows - 1)](K, panel, B + j, ldb, Ci + j, ldc, rows, n, s, i0, Rj, false, false);
         } else {
           const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
