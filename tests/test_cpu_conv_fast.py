@@ -184,6 +184,20 @@ WINO_AVX2 = [((2, 64, 16, 16), 24, (1, 1, 1, 1)), ((1, 64, 28, 28), 16, (1, 1, 1
              ((2, 32, 32, 32), 64, (1, 1, 1, 1)), ((1, 41, 15, 23), 19, (1, 1, 1, 1))]  # < 64 channels
 
 
+def _relu_conv3x3_build(shape, w, bias, pads):
+    """A graph of relu(convolution(x, w) + bias), unit strides, for _compile."""
+    def build(g):
+        px = g.placeholder(shape, mg.float32)
+        return [g.relu(g.convolution(px, g.constant(w), strides=1, padding=pads) + g.constant(bias))], [px]
+    return build
+
+
+def _assert_near_relu_conv3x3(y, x, w, bias, pads):
+    """y within Winograd's bound of PyTorch's float64 relu(convolution + bias)."""
+    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
+    assert np.all(np.abs(y - np.maximum(ref + bias, 0)) <= 2e-6 * scale + 1e-6)
+
+
 @pytest.mark.parametrize("shape,o,pads", WINO_AVX2)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_winograd_avx2_transforms_same_bits_as_scalar(shape, o, pads, threads, monkeypatch):
@@ -191,11 +205,7 @@ def test_winograd_avx2_transforms_same_bits_as_scalar(shape, o, pads, threads, m
     adds and subtracts: the same bits, and within Winograd's bound of PyTorch's result. From 32
     to 63 source channels only the AVX2 loops take Winograd (the switch off: im2col)."""
     rng, x, w, bias = _conv3x3_case(6, shape, o)
-
-    def build(g):
-        px = g.placeholder(shape, mg.float32)
-        return [g.relu(g.convolution(px, g.constant(w), strides=1, padding=pads) + g.constant(bias))], [px]
-
+    build = _relu_conv3x3_build(shape, w, bias, pads)
     with _threads(threads):
         y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
         scalar = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD_AVX2": "0"}, monkeypatch), [x])[0]
@@ -205,8 +215,7 @@ def test_winograd_avx2_transforms_same_bits_as_scalar(shape, o, pads, threads, m
     else:
         np.testing.assert_array_equal(scalar, generic)
     assert not np.array_equal(y, generic)  # Winograd ran, not im2col
-    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
-    assert np.all(np.abs(y - np.maximum(ref + bias, 0)) <= 2e-6 * scale + 1e-6)
+    _assert_near_relu_conv3x3(y, x, w, bias, pads)
 
 
 WINO_AVX512 = WINO_AVX2 + [((1, 64, 56, 56), 64, (1, 1, 1, 1)), ((2, 64, 37, 71), 32, (1, 1, 1, 1)),
@@ -221,17 +230,12 @@ def test_winograd_avx512_transforms_same_bits_as_avx2(shape, o, pads, threads, m
     not whole vectors and output widths whose last tile has one column. Elsewhere both settings
     run the AVX2 loops."""
     rng, x, w, bias = _conv3x3_case(8, shape, o)
-
-    def build(g):
-        px = g.placeholder(shape, mg.float32)
-        return [g.relu(g.convolution(px, g.constant(w), strides=1, padding=pads) + g.constant(bias))], [px]
-
+    build = _relu_conv3x3_build(shape, w, bias, pads)
     with _threads(threads):
         y = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
         avx2 = _run(_compile(build, [x], {"MPSGRAPH_CPU_WINOGRAD_AVX512": "0"}, monkeypatch), [x])[0]
     np.testing.assert_array_equal(y, avx2)
-    ref, scale = _ref(x, w, 1, pads), _ref(x, w, 1, pads, absolute=True)
-    assert np.all(np.abs(y - np.maximum(ref + bias, 0)) <= 2e-6 * scale + 1e-6)
+    _assert_near_relu_conv3x3(y, x, w, bias, pads)
 
 
 def _as_generic_path(shape, w, pads, x, monkeypatch):
