@@ -136,7 +136,7 @@ namespace {
 template <bool kFull, int kRows, bool kPrefetch = false, bool kHalf = false>
 MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
                                     int64_t rows, int64_t n, const PackedStore* s, int64_t i0, const float* R,
-                                    bool resume = false, bool partial = false) {
+                                    bool resume, bool partial) {
   const __mmask16 m0 = kFull || n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
   const __mmask16 m1 = kFull || n >= 32 ? __mmask16(0xFFFF) : n <= 16 ? __mmask16(0) : __mmask16((1u << (n - 16)) - 1);
   __m512 c[kRows][2];
