@@ -12,22 +12,19 @@ prints both medians and their ratio (ONNX Runtime's time over mpsgraph's: above 
 faster). Switches are read at compile, so compare settings in separate processes, alternated.
 Nothing here is a test: speed is never asserted."""
 import argparse
-import time
+import os
+import sys
 
 import numpy as np
 
 import mpsgraph as mg
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import median_time  # noqa: E402  (the timing loop of the scripts beside bench.py)
 
-def median_us(fn, runs, warmup=30):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e6
+
+def median_us(fn, runs):
+    return median_time(fn, runs, warmup=30) * 1e6
 
 
 def layer(a):
