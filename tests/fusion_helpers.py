@@ -5,6 +5,8 @@ import os
 
 import numpy as np
 
+import mpsgraph as mg
+
 
 @contextlib.contextmanager
 def fusion(on, var="MPSGRAPH_CPU_FUSION"):
@@ -18,6 +20,17 @@ def fusion(on, var="MPSGRAPH_CPU_FUSION"):
             del os.environ[var]
         else:
             os.environ[var] = old
+
+
+@contextlib.contextmanager
+def threads(n):
+    """mpsgraph's pool limited to n threads inside the block."""
+    before = mg.get_num_threads()
+    mg.set_num_threads(n)
+    try:
+        yield
+    finally:
+        mg.set_num_threads(before)
 
 
 # A chain is a list of steps (op, operand[, "first"]): operand a name in `operands`, a float

@@ -53,13 +53,13 @@ PyTorch in float64:
     compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
   * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
     first (MPSGRAPH_CPU_UNIT_SHARES=0: in turn from one counter): the same bits."""
-import contextlib
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from fusion_helpers import threads as _threads
 
 import mpsgraph as mg
 
@@ -77,17 +77,6 @@ def _compile(build, feeds, env, monkeypatch):
     finally:
         for k in env:
             monkeypatch.delenv(k)
-
-
-@contextlib.contextmanager
-def _threads(n):
-    """mpsgraph's pool limited to n threads inside the block."""
-    before = mg.get_num_threads()
-    mg.set_num_threads(n)
-    try:
-        yield
-    finally:
-        mg.set_num_threads(before)
 
 
 def _run(exe, feeds):

@@ -17,7 +17,10 @@
 #include "backends/cpu/elementwise_kernels.h"
 #include "backends/cpu/fused_elementwise.h"
 #include "backends/cpu/vec_math.h"
+#include "core/ops/pooling_attrs.h"
+#include "core/ops/pooling_geom.h"
 #include "core/shape.h"
+#include "core/typed_attrs.h"
 
 namespace mg::cpu {
 
@@ -172,11 +175,66 @@ void ConvEpilogue::apply(float* y, const float* const* in, int64_t n, int64_t o0
   });
 }
 
+void ConvEpilogue::apply_block(float* b, int64_t plane, const float* const* in, int64_t o0, int64_t o1, int64_t len,
+                               size_t from) const {
+  for (int64_t o = o0; o < o1; ++o)
+    for (int64_t j = 0; j < len; j += kChunk) {
+      const int64_t m = std::min(kChunk, len - j);
+      for (size_t k = from; k < ops.size(); ++k) run_op(ops[k], b + o * plane + j, m, in, o, 0, 0);
+    }
+}
+
+void ConvEpilogue::pool_block(const float* b, int64_t plane, float* y, int64_t n, int64_t o0, int64_t o1, int64_t k0,
+                              int64_t k1) const {
+  static const PoolPairsFn pairs = pool_pairs_fn();
+  const int64_t PH = OH / 2, PW = OW / 2;
+  for (int64_t o = o0; o < o1; ++o)
+    for (int64_t k = k0; k < k1; ++k) {
+      const float* r = b + o * plane + 2 * (k - k0) * OW;
+      pairs(r, r + OW, y + ((n * O + o) * PH + k) * PW, PW);
+    }
+}
+
+KernelFn pool_after(KernelFn f, const ConvEpilogue& e, size_t n_out) {
+  return [f = std::move(f), e, n_out](const void* const* in, void* const* out) {
+    constexpr size_t kFew = 16;  // outputs and scratch held on the stack (no allocation per run)
+    std::array<void*, kFew> few{};
+    std::vector<void*> many(n_out > kFew ? n_out : 0);
+    void** o = n_out > kFew ? many.data() : few.data();
+    std::copy(out, out + n_out, o);
+    o[0] = out[e.full];
+    f(in, o);
+    const float* full = static_cast<const float*>(o[0]);
+    parallel_for(e.N * e.O, std::max<int64_t>(1, 65536 / e.P), [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) {
+        const int64_t n = i / e.O, c = i % e.O;
+        e.pool_block(full + n * e.O * e.P, e.P, static_cast<float*>(out[0]), n, c, c + 1, 0, e.OH / 2);
+      }
+    });
+  };
+}
+
 // A float32 matrix product of two matrices (or stacks of them) whose epilogue may be fused.
 bool matmul_with_epilogue(const Node& n) {
   return n.op->name == "matrix_multiplication" && cpu_fusion_enabled() && n.inputs.size() == 2 &&
          n.outputs.size() == 1 && n.outputs[0].dtype == DType::Float32 && n.outputs[0].shape.size() >= 2 &&
          num_elements(n.outputs[0].shape) > 0;
+}
+
+// r is a 2x2 max pool at stride 2, unpadded, over the NCHW float32 value cur of shape out
+// (even sizes), so that it may end cur's convolution chain.
+bool pools_in_pairs(const Node& r, ValueRef cur, const Shape& out) {
+  if (r.op->name != "max_pooling_nd" || r.inputs.size() != 1 || r.inputs[0] != cur || r.outputs.size() != 1 ||
+      !r.regions.empty() || out.size() != 4 || out[2] % 2 != 0 || out[3] % 2 != 0 || out[2] <= 0 || out[3] <= 0)
+    return false;
+  const ops::PoolSpec& w = typed_attrs<ops::PoolingAttrs>(r).window;
+  const std::vector<int64_t> two{2, 2}, one{1, 1};
+  std::vector<ops::PoolDim> dims;
+  if (w.kernel != two || w.stride != two || w.dilation != one || !ops::pool_dims(w, {out[2], out[3]}, dims).empty())
+    return false;
+  for (const ops::PoolDim& d : dims)
+    if (d.before != 0 || d.out * 2 != d.in) return false;
+  return r.outputs[0].dtype == DType::Float32 && r.outputs[0].shape == Shape{out[0], out[1], out[2] / 2, out[3] / 2};
 }
 
 EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& targets, const std::vector<char>& skip) {
@@ -191,6 +249,7 @@ EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& ta
   for (const ValueRef& v : targets) uses[size_t(v.node)] += 2;  // a target is never an intermediate
   EpiloguePlan p;
   p.chain_of.assign(n, -1);
+  const bool pool_tails = !switched_off("MPSGRAPH_CPU_CONV_POOL");  // (read at compile: tests compare)
   for (size_t id = 0; id < n; ++id) {
     const Node& head = g.node(int32_t(id));
     const bool conv = head.op->name == "convolution" && head.outputs.size() == 1 &&
@@ -200,6 +259,7 @@ EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& ta
     if (skip[id] || (!conv && !matmul)) continue;
     const Shape& out = head.outputs[0].shape;
     std::vector<int32_t> chain{int32_t(id)};
+    bool full_operands = false;
     for (int32_t cur = int32_t(id); uses[size_t(cur)] == 1;) {
       const int32_t r = reader[size_t(cur)];
       EpilogueOp op;
@@ -207,8 +267,15 @@ EpiloguePlan plan_conv_epilogues(const Graph& g, const std::vector<ValueRef>& ta
       // an add of two products' outputs joins the first one's chain only
       if (skip[size_t(r)] || p.chain_of[size_t(r)] >= 0 || !describe(g, g.node(r), {cur, 0}, out, matmul, op, operands))
         break;
+      full_operands = full_operands || op.arg == Arg::Full;
       chain.push_back(r);
       cur = r;
+    }
+    const int32_t last = chain.back();
+    if (conv && pool_tails && !full_operands && uses[size_t(last)] == 1) {
+      const int32_t r = reader[size_t(last)];
+      if (!skip[size_t(r)] && p.chain_of[size_t(r)] < 0 && pools_in_pairs(g.node(r), {last, 0}, out))
+        chain.push_back(r);
     }
     if (chain.size() < 2) continue;
     for (int32_t m : chain) p.chain_of[size_t(m)] = int32_t(p.chains.size());
@@ -236,6 +303,12 @@ KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& c
     for (size_t i = 2; i < out.size(); ++i) e.P *= out[i];
   }
   for (size_t k = 1; k < chain.size(); ++k) {
+    const Node& r = g.node(chain[k]);
+    if (!matmul && k + 1 == chain.size() && pools_in_pairs(r, {chain[k - 1], 0}, out)) {
+      e.pool = true;
+      e.N = out[0], e.OH = out[2], e.OW = out[3];
+      break;
+    }
     EpilogueOp op;
     std::vector<ValueRef> operands;
     describe(g, g.node(chain[k]), {chain[k - 1], 0}, out, matmul, op, operands);
@@ -247,6 +320,7 @@ KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& c
   for (const ValueRef& v : inputs) in.push_back(g.type(v));
   KernelCtx c{head, in, head.outputs};
   for (const ValueRef& v : inputs) c.constants.push_back(constant_of(v));
+  if (e.pool) e.full = c.scratch(size_t(num_elements(out)) * sizeof(float));
   KernelFn fn = matmul ? make_matmul_kernel(c, transposed[0], transposed[1], e) : make_convolution_kernel(c, e);
   scratch_bytes = c.scratch_bytes;
   return fn;

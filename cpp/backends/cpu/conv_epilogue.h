@@ -2,6 +2,10 @@
 // whose only reader is a chain of elementwise ops (bias add, activation, residual add, ...)
 // runs as one step; the chain is applied to each block of output rows right after the GEMM
 // that wrote it, while it is in cache. Matrix products' chains follow MPSGRAPH_CPU_FUSION.
+// A convolution's chain may end in a 2x2 max pool at stride 2 (the small CNN's conv-ReLU-pool):
+// the step's output is then the pooled one, and kernels that can pool each block of rows as
+// they write it (Winograd's) never write the whole convolution output (MPSGRAPH_CPU_CONV_POOL=0:
+// the pool is its own step).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -30,11 +34,35 @@ struct EpilogueOp {
 struct ConvEpilogue {
   std::vector<EpilogueOp> ops;
   int64_t O = 0, P = 0;
+  // The trailing 2x2 pool at stride 2 over an NCHW output of even OH x OW (its ops have no
+  // full-size operands); `full` is the scratch (an index into the kernel's outputs) of the whole
+  // convolution output, for kernels that cannot pool as they go.
+  bool pool = false;
+  int64_t N = 0, OH = 0, OW = 0;
+  size_t full = 0;
   // Applies the chain's ops from `from` on to channels [o0, o1), positions [p0, p1) of image n;
   // y is the whole output, in the epilogue's inputs. Splits over the pool when called outside it.
   void apply(float* y, const float* const* in, int64_t n, int64_t o0, int64_t o1, int64_t p0, int64_t p1,
              size_t from = 0) const;
+  // The chain's ops from `from` on, on len values of each channel o in [o0, o1) at b + o * plane (a block of
+  // output rows held apart from y; the pool's ops have no full-size operands).
+  void apply_block(float* b, int64_t plane, const float* const* in, int64_t o0, int64_t o1, int64_t len,
+                   size_t from = 0) const;
+  // The pool of rows [2 k0, 2 k1) of channels [o0, o1), held at b + o * plane + (r - 2 k0) * OW,
+  // into y's pooled rows [k0, k1) of image n (the pool kernel's choices: the same bits).
+  void pool_block(const float* b, int64_t plane, float* y, int64_t n, int64_t o0, int64_t o1, int64_t k0,
+                  int64_t k1) const;
 };
+
+// The convolution kernel f, which writes the whole output with the epilogue's ops, made to
+// write it into the epilogue's `full` scratch and pool that into out[0]; n_out: f's outputs
+// and scratch.
+KernelFn pool_after(KernelFn f, const ConvEpilogue& e, size_t n_out);
+
+// kernels_pooling.cpp: y[j] = the maximum of x0[2j], x0[2j + 1], x1[2j], x1[2j + 1] for j < OL,
+// as the 2-d max pool kernel chooses it (a NaN wins, so does the first of equal values).
+using PoolPairsFn = void (*)(const float* x0, const float* x1, float* y, int64_t OL);
+PoolPairsFn pool_pairs_fn();
 
 struct EpiloguePlan {
   std::vector<int32_t> chain_of;              // per node: its chain, or -1

@@ -59,8 +59,9 @@ struct Wino {
   // on AVX-512 CPUs, 16 tiles a vector instead of 8 (MPSGRAPH_CPU_WINOGRAD_AVX512=0: the AVX2 loops)
   bool avx512 = false;
   bool own_shares = false;  // each slot claims its own contiguous share of the units first (unit_shares.h)
-  int64_t v_elems = 0, m_elems = 0;  // per slot
-  size_t u_idx = 0, v_idx = 0, m_idx = 0;
+  bool pool = false;  // the epilogue's 2x2 pool: each unit's output rows go to R, pooled into y from there
+  int64_t v_elems = 0, m_elems = 0, r_elems = 0;  // per slot
+  size_t u_idx = 0, v_idx = 0, m_idx = 0, r_idx = 0;
 };
 
 // B^T d B of a 4x4 source tile d: v[i][j] is plane 4i + j. V is a float or a vector of tiles
@@ -314,7 +315,8 @@ MG_TARGET_AVX512 bool transform_input_avx512(const Wino& q, const float* x, floa
 // transform_output_row_avx2 with 16 tiles a vector (AVX-512), the two output columns
 // interleaved by two-source permutes; a last group of tiles whose outputs are all inside y
 // loads and stores under masks. Returns the first tile of the row left to the scalar loop.
-MG_TARGET_AVX512 int64_t transform_output_row_avx512(const Wino& q, const float* m, int64_t OT, float* yo, int64_t ty) {
+MG_TARGET_AVX512 int64_t transform_output_row_avx512(const Wino& q, const float* m, int64_t OT, float* y_row,
+                                                     int64_t ty) {
   const int64_t r = 2 * ty;
   if (r + 2 > q.OH) return 0;
   const int64_t inside = std::min(q.tw, q.OW / 2);  // tiles whose two columns are both in y
@@ -330,7 +332,7 @@ MG_TARGET_AVX512 int64_t transform_output_row_avx512(const Wino& q, const float*
     for (int k = 0; k < 16; ++k) mv[k] = _mm512_maskz_loadu_ps(lm, m + tx + k * OT);
     output_tile(mv, y2);
     for (int i = 0; i < 2; ++i) {  // the even and odd columns interleaved
-      float* yr = yo + (r + i) * q.OW + 2 * tx;
+      float* yr = y_row + i * q.OW + 2 * tx;
       _mm512_mask_storeu_ps(yr, m0, _mm512_permutex2var_ps(y2[i][0], lo_idx, y2[i][1]));
       _mm512_mask_storeu_ps(yr + 16, m1, _mm512_permutex2var_ps(y2[i][0], hi_idx, y2[i][1]));
     }
@@ -343,7 +345,7 @@ MG_TARGET_AVX512 int64_t transform_output_row_avx512(const Wino& q, const float*
 // transform_output with AVX2 for groups of 8 tiles whose 2x2 outputs are all inside y: the same
 // adds and subtracts, the two output columns interleaved by unpacks; returns the first tile of
 // the row left to the scalar loop.
-MG_TARGET_AVX2 int64_t transform_output_row_avx2(const Wino& q, const float* m, int64_t OT, float* yo, int64_t ty) {
+MG_TARGET_AVX2 int64_t transform_output_row_avx2(const Wino& q, const float* m, int64_t OT, float* y_row, int64_t ty) {
   const int64_t r = 2 * ty;
   if (r + 2 > q.OH) return 0;
   int64_t tx = 0;
@@ -355,7 +357,7 @@ MG_TARGET_AVX2 int64_t transform_output_row_avx2(const Wino& q, const float* m, 
     for (int i = 0; i < 2; ++i) {
       const __m256 e = y2[i][0], o = y2[i][1];
       const __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);  // tiles 0 1 4 5, 2 3 6 7
-      float* yr = yo + (r + i) * q.OW + 2 * tx;
+      float* yr = y_row + i * q.OW + 2 * tx;
       _mm256_storeu_ps(yr, _mm256_permute2f128_ps(lo, hi, 0x20));
       _mm256_storeu_ps(yr + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
     }
@@ -364,19 +366,21 @@ MG_TARGET_AVX2 int64_t transform_output_row_avx2(const Wino& q, const float* m, 
 }
 #endif
 
-// y tiles of rows [ty0, ty1) from M[xi][o][t] = A^T m A.
-int64_t transform_output_row_avx2(const Wino& q, const float* m, int64_t OT, float* yo, int64_t ty);
-int64_t transform_output_row_avx512(const Wino& q, const float* m, int64_t OT, float* yo, int64_t ty);
+// y tiles of rows [ty0, ty1) from M[xi][o][t] = A^T m A; y_row is output row 2 ty.
+int64_t transform_output_row_avx2(const Wino& q, const float* m, int64_t OT, float* y_row, int64_t ty);
+int64_t transform_output_row_avx512(const Wino& q, const float* m, int64_t OT, float* y_row, int64_t ty);
 
-void transform_output(const Wino& q, const float* M, float* y, int64_t ty0, int64_t ty1, int64_t o0, int64_t o1) {
+// Output rows [2 ty0, 2 ty1) of channels [o0, o1): row r of channel o at y + o * plane + (r - row0) * OW.
+void transform_output(const Wino& q, const float* M, float* y, int64_t plane, int64_t row0, int64_t ty0, int64_t ty1,
+                      int64_t o0, int64_t o1) {
   const int64_t T = (ty1 - ty0) * q.tw, OT = q.O * T;
   for (int64_t o = o0; o < o1; ++o) {
-    float* yo = y + o * q.OH * q.OW;
     for (int64_t ty = ty0; ty < ty1; ++ty) {
+      float* y_row = y + o * plane + (2 * ty - row0) * q.OW;
       int64_t tx0 = 0;
 #if MG_CPU_X86
-      if (q.avx512) tx0 = transform_output_row_avx512(q, M + o * T + (ty - ty0) * q.tw, OT, yo, ty);
-      else if (q.avx2) tx0 = transform_output_row_avx2(q, M + o * T + (ty - ty0) * q.tw, OT, yo, ty);
+      if (q.avx512) tx0 = transform_output_row_avx512(q, M + o * T + (ty - ty0) * q.tw, OT, y_row, ty);
+      else if (q.avx2) tx0 = transform_output_row_avx2(q, M + o * T + (ty - ty0) * q.tw, OT, y_row, ty);
 #endif
       for (int64_t tx = tx0; tx < q.tw; ++tx) {
         const float* m = M + o * T + (ty - ty0) * q.tw + tx;
@@ -385,13 +389,29 @@ void transform_output(const Wino& q, const float* M, float* y, int64_t ty0, int6
         output_tile(mv, y2);
         const int64_t r = 2 * ty, c = 2 * tx;
         for (int i = 0; i < 2 && r + i < q.OH; ++i) {
-          float* yr = yo + (r + i) * q.OW + c;
+          float* yr = y_row + i * q.OW + c;
           yr[0] = y2[i][0];
           if (c + 1 < q.OW) yr[1] = y2[i][1];
         }
       }
     }
   }
+}
+
+// A unit's output rows of channels [o0, o1) from its products M, with the epilogue: written to y,
+// or with the pool to the unit's rows R (channel o at R + o * r_plane) and pooled from there
+// into y while they are in cache.
+void finish_unit(const Wino& q, const float* M, float* y, float* R, int64_t n, int64_t ty0, int64_t ty1, int64_t o0,
+                 int64_t o1, const ConvEpilogue* epi, const float* const* epi_in) {
+  if (!q.pool) {
+    transform_output(q, M, y + n * q.O * q.OH * q.OW, q.OH * q.OW, 0, ty0, ty1, o0, o1);
+    if (epi) epi->apply(y, epi_in, n, o0, o1, 2 * ty0 * q.OW, std::min(2 * ty1, q.OH) * q.OW);
+    return;
+  }
+  const int64_t r_plane = 2 * q.rows * q.OW;
+  transform_output(q, M, R, r_plane, 2 * ty0, ty0, ty1, o0, o1);
+  epi->apply_block(R, r_plane, epi_in, o0, o1, 2 * (ty1 - ty0) * q.OW);
+  epi->pool_block(R, r_plane, y, n, o0, o1, ty0, ty1);
 }
 
 // False when a source value or weight is not finite (y is then incomplete). `U_const`: the
@@ -415,6 +435,7 @@ bool run(const Wino& q, const float* x, const float* w, const float* U_const, co
     const int64_t pr = packed_panel_rows(*packed[0]), panels = (q.O + pr - 1) / pr;
     float* V = static_cast<float*>(out[q.v_idx]);
     float* M = static_cast<float*>(out[q.m_idx]);
+    float* R = q.pool ? static_cast<float*>(out[q.r_idx]) : nullptr;
     for (int64_t u = 0; u < units; ++u) {
       const int64_t n = u / q.blocks, ty0 = u % q.blocks * q.rows, ty1 = std::min(q.th, ty0 + q.rows);
       const int64_t T = (ty1 - ty0) * q.tw;
@@ -428,8 +449,7 @@ bool run(const Wino& q, const float* x, const float* w, const float* U_const, co
           const int64_t o1 = std::min(q.O, panels * (sl + 1) / q.slots * pr);
           for (int xi = 0; xi < 16; ++xi)
             packed_gemm_rows(*packed[size_t(xi)], V + xi * q.C * T, T, T, M + xi * q.O * T, T, o0, o1);
-          transform_output(q, M, y + n * q.O * q.OH * q.OW, ty0, ty1, o0, o1);
-          if (epi) epi->apply(y, epi_in, n, o0, o1, 2 * ty0 * q.OW, std::min(2 * ty1, q.OH) * q.OW);
+          finish_unit(q, M, y, R, n, ty0, ty1, o0, o1, epi, epi_in);
         }
       });
     }
@@ -441,6 +461,7 @@ bool run(const Wino& q, const float* x, const float* w, const float* U_const, co
     for (int64_t sl = s0; sl < s1; ++sl) {
       float* V = static_cast<float*>(out[q.v_idx]) + sl * q.v_elems;
       float* M = static_cast<float*>(out[q.m_idx]) + sl * q.m_elems;
+      float* R = q.pool ? static_cast<float*>(out[q.r_idx]) + sl * q.r_elems : nullptr;
       shares.run(sl, [&](int64_t u) {
         if (!finite) return;
         const int64_t n = u / q.blocks, ty0 = u % q.blocks * q.rows, ty1 = std::min(q.th, ty0 + q.rows);
@@ -455,8 +476,7 @@ bool run(const Wino& q, const float* x, const float* w, const float* U_const, co
           gemm_on_pool(false, false, q.O, T, q.C, U + xi * q.O * q.C, q.C, V + xi * q.C * T, T, 0.0f,
                        M + xi * q.O * T, T);
         }
-        transform_output(q, M, y + n * q.O * q.OH * q.OW, ty0, ty1, 0, q.O);
-        if (epi) epi->apply(y, epi_in, n, 0, q.O, 2 * ty0 * q.OW, std::min(2 * ty1, q.OH) * q.OW);
+        finish_unit(q, M, y, R, n, ty0, ty1, 0, q.O, epi, epi_in);
       });
     }
   });
@@ -543,9 +563,14 @@ KernelFn make_winograd_kernel(const KernelCtx& c, const ConvEpilogue* epilogue, 
   }
   q.v_idx = c.scratch(size_t((q.by_channels ? 1 : q.slots) * q.v_elems) * sizeof(float));
   q.m_idx = c.scratch(size_t((q.by_channels ? 1 : q.slots) * q.m_elems) * sizeof(float));
-  const bool has_epi = epilogue && !epilogue->ops.empty();
+  q.pool = epilogue && epilogue->pool;
+  if (q.pool) {
+    q.r_elems = q.O * 2 * q.rows * q.OW;
+    q.r_idx = c.scratch(size_t((q.by_channels ? 1 : q.slots) * q.r_elems) * sizeof(float));
+  }
+  const bool has_epi = epilogue && (!epilogue->ops.empty() || epilogue->pool);
   const ConvEpilogue epi = has_epi ? *epilogue : ConvEpilogue{};
-  KernelFn fallback = generic(c);  // its scratch follows ours
+  KernelFn fallback = generic(c);  // its scratch follows ours (and it pools as we do)
   return [q, epi, has_epi, fallback, U, packed](const void* const* in, void* const* out) {
     if (!run(q, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]), U ? U->data() : nullptr, packed,
              static_cast<float*>(out[0]), out, has_epi ? &epi : nullptr, reinterpret_cast<const float* const*>(in + 2)))

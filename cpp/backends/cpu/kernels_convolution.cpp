@@ -159,6 +159,9 @@ struct Plan {
   int64_t images = 1;      // > 1: forward products of this many images' columns side by side (few positions each)
   std::shared_ptr<const PackedWeights> packed;  // forward float32, constant weights, one group: packed at compile
   bool stream_out = false;  // packed: the output, larger than L3, stored past the caches (PackedStore::stream)
+  // the epilogue's 2x2 pool (conv_epilogue.h): tiles of whole row pairs, each written to a block
+  // of its slot's and pooled from there into the output (the pooled one)
+  bool pool_tiles = false;
   Stride2Fn stride2 = nullptr;  // float32 im2col rows of innermost stride 2
   int64_t items() const { return N * G; }
   int64_t units() const { return tiles_parallel ? items() * ntiles : items(); }
@@ -525,6 +528,7 @@ struct Epi {
 
 template <class T>
 struct Scratch {  // in the program's memory plan (KernelCtx::scratch)
+  T* pool = nullptr;  // pool_tiles: slots * Og * tile, each slot's block of output rows
   T* col = nullptr;  // slots * col_elems
   T* acc = nullptr;  // nacc * out_elems: weights gradient partial sums of slots 1..
   int64_t nacc = 0;
@@ -563,7 +567,7 @@ void run_images(const Plan& p, const T* x, const T* w, T* y, Scratch<T>& s, cons
 // weights (dy, x) -> dw (accumulated).
 template <class T>
 void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0, const T* in1, T* out, T* col,
-              const Epi& epi) {
+              const Epi& epi, T* block = nullptr) {
   const int64_t n = item / p.G, g = item % p.G, pt = p1 - p0;
   const int64_t x_off = (n * p.C + g * p.Cg) * p.in_plane, y_off = (n * p.O + g * p.Og) * p.P, w_off = g * p.Og * p.CK;
   switch (p.kind) {
@@ -573,7 +577,15 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
       if (!p.direct) over_channels(p, pt, [&](int64_t c0, int64_t c1) { im2col(p, x, col, p0, p1, c0, c1); });
       const T* b = p.direct ? x + p0 : col;  // (CK, pt), rows ldb apart
       const int64_t ldb = p.direct ? p.in_plane : pt;
-      if constexpr (std::is_same_v<T, float>)
+      if constexpr (std::is_same_v<T, float>) {
+        if (p.pool_tiles) {  // rows [p0, p1) to the slot's block, pooled from there into out
+          PackedStore st;
+          const Epi rest = epi.fold(st, 0);
+          st.gathered = !p.direct;
+          packed_gemm(*p.packed, b, ldb, pt, block, pt, &st);
+          rest.e->apply_block(block, pt, rest.in, 0, p.O, pt, rest.from);
+          return rest.e->pool_block(block, pt, out, n, 0, p.O, p0 / (2 * p.OL), p1 / (2 * p.OL));
+        }
         if (p.packed) {  // the bias and clamp in the store, while the block is in registers
           PackedStore st;
           const Epi rest = epi.fold(st, g * p.Og, y_off + p0, p.P);
@@ -582,6 +594,7 @@ void run_tile(const Plan& p, int64_t item, int64_t p0, int64_t p1, const T* in0,
           packed_gemm(*p.packed, b, ldb, pt, y, p.P, &st);
           return rest(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
         }
+      }
       gemm(false, false, p.Og, pt, p.CK, w, p.CK, b, ldb, T(0), y, p.P);
       return epi(out, n, g * p.Og, (g + 1) * p.Og, p0, p1);
     }
@@ -892,7 +905,9 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
       T* dx = out + (item / p.G * p.C + item % p.G * p.Cg) * p.in_plane;
       std::fill(dx, dx + p.Cg * p.in_plane, T(0));
     }
-    for (int64_t t = t0; t < t1; ++t) run_tile(p, item, t * p.tile, std::min(p.P, (t + 1) * p.tile), in0, in1, o, col, epi);
+    T* block = p.pool_tiles ? s.pool + slot * p.Og * p.tile : nullptr;
+    for (int64_t t = t0; t < t1; ++t)
+      run_tile(p, item, t * p.tile, std::min(p.P, (t + 1) * p.tile), in0, in1, o, col, epi, block);
   };
   if (!p.ours) {
     for (int64_t u = 0; u < p.units(); ++u) run_unit(u, 0);
@@ -924,7 +939,7 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
 struct ScratchPlan {
   size_t col, acc;
   int64_t nacc;
-  size_t wide;
+  size_t wide, pool;
 };
 template <class T>
 ScratchPlan plan_scratch(const KernelCtx& c, const Plan& p, int64_t out_elems) {
@@ -932,11 +947,13 @@ ScratchPlan plan_scratch(const KernelCtx& c, const Plan& p, int64_t out_elems) {
   const size_t col = c.scratch(size_t(p.slots * p.col_elems) * sizeof(T));
   const size_t acc = c.scratch(size_t(nacc * out_elems) * sizeof(T));
   const size_t wide = c.scratch(size_t(p.images > 1 ? p.O * p.images * p.P : 0) * sizeof(T));
-  return {col, acc, nacc, wide};
+  const size_t pool = c.scratch(size_t(p.pool_tiles ? p.slots * p.Og * p.tile : 0) * sizeof(T));
+  return {col, acc, nacc, wide, pool};
 }
 template <class T>
 Scratch<T> scratch_of(const ScratchPlan& sp, void* const* out) {
-  return {static_cast<T*>(out[sp.col]), static_cast<T*>(out[sp.acc]), sp.nacc, static_cast<T*>(out[sp.wide])};
+  return {static_cast<T*>(out[sp.pool]), static_cast<T*>(out[sp.col]), static_cast<T*>(out[sp.acc]), sp.nacc,
+          static_cast<T*>(out[sp.wide])};
 }
 
 template <class S>  // half_t or bfloat16_t
@@ -1003,14 +1020,26 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
                      !p.stream_out && num_threads() > 1 && !switched_off("MPSGRAPH_CPU_SPLIT_CHANNELS");
   if (constant && !p.packed)  // not packed after all (MPSGRAPH_CPU_PACKED=0, no AVX2): BLAS's split
     p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape, false);
+  // A pooled epilogue: units of whole row pairs pool as they go where the units are the pool's
+  // (packed weights, one image a product); elsewhere the whole output is pooled after.
+  if (epilogue.pool && p.packed && p.ours && !p.depthwise && !p.split_channels && p.images == 1 && p.G == 1 &&
+      p.OL == epilogue.OW && p.P == epilogue.OH * epilogue.OW) {
+    const int64_t pair = 2 * p.OL;
+    p.pool_tiles = true;
+    p.tile = std::min(p.P, (p.tile + pair - 1) / pair * pair);
+    p.ntiles = (p.P + p.tile - 1) / p.tile;
+    p.col_elems = p.direct ? 0 : p.CK * p.tile;
+    p.slots = int(std::min<int64_t>(num_threads(), p.units()));
+  }
   const int64_t out_elems = num_elements(c.out[0].shape);
   const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
-  return [p, sp, out_elems, epilogue, row = row_epilogue(epilogue)](const void* const* in, void* const* out) {
+  KernelFn f = [p, sp, out_elems, epilogue, row = row_epilogue(epilogue)](const void* const* in, void* const* out) {
     Scratch<float> s = scratch_of<float>(sp, out);
     const Epi epi{&epilogue, reinterpret_cast<const float* const*>(in + 2), &row};
     execute<float>(p, static_cast<const float*>(in[0]), static_cast<const float*>(in[1]), static_cast<float*>(out[0]),
                    out_elems, s, epi);
   };
+  return epilogue.pool && !p.pool_tiles ? pool_after(std::move(f), epilogue, c.out.size() + c.scratch_bytes.size()) : f;
 }
 
 }  // namespace
@@ -1018,7 +1047,7 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
 KernelFn make_convolution_kernel(const KernelCtx& c, const ConvEpilogue& epilogue) {
   auto generic = [&epilogue](const KernelCtx& k) { return generic_forward(k, epilogue); };
   if (KernelFn f = make_winograd_kernel(c, &epilogue, generic)) return f;
-  return generic_forward(c, epilogue);
+  return generic_forward(c, epilogue);  // (which pools where the epilogue does)
 }
 
 namespace {

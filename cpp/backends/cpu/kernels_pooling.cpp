@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backends/cpu/avx2_pairs.h"
+#include "backends/cpu/conv_epilogue.h"
 #include "backends/cpu/elementwise_util.h"
 #include "backends/cpu/isa_target.h"
 #include "core/ops/pooling_attrs.h"
@@ -296,7 +297,6 @@ PoolRowFn pool_row_fn(int64_t sL) {
 // x0[2j + 1], x1[2j], x1[2j + 1] chosen as pool_row_body chooses (the two rows first, then the
 // two columns; a NaN wins, so does the first of equal values): the same bits in one pass.
 inline float pick_max(float a, float v) { return (v > a || v != v) ? v : a; }
-using PoolPairsFn = void (*)(const float*, const float*, float*, int64_t);
 void pool_pairs_generic(const float* x0, const float* x1, float* y, int64_t OL) {
   for (int64_t j = 0; j < OL; ++j)
     y[j] = pick_max(pick_max(x0[2 * j], x1[2 * j]), pick_max(x0[2 * j + 1], x1[2 * j + 1]));
@@ -316,12 +316,16 @@ MG_TARGET_AVX2 void pool_pairs_avx2(const float* x0, const float* x1, float* y, 
   pool_pairs_generic(x0 + 2 * j, x1 + 2 * j, y + j, OL - j);
 }
 #endif
-PoolPairsFn pool_pairs_fn() {
+}  // namespace
+
+PoolPairsFn pool_pairs_fn() {  // (conv_epilogue.h: convolutions pool their rows with it too)
 #if MG_CPU_X86
   if (best_isa() != Isa::Generic) return pool_pairs_avx2;
 #endif
   return pool_pairs_generic;
 }
+
+namespace {
 
 // Stride-2 windows of K consecutive taps along a row: m (the window rows' elementwise maxima)
 // is written `before` floats into mp, whose other floats are -infinity, so output j's taps are
