@@ -176,6 +176,23 @@ extern "C" __global__ void spmm(SG g, i64 n, const S* __restrict__ v, const S* _
     o[i] = STA(s);
   }
 }
+// csr: row r's entries are [starts[r], starts[r + 1]) in storage order already, so the product
+// reads them there (no row view). Starts that are out of order or range make the run raise
+// after it completes; meanwhile the bounds are clamped and bad entries (ec -1) skipped.
+extern "C" __global__ void spmm_csr(SG g, i64 n, const S* __restrict__ v, const S* __restrict__ d,
+                                    const I* __restrict__ starts, const i64* __restrict__ ec, S* o) {
+  MG_LOOP(i, g.rows * n) {
+    const i64 r = i / n, j = i % n;
+    const i64 b = (i64)starts[r] < 0 ? 0 : (i64)starts[r];
+    const i64 e = (i64)starts[r + 1] > g.nnz ? g.nnz : (i64)starts[r + 1];
+    A s = 0;
+    for (i64 k = b; k < e; ++k) {
+      const i64 c = ec[k];
+      if (c >= 0) s = ADD(s, MUL(LDA(v[k]), LDA(d[c * n + j])));
+    }
+    o[i] = STA(s);
+  }
+}
 extern "C" __global__ void gather(SG g, const S* __restrict__ d, const i64* __restrict__ er,
                                   const i64* __restrict__ ec, S* o) {
   MG_LOOP(e, g.nnz) o[e] = er[e] < 0 ? (S)0 : d[er[e] * g.cols + ec[e]];
@@ -393,15 +410,25 @@ void require_float(const KernelCtx& c, DType t) {
 LaunchFn sparse_matmul_factory(const KernelCtx& c) {
   const DType vt = c.in[0].dtype;
   require_float(c, vt);
-  auto p = prepare(c, 1, vt, true);
+  // csr reads each row's entries where they are stored (MPSGRAPH_CUDA_SPMM_CSR=0: through the
+  // row view, as coo and csc; read at compile, tests compare): the same sums in the same order
+  const bool csr =
+      typed_attrs<SparseAttrs>(c.node).storage == SparseStorage::CSR && !switched_off("MPSGRAPH_CUDA_SPMM_CSR");
+  auto p = prepare(c, 1, vt, !csr);
   p->n = c.in[3].shape[1];
-  p->k.main = sparse_kernel(vt, c.in[1].dtype, "spmm");
-  return [p](cudaStream_t s, const void* const* in, void* const* out) {
+  p->k.main = sparse_kernel(vt, c.in[1].dtype, csr ? "spmm_csr" : "spmm");
+  return [p, csr](cudaStream_t s, const void* const* in, void* const* out) {
     launch_structure(*p, s, in[1], in[2], out);
     SG g = p->g;
     int64_t n = p->n;
-    const void *v = in[0], *d = in[3], *rs = out[p->rs], *perm = out[p->perm], *ec = out[p->ec];
+    const void *v = in[0], *d = in[3], *ec = out[p->ec];
     void* o = out[0];
+    if (csr) {
+      const void* starts = in[2];
+      void* args[] = {&g, &n, &v, &d, &starts, &ec, &o};
+      return launch(p->k.main, grid(g.rows * n), 256, 0, s, args);
+    }
+    const void *rs = out[p->rs], *perm = out[p->perm];
     void* args[] = {&g, &n, &v, &d, &rs, &perm, &ec, &o};
     launch(p->k.main, grid(g.rows * n), 256, 0, s, args);
   };
