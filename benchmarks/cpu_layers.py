@@ -1,8 +1,9 @@
 """Per-layer CPU times of a harness network: mpsgraph's profiler against ONNX Runtime's, on the
-same exported model and input, 2 threads each, in one process (the profilers' own overhead is
-in both columns):
+same exported model and input, 2 threads each (or the third argument's), in one process (the
+profilers' own overhead is in both columns):
 
     python benchmarks/cpu_layers.py mobilenet_v2 1          # or resnet18, small_cnn; batch
+    python benchmarks/cpu_layers.py mobilenet_v2 1 1        # one thread each
     MPSGRAPH_CPU_PACKED_CHANNELS512=0 python benchmarks/cpu_layers.py resnet18 8
 
 Convolutions are paired in order (mpsgraph's by node number, ONNX Runtime's by execution; ONNX
@@ -25,7 +26,8 @@ import mpsgraph as mg
 from mpsgraph.bench.workloads import _onnx_bytes
 
 
-def ours(data, x, runs):
+def ours(data, x, runs, threads):
+    mg.set_num_threads(threads)
     exe = mg.onnx.load(data).compile(device="cpu")
     td = mg.TensorData(x)
     for _ in range(10):
@@ -45,9 +47,9 @@ def ours(data, x, runs):
     return sorted(convs), rest
 
 
-def theirs(data, x, runs):
+def theirs(data, x, runs, threads):
     so = ort.SessionOptions()
-    so.intra_op_num_threads, so.enable_profiling = 2, True
+    so.intra_op_num_threads, so.enable_profiling = threads, True
     with tempfile.TemporaryDirectory() as tmp:  # the profile file, not left in the working directory
         so.profile_file_prefix = os.path.join(tmp, "ort")
         s = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
@@ -73,16 +75,17 @@ def flops(shapes):
 
 def main():
     net, batch = sys.argv[1], int(sys.argv[2])
+    threads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
     image = 64 if net == "small_cnn" else 224
     data = _onnx_bytes(net, batch, image)
     x = np.random.default_rng(0).standard_normal((batch, 3, image, image)).astype(np.float32)
     runs = 100 if batch == 1 else 20
     t0 = time.perf_counter()
-    convs, rest = ours(data, x, runs)
-    ort_nodes = theirs(data, x, runs)
+    convs, rest = ours(data, x, runs, threads)
+    ort_nodes = theirs(data, x, runs, threads)
     ort_convs = [(k, us) for k, us in ort_nodes if "Conv" in k or "Clip" in k or "Relu" in k]
     paired = len(ort_convs) == len(convs)
-    print(f"{net} batch {batch}: mpsgraph steps {sum(c[1] for c in convs) + sum(r[1] for r in rest):.0f} us, "
+    print(f"{net} batch {batch}, {threads} threads: mpsgraph steps {sum(c[1] for c in convs) + sum(r[1] for r in rest):.0f} us, "
           f"ONNX Runtime nodes {sum(us for _, us in ort_nodes):.0f} us (per run)")
     print(f"{'conv':>5} {'mpsgraph us':>12} {'ORT us':>9} {'ours/ORT':>9} {'GFLOP/s':>8}  source -> weights; ORT node")
     for i, (n, us, shapes) in enumerate(convs):
