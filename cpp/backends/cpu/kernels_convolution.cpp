@@ -1022,14 +1022,16 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
     p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape, false);
   // A pooled epilogue: units of whole row pairs pool as they go where the units are the pool's
   // (packed weights, one image a product); elsewhere the whole output is pooled after.
+  // Tiles grow to whole row pairs only where that leaves as many units as there are slots.
   if (epilogue.pool && p.packed && p.ours && !p.depthwise && !p.split_channels && p.images == 1 && p.G == 1 &&
       p.OL == epilogue.OW && p.P == epilogue.OH * epilogue.OW) {
+    Plan q = p;
     const int64_t pair = 2 * p.OL;
-    p.pool_tiles = true;
-    p.tile = std::min(p.P, (p.tile + pair - 1) / pair * pair);
-    p.ntiles = (p.P + p.tile - 1) / p.tile;
-    p.col_elems = p.direct ? 0 : p.CK * p.tile;
-    p.slots = int(std::min<int64_t>(num_threads(), p.units()));
+    q.pool_tiles = true;
+    q.tile = std::min(p.P, (p.tile + pair - 1) / pair * pair);
+    q.ntiles = (p.P + q.tile - 1) / q.tile;
+    q.col_elems = p.direct ? 0 : p.CK * q.tile;
+    if (q.units() >= p.slots) p = std::move(q);
   }
   const int64_t out_elems = num_elements(c.out[0].shape);
   const ScratchPlan sp = plan_scratch<float>(c, p, out_elems);
