@@ -178,14 +178,16 @@ def test_sparse_matmul(storage, idx, dt):
     np.testing.assert_allclose(ds.astype(np.float64), w.astype(np.float64) @ a, rtol=t, atol=t * 5)
 
 
+@pytest.mark.parametrize("n", [19, 20])
 @pytest.mark.parametrize("idx", IDX)
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: np.dtype(d).name)
-def test_csr_product_reads_rows_where_stored(idx, dt, monkeypatch):
+def test_csr_product_reads_rows_where_stored(idx, dt, n, monkeypatch):
     """A csr sparse_matmul reads each row's entries where they are stored, without the row view
     (counting sort and per-row sort) that coo and csc need: the same bits as through the row view
     (MPSGRAPH_CUDA_SPMM_CSR=0) and as the CPU, with a long row, empty rows, repeated positions
-    and more rows than a block's threads."""
-    rows, cols, nnz, n = 300, 70, 2500, 19
+    and more rows than a block's threads. float32 with 20 dense columns takes the kernel of four
+    columns a thread."""
+    rows, cols, nnz = 300, 70, 2500
     i0, i1, r, c = _structure("csr", rows, cols, nnz, seed=30, idx=idx, skew=True)
     v = _values(dt, nnz, 31)
     d = _values(dt, cols * n, 32).reshape(cols, n)
