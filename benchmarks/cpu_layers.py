@@ -85,7 +85,8 @@ def main():
     ort_nodes = theirs(data, x, runs, threads)
     ort_convs = [(k, us) for k, us in ort_nodes if "Conv" in k or "Clip" in k or "Relu" in k]
     paired = len(ort_convs) == len(convs)
-    print(f"{net} batch {batch}, {threads} threads: mpsgraph steps {sum(c[1] for c in convs) + sum(r[1] for r in rest):.0f} us, "
+    steps = sum(c[1] for c in convs) + sum(r[1] for r in rest)
+    print(f"{net} batch {batch}, {threads} threads: mpsgraph steps {steps:.0f} us, "
           f"ONNX Runtime nodes {sum(us for _, us in ort_nodes):.0f} us (per run)")
     print(f"{'conv':>5} {'mpsgraph us':>12} {'ORT us':>9} {'ours/ORT':>9} {'GFLOP/s':>8}  source -> weights; ORT node")
     for i, (n, us, shapes) in enumerate(convs):
