@@ -7,7 +7,8 @@ same graph with the path's switch off (read at compile):
     pass over each pair of rows (MPSGRAPH_CPU_POOL_PAIRS=0 keeps the general row): the same bits,
     signed zeros included; other stride-2 windows of 2 to 4 taps along the row (ResNet's padded
     3x3 pool) as 8 outputs a vector from a row padded with -infinity (MPSGRAPH_CPU_POOL_S2=0
-    keeps the general row): the same bits; one image's rows split over the threads in bands of
+    keeps the general row): the same bits, 16 outputs a vector on AVX-512 CPUs
+    (MPSGRAPH_CPU_POOL_S2_AVX512=0 keeps 8); one image's rows split over the threads in bands of
     output rows of every plane (MPSGRAPH_CPU_POOL_BANDS=0 splits planes): the same bits."""
 import numpy as np
 import pytest
@@ -124,6 +125,19 @@ def test_max_pool_s2_against_general_row_and_torch(case, threads, monkeypatch):
     kw = dict(kernel_sizes=k, strides=s, padding=pad, ceil_mode=ceil)
     # torch pads symmetrically (-inf) only
     _same_bits_and_torch(_special_source(44, shape), kw, "MPSGRAPH_CPU_POOL_S2", threads, monkeypatch,
+                         (k, s, pad, 1, ceil) if isinstance(pad, int) else None)
+
+
+@pytest.mark.parametrize("case", S2 + [((1, 2, 9, 66), 3, 2, 1, False), ((1, 1, 5, 64), 4, 2, 2, True)],
+                         ids=[f"s2_{i}" for i in range(len(S2) + 2)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_max_pool_s2_avx512_same_bits_as_avx2(case, threads, monkeypatch):
+    """On AVX-512 CPUs the stride-2 rows take 16 outputs a vector (MPSGRAPH_CPU_POOL_S2_AVX512=0:
+    the AVX2 loop's 8): the same choices in the same order, so the same bits, with rows of 16k and
+    16k + 1..15 outputs and 2 to 4 taps. Elsewhere both settings run the AVX2 loop."""
+    shape, k, s, pad, ceil = case
+    kw = dict(kernel_sizes=k, strides=s, padding=pad, ceil_mode=ceil)
+    _same_bits_and_torch(_special_source(45, shape), kw, "MPSGRAPH_CPU_POOL_S2_AVX512", threads, monkeypatch,
                          (k, s, pad, 1, ceil) if isinstance(pad, int) else None)
 
 

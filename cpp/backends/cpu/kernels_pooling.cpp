@@ -50,6 +50,8 @@ struct PoolPlan {
   // pool_rows at stride 2 with consecutive taps (ResNet's 3x3 stem pool, padded): rows by pool_s2_fn
   // (its left padding is -tsrc[0], its taps tsrc.size())
   bool s2 = false;
+  // s2 rows 16 outputs a vector on AVX-512 CPUs (MPSGRAPH_CPU_POOL_S2_AVX512=0: 8, the AVX2 loop)
+  bool s2_avx512 = false;
   int64_t s2_len = 0;  // the padded row's floats
   // pool_rows on one image (leading dims (1, C)): the threads take bands of output rows of
   // every plane, not planes, so the layers after it, which split positions (Winograd's tile
@@ -116,8 +118,9 @@ PoolPlan make_plan(const KernelCtx& c, const Shape& src) {
   p.s2 = p.pool_rows && !p.pairs && st == 2 && dl == 1 && K >= 2 && K <= 4 && before >= 0 && before < K &&
          p.out_last > 0 && !switched_off("MPSGRAPH_CPU_POOL_S2");
   // output j's taps at 2j + t (t < K) of the row padded by `before` -infinities in front; whole
-  // vectors of 8 outputs read up to 2 * 8 * ceil(OL / 8) + 16 floats
-  if (p.s2) p.s2_len = std::max(before + n, 2 * (p.out_last + 7) / 8 * 8 + 16);
+  // vectors of 16 outputs read up to 2 * 16 * ceil(OL / 16) + 16 floats
+  if (p.s2) p.s2_len = std::max(before + n, 2 * (p.out_last + 15) / 16 * 16 + 16);
+  p.s2_avx512 = p.s2 && best_isa() == Isa::Avx512 && !switched_off("MPSGRAPH_CPU_POOL_S2_AVX512");
   p.bands = p.pool_rows && lead == 2 && src[0] == 1 && p.out[0] >= 4 && num_threads() > 1 &&
             !switched_off("MPSGRAPH_CPU_POOL_BANDS");
   return p;
@@ -371,10 +374,48 @@ MG_TARGET_AVX2 void pool_s2_avx2(const PoolPlan& p, const float* x, int64_t step
   }
 }
 #endif
-PoolS2Fn pool_s2_fn() {
 #if MG_CPU_X86
+MG_TARGET_AVX512 inline __m512 pick_max16(__m512 a, __m512 v) {
+  return _mm512_mask_mov_ps(a, _mm512_cmp_ps_mask(v, a, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+}
+// pool_s2_avx2 with 16 outputs a vector: two-source permutes pick the even and the odd floats of
+// 32, already in order; the same choices in the same order, so the same bits.
+MG_TARGET_AVX512 void pool_s2_avx512(const PoolPlan& p, const float* x, int64_t step, int64_t n, float* mp,
+                                     float* y) {
+  const int64_t IL = p.in_last, OL = p.out_last, K = int64_t(p.tsrc.size());
+  float* m = mp - p.tsrc[0];
+  int64_t i = 0;
+  for (; i + 16 <= IL; i += 16) {
+    __m512 a = _mm512_loadu_ps(x + i);
+    for (int64_t q = 1; q < n; ++q) a = pick_max16(a, _mm512_loadu_ps(x + q * step + i));
+    _mm512_storeu_ps(m + i, a);
+  }
+  for (; i < IL; ++i) {
+    float a = x[i];
+    for (int64_t q = 1; q < n; ++q) a = pick_max(a, x[q * step + i]);
+    m[i] = a;
+  }
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t j = 0; j < OL; j += 16) {
+    const float* r = mp + 2 * j;  // taps 0 and 1 from r, 2 and 3 from r + 2
+    const __m512 lo = _mm512_loadu_ps(r), hi = _mm512_loadu_ps(r + 16);
+    __m512 a = pick_max16(_mm512_permutex2var_ps(lo, evens, hi), _mm512_permutex2var_ps(lo, odds, hi));
+    if (K > 2) {
+      const __m512 lo2 = _mm512_loadu_ps(r + 2), hi2 = _mm512_loadu_ps(r + 18);
+      a = pick_max16(a, _mm512_permutex2var_ps(lo2, evens, hi2));
+      if (K > 3) a = pick_max16(a, _mm512_permutex2var_ps(lo2, odds, hi2));
+    }
+    _mm512_mask_storeu_ps(y + j, OL - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (OL - j)) - 1), a);
+  }
+}
+#endif
+PoolS2Fn pool_s2_fn(bool avx512) {
+#if MG_CPU_X86
+  if (avx512) return pool_s2_avx512;
   if (best_isa() != Isa::Generic) return pool_s2_avx2;
 #endif
+  (void)avx512;
   return pool_s2_generic;
 }
 
@@ -386,7 +427,7 @@ void pool_rows(const PoolPlan& p, const S* x, S* y) {
     const int64_t OL = p.out_last, rows_per_batch = p.out[0];
     const int64_t grain =
         std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.in_last) / std::max<int64_t>(1, p.window));
-    const PoolS2Fn s2 = pool_s2_fn();
+    const PoolS2Fn s2 = pool_s2_fn(p.s2_avx512);
     // a task's scratch row: with s2 the padded row, -infinity around m, written once per task
     auto scratch = [&]() {
       thread_local std::vector<float> m;
