@@ -186,7 +186,6 @@ void ConvEpilogue::apply_block(float* b, int64_t plane, const float* const* in, 
 
 void ConvEpilogue::pool_block(const float* b, int64_t plane, float* y, int64_t n, int64_t o0, int64_t o1, int64_t k0,
                               int64_t k1) const {
-  static const PoolPairsFn pairs = pool_pairs_fn();
   const int64_t PH = OH / 2, PW = OW / 2;
   for (int64_t o = o0; o < o1; ++o)
     for (int64_t k = k0; k < k1; ++k) {
@@ -303,10 +302,10 @@ KernelFn make_conv_epilogue_kernel(const Graph& g, const std::vector<int32_t>& c
     for (size_t i = 2; i < out.size(); ++i) e.P *= out[i];
   }
   for (size_t k = 1; k < chain.size(); ++k) {
-    const Node& r = g.node(chain[k]);
-    if (!matmul && k + 1 == chain.size() && pools_in_pairs(r, {chain[k - 1], 0}, out)) {
+    if (g.node(chain[k]).op->name == "max_pooling_nd") {  // (the plan took it: pools_in_pairs)
       e.pool = true;
       e.N = out[0], e.OH = out[2], e.OW = out[3];
+      e.pairs = pool_pairs_fn();
       break;
     }
     EpilogueOp op;

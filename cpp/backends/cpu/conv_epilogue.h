@@ -29,6 +29,11 @@ struct EpilogueOp {
   int input = -1;  // the operand among the epilogue's inputs (Clamp: lo, then hi at input + 1)
 };
 
+// kernels_pooling.cpp: y[j] = the maximum of x0[2j], x0[2j + 1], x1[2j], x1[2j + 1] for j < OL,
+// as the 2-d max pool kernel chooses it (a NaN wins, so does the first of equal values).
+using PoolPairsFn = void (*)(const float* x0, const float* x1, float* y, int64_t OL);
+PoolPairsFn pool_pairs_fn();
+
 // The chain, over an output of shape (N, O, P...) seen as (N, O, P); a matrix product's
 // output (..., M, N) is seen as (batches, M, N).
 struct ConvEpilogue {
@@ -40,6 +45,7 @@ struct ConvEpilogue {
   bool pool = false;
   int64_t N = 0, OH = 0, OW = 0;
   size_t full = 0;
+  PoolPairsFn pairs = nullptr;  // pool_pairs_fn(), chosen at compile
   // Applies the chain's ops from `from` on to channels [o0, o1), positions [p0, p1) of image n;
   // y is the whole output, in the epilogue's inputs. Splits over the pool when called outside it.
   void apply(float* y, const float* const* in, int64_t n, int64_t o0, int64_t o1, int64_t p0, int64_t p1,
@@ -58,11 +64,6 @@ struct ConvEpilogue {
 // write it into the epilogue's `full` scratch and pool that into out[0]; n_out: f's outputs
 // and scratch.
 KernelFn pool_after(KernelFn f, const ConvEpilogue& e, size_t n_out);
-
-// kernels_pooling.cpp: y[j] = the maximum of x0[2j], x0[2j + 1], x1[2j], x1[2j + 1] for j < OL,
-// as the 2-d max pool kernel chooses it (a NaN wins, so does the first of equal values).
-using PoolPairsFn = void (*)(const float* x0, const float* x1, float* y, int64_t OL);
-PoolPairsFn pool_pairs_fn();
 
 struct EpiloguePlan {
   std::vector<int32_t> chain_of;              // per node: its chain, or -1

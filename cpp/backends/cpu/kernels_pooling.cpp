@@ -355,11 +355,7 @@ MG_TARGET_AVX2 void pool_s2_avx2(const PoolPlan& p, const float* x, int64_t step
     for (int64_t q = 1; q < n; ++q) a = pick_max8(a, _mm256_loadu_ps(x + q * step + i));
     _mm256_storeu_ps(m + i, a);
   }
-  for (; i < IL; ++i) {
-    float a = x[i];
-    for (int64_t q = 1; q < n; ++q) a = pick_max(a, x[q * step + i]);
-    m[i] = a;
-  }
+  window_rows_max(x + i, step, n, IL - i, m + i);  // the columns left over
   for (int64_t j = 0; j < OL; j += 8) {
     const float* r = mp + 2 * j;
     __m256 a = load_evens_or_odds(r, true);
@@ -390,11 +386,7 @@ MG_TARGET_AVX512 void pool_s2_avx512(const PoolPlan& p, const float* x, int64_t 
     for (int64_t q = 1; q < n; ++q) a = pick_max16(a, _mm512_loadu_ps(x + q * step + i));
     _mm512_storeu_ps(m + i, a);
   }
-  for (; i < IL; ++i) {
-    float a = x[i];
-    for (int64_t q = 1; q < n; ++q) a = pick_max(a, x[q * step + i]);
-    m[i] = a;
-  }
+  window_rows_max(x + i, step, n, IL - i, m + i);  // the columns left over
   const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   for (int64_t j = 0; j < OL; j += 16) {
