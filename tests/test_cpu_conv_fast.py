@@ -801,6 +801,53 @@ def test_packed_store_residual_against_its_own_pass(shape, wshape, stride, pad, 
             assert np.all(np.abs(fused - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
 
 
+# (N, C, H, W), (O, kh, kw), stride, pad: planes products whose columns end in a tail of one,
+# two and three 16-column vectors of a 48-column block (110 = 2 x 48 + 14, 72 = 48 + 24,
+# 81 = 48 + 33), depths of one and several 128-deep blocks, partial last panels, im2col columns
+# (870), rows far enough apart to prefetch (56x56) and images side by side.
+PACKED48 = [((1, 200, 10, 11), (20, 1, 1), 1, 0), ((1, 64, 8, 9), (24, 1, 1), 1, 0),
+            ((1, 150, 9, 9), (13, 1, 1), 1, 0), ((1, 40, 30, 29), (9, 3, 3), 1, 1),
+            ((1, 24, 56, 56), (16, 1, 1), 1, 0), ((1, 576, 28, 28), (24, 1, 1), 1, 0),
+            ((2, 300, 7, 7), (40, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", PACKED48)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_planes_48_columns_same_bits_as_32(shape, wshape, stride, pad, threads, monkeypatch):
+    """AVX-512 planes blocks of 48 columns (MPSGRAPH_CPU_PACKED_48=0: 32) sum every output in the
+    same order: the same bits, plain, with the store's bias and clamp, and with a residual; and
+    they agree with PyTorch."""
+    x, w, b, res, ref, scale = _epilogue_case(34, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    with _threads(threads):
+        for name in (None, "relu6", "bias_then_residual", "relu6_residual"):
+            build = _epilogue_build(shape, w, b, res, stride, pad, name)
+            wide = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
+            narrow = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_PACKED_48="0"), monkeypatch), [x, res])[0]
+            np.testing.assert_array_equal(wide, narrow, err_msg=str(name))
+            want = ref if name is None else EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64))
+            assert np.all(np.abs(wide - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_winograd_products_48_columns_same_bits_as_32(threads, monkeypatch):
+    """Winograd's sixteen products per tile batch run on the planes kernel too: the same bits
+    with 48- and 32-column blocks, and PyTorch's values."""
+    rng = np.random.default_rng(35)
+    x = rng.standard_normal((1, 64, 30, 26)).astype(np.float32)
+    w = (rng.standard_normal((40, 64, 3, 3)) * 0.1).astype(np.float32)
+
+    def build(g):
+        px = g.placeholder(x.shape, mg.float32)
+        return [g.convolution(px, g.constant(w), strides=1, padding=1)], [px]
+    with _threads(threads):
+        wide = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
+        narrow = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_48": "0"}, monkeypatch), [x])[0]
+    np.testing.assert_array_equal(wide, narrow)
+    ref, scale = _ref(x, w, 1, (1,) * 4), _ref(x, w, 1, (1,) * 4, absolute=True)
+    assert np.all(np.abs(wide - ref) <= 1e-4 * scale)
+
+
 @pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:5])
 def test_packed_planes_fused_store(shape, wshape, stride, pad, monkeypatch):
     """The planes layout's store folds the same epilogues (same bits as the ops on the product)."""

@@ -1,5 +1,5 @@
 // Packed-weight GEMM of constant-weight convolutions (see conv_gemm_packed.h).
-// Planes: a micro-kernel keeps an MR-row by NR-column block of C in registers (8 x 32 with
+// Planes: a micro-kernel keeps an MR-row by NR-column block of C in registers (8 x 48 with
 // AVX-512, 6 x 16 with AVX2): per k it loads NR values of B's row k and broadcasts the panel's
 // MR weights of column k, which lie next to each other. Column tails are masked; rows past M are
 // zeros in the panel, not stored.
@@ -130,105 +130,110 @@ namespace {
 // The store's epilogue (PackedStore's order: bias, clamp, residual) is applied in registers (a
 // scalar pass over the block after the store cost more than the product at MobileNetV2's 1x1
 // expansions).
-// kHalf: a tail of at most 16 columns, one vector a row.
+// kVecs: the block's 16-column vectors a row (nr / 16 for full blocks; a tail computes only the
+// vectors its columns reach, the last one masked).
 // resume: the sums start from C's values (a depth block after the first); partial: C gets the
 // sums as they are, for the next depth block to resume (no epilogue).
-template <bool kFull, int kRows, bool kPrefetch = false, bool kHalf = false>
+template <bool kFull, int kRows, bool kPrefetch, int kVecs>
 MG_TARGET_AVX512 void kernel_avx512(int64_t K, const float* a, const float* B, int64_t ldb, float* C, int64_t ldc,
                                     int64_t rows, int64_t n, const PackedStore* s, int64_t i0, const float* R,
                                     bool resume, bool partial) {
-  const __mmask16 m0 = kFull || n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
-  const __mmask16 m1 = kFull || n >= 32 ? __mmask16(0xFFFF) : n <= 16 ? __mmask16(0) : __mmask16((1u << (n - 16)) - 1);
-  __m512 c[kRows][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) {
-    c[r][0] = resume ? _mm512_maskz_loadu_ps(m0, C + r * ldc) : _mm512_setzero_ps();
-    c[r][1] = resume && !kHalf ? _mm512_maskz_loadu_ps(m1, C + r * ldc + 16) : _mm512_setzero_ps();
+  __mmask16 m[kVecs];
+#pragma GCC unroll 3
+  for (int v = 0; v < kVecs; ++v) {
+    const int64_t left = n - 16 * v;
+    m[v] = kFull || left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
   }
+  __m512 c[kRows][kVecs];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 3
+    for (int v = 0; v < kVecs; ++v)
+      c[r][v] = resume ? _mm512_maskz_loadu_ps(m[v], C + r * ldc + 16 * v) : _mm512_setzero_ps();
   for (int64_t k = 0; k < K; ++k, a += kPanelRows, B += ldb) {
-    const __m512 b0 = kFull ? _mm512_loadu_ps(B) : _mm512_maskz_loadu_ps(m0, B);
-    const __m512 b1 = kHalf ? b0 : kFull ? _mm512_loadu_ps(B + 16) : _mm512_maskz_loadu_ps(m1, B + 16);
-    if (kPrefetch) {  // the row's two lines two blocks on (as the AVX2 kernel's: B read in place)
-      _mm_prefetch(reinterpret_cast<const char*>(B + 64), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(B + 80), _MM_HINT_T0);
-    }
+    __m512 b[kVecs];
+#pragma GCC unroll 3
+    for (int v = 0; v < kVecs; ++v)
+      b[v] = kFull ? _mm512_loadu_ps(B + 16 * v) : _mm512_maskz_loadu_ps(m[v], B + 16 * v);
+    if (kPrefetch)  // the row's lines two blocks on (as the AVX2 kernel's: B read in place)
+#pragma GCC unroll 3
+      for (int v = 0; v < kVecs; ++v) _mm_prefetch(reinterpret_cast<const char*>(B + 32 * kVecs + 16 * v), _MM_HINT_T0);
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       const __m512 ar = _mm512_set1_ps(a[r]);
-      c[r][0] = _mm512_fmadd_ps(ar, b0, c[r][0]);
-      if (!kHalf) c[r][1] = _mm512_fmadd_ps(ar, b1, c[r][1]);
+#pragma GCC unroll 3
+      for (int v = 0; v < kVecs; ++v) c[r][v] = _mm512_fmadd_ps(ar, b[v], c[r][v]);
     }
   }
   if (partial) {
 #pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      _mm512_mask_storeu_ps(C + r * ldc, m0, c[r][0]);
-      if (!kHalf) _mm512_mask_storeu_ps(C + r * ldc + 16, m1, c[r][1]);
-    }
+    for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 3
+      for (int v = 0; v < kVecs; ++v) _mm512_mask_storeu_ps(C + r * ldc + 16 * v, m[v], c[r][v]);
     return;
   }
   // tails: the sums through the stack, so that only constant indices reach c and it stays in
   // registers (indexed by the row count below, GCC kept c on the stack, storing all 16 vectors
   // every k: tails ran 2x slower than full blocks)
-  alignas(64) float sums[kFull ? 1 : kRows][32];
+  alignas(64) float sums[kFull ? 1 : kRows][16 * kVecs];
   if constexpr (!kFull) {
 #pragma GCC unroll 8
-    for (int r = 0; r < kRows; ++r) {
-      _mm512_store_ps(sums[r], c[r][0]);
-      if (!kHalf) _mm512_store_ps(sums[r] + 16, c[r][1]);
-    }
+    for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 3
+      for (int v = 0; v < kVecs; ++v) _mm512_store_ps(sums[r] + 16 * v, c[r][v]);
   }
   const bool has_bias = s && s->bias, clamp = s && s->clamp;
   const __m512 lo = _mm512_set1_ps(s ? s->lo : 0.0f), hi = _mm512_set1_ps(s ? s->hi : 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
-    __m512 v0, v1;
-    if constexpr (kFull) {
-      v0 = c[r][0], v1 = c[r][1];
-    } else {
-      v0 = _mm512_load_ps(sums[r]), v1 = kHalf ? v0 : _mm512_load_ps(sums[r] + 16);
-    }
-    if (has_bias) {
-      const __m512 b = _mm512_set1_ps(s->bias[(i0 + r) * s->bias_stride]);
-      v0 = _mm512_add_ps(v0, b);
-      v1 = _mm512_add_ps(v1, b);
-    }
-    if (clamp) {  // the comparisons keep a NaN v
-      v0 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v0, lo, _CMP_LE_OQ), v0, lo);
-      v1 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v1, lo, _CMP_LE_OQ), v1, lo);
-      v0 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v0, hi, _CMP_GE_OQ), v0, hi);
-      v1 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v1, hi, _CMP_GE_OQ), v1, hi);
-    }
-    if (R) {
-      const float* Rr = R + r * s->ldr;
-      v0 = _mm512_add_ps(v0, kFull ? _mm512_loadu_ps(Rr) : _mm512_maskz_loadu_ps(m0, Rr));
-      if (!kHalf) v1 = _mm512_add_ps(v1, kFull ? _mm512_loadu_ps(Rr + 16) : _mm512_maskz_loadu_ps(m1, Rr + 16));
-    }
-    if (kFull) {
-      _mm512_storeu_ps(C + r * ldc, v0);
-      _mm512_storeu_ps(C + r * ldc + 16, v1);
-    } else {
-      _mm512_mask_storeu_ps(C + r * ldc, m0, v0);
-      if (!kHalf) _mm512_mask_storeu_ps(C + r * ldc + 16, m1, v1);
+    __m512 x[kVecs];
+    const __m512 b = has_bias ? _mm512_set1_ps(s->bias[(i0 + r) * s->bias_stride]) : _mm512_setzero_ps();
+    const float* Rr = R ? R + r * s->ldr : nullptr;
+#pragma GCC unroll 3
+    for (int v = 0; v < kVecs; ++v) {
+      if constexpr (kFull) {
+        x[v] = c[r][v];
+      } else {
+        x[v] = _mm512_load_ps(sums[r] + 16 * v);
+      }
+      if (has_bias) x[v] = _mm512_add_ps(x[v], b);
+      if (clamp) {  // the comparisons keep a NaN v
+        x[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x[v], lo, _CMP_LE_OQ), x[v], lo);
+        x[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x[v], hi, _CMP_GE_OQ), x[v], hi);
+      }
+      if (Rr)
+        x[v] = _mm512_add_ps(x[v], kFull ? _mm512_loadu_ps(Rr + 16 * v) : _mm512_maskz_loadu_ps(m[v], Rr + 16 * v));
+      if (kFull) _mm512_storeu_ps(C + r * ldc + 16 * v, x[v]);
+      else _mm512_mask_storeu_ps(C + r * ldc + 16 * v, m[v], x[v]);
     }
   }
 }
 
 // By the rows of the panel computed (a last panel of fewer rows computes only those), full
-// column blocks and tails.
+// column blocks (with B's rows prefetched two blocks on or not) and tails of 1 to 3 vectors.
 using Avx512Kernel = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int64_t, int64_t,
                               const PackedStore*, int64_t, const float*, bool, bool);
-template <bool kFull, bool kPrefetch, bool kHalf, int... R>
-constexpr std::array<Avx512Kernel, sizeof...(R)> avx512_kernels(std::integer_sequence<int, R...>) {
-  return {kernel_avx512<kFull, R + 1, kPrefetch, kHalf>...};
+using Avx512Kernels = std::array<Avx512Kernel, kPanelRows>;
+template <bool kFull, bool kPrefetch, int kVecs, int... R>
+constexpr Avx512Kernels avx512_kernels(std::integer_sequence<int, R...>) {
+  return {kernel_avx512<kFull, R + 1, kPrefetch, kVecs>...};
 }
 constexpr auto kAvx512Rows = std::make_integer_sequence<int, int(kPanelRows)>();
-constexpr auto kAvx512Full = avx512_kernels<true, false, false>(kAvx512Rows);
-constexpr auto kAvx512FullPrefetch = avx512_kernels<true, true, false>(kAvx512Rows);
-constexpr auto kAvx512Tail = avx512_kernels<false, false, false>(kAvx512Rows);
-constexpr auto kAvx512HalfTail = avx512_kernels<false, false, true>(kAvx512Rows);
-// a full block (prefetching B's rows two blocks on or not), a tail, or a tail of at most 16
-const std::array<Avx512Kernel, kPanelRows>& avx512_kernels_for(bool full, bool prefetch, bool half_tail) {
-  return full ? (prefetch ? kAvx512FullPrefetch : kAvx512Full) : half_tail ? kAvx512HalfTail : kAvx512Tail;
+// [vectors - 1]: full blocks, full blocks prefetching, tails
+constexpr std::array<Avx512Kernels, 3> kAvx512Full = {avx512_kernels<true, false, 1>(kAvx512Rows),
+                                                      avx512_kernels<true, false, 2>(kAvx512Rows),
+                                                      avx512_kernels<true, false, 3>(kAvx512Rows)};
+constexpr std::array<Avx512Kernels, 3> kAvx512FullPrefetch = {avx512_kernels<true, true, 1>(kAvx512Rows),
+                                                              avx512_kernels<true, true, 2>(kAvx512Rows),
+                                                              avx512_kernels<true, true, 3>(kAvx512Rows)};
+constexpr std::array<Avx512Kernels, 3> kAvx512Tail = {avx512_kernels<false, false, 1>(kAvx512Rows),
+                                                      avx512_kernels<false, false, 2>(kAvx512Rows),
+                                                      avx512_kernels<false, false, 3>(kAvx512Rows)};
+// A block of n of nr columns: a full block (prefetching B's rows two blocks on or not), or a
+// tail of the vectors its n columns reach (half_tail; else all nr / 16, masked).
+const Avx512Kernels& avx512_kernels_for(int64_t n, int64_t nr, bool prefetch, bool half_tail) {
+  const size_t vecs = size_t(nr / 16);
+  if (n == nr) return prefetch ? kAvx512FullPrefetch[vecs - 1] : kAvx512Full[vecs - 1];
+  return kAvx512Tail[half_tail ? size_t((n + 15) / 16) - 1 : vecs - 1];
 }
 
 // v + b, then the clamp, per lane in PackedStore's order (the comparisons keep a NaN v). minmax
@@ -626,11 +631,15 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         const int64_t k0 = kb * K / nkb, kn = (kb + 1) * K / nkb - k0;
         for (int64_t j = c0; j < c1; j += nr) {
           const int64_t n = std::min(nr, c1 - j);
-          const auto& kernels = avx512_kernels_for(n == nr, prefetch, n <= 16 && a.half_tail);
+          // the block's first panel prefetches; the later ones find its rows in L1 (576 deep at
+          // 28x28 on a Xeon, 48 columns: 1.05-1.1x over every panel prefetching)
+          const auto& kernels = avx512_kernels_for(n, nr, prefetch, a.half_tail);
+          const auto& later = avx512_kernels_for(n, nr, false, a.half_tail);
           for (int64_t i0 = r0; i0 < r1; i0 += a.mr) {
             const int64_t rows = std::min(a.mr, r1 - i0);
-            kernels[size_t(rows - 1)](kn, a.panels + i0 * K + k0 * a.mr, B + k0 * ldb + j, ldb, C + i0 * ldc + j, ldc,
-                                      rows, n, s, i0, R ? R + i0 * s->ldr + j : nullptr, kb > 0, kb + 1 < nkb);
+            (i0 == r0 ? kernels : later)[size_t(rows - 1)](kn, a.panels + i0 * K + k0 * a.mr, B + k0 * ldb + j, ldb,
+                                                           C + i0 * ldc + j, ldc, rows, n, s, i0,
+                                                           R ? R + i0 * s->ldr + j : nullptr, kb > 0, kb + 1 < nkb);
           }
         }
       }
@@ -645,7 +654,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
         const int64_t n = std::min(nr, c1 - j);
         if (a.isa == Isa::Avx512) {
           const float* Rj = R ? R + i0 * s->ldr + j : nullptr;
-          const auto& kernels = avx512_kernels_for(n == nr, prefetch, n <= 16 && a.half_tail);
+          const auto& kernels = avx512_kernels_for(n, nr, prefetch, a.half_tail);
           kernels[size_t(rows - 1)](K, panel, B + j, ldb, Ci + j, ldc, rows, n, s, i0, Rj, false, false);
         } else {
           const float* Bj = pack ? packed.data() + (j - c0) * K : B + j;
@@ -741,7 +750,12 @@ std::vector<std::shared_ptr<const PackedWeights>> make_packed_weights_group(cons
   p.depth_blocks = !switched_off("MPSGRAPH_CPU_PACKED_DEPTH_BLOCKS");
   const int64_t pr = layout == PackedLayout::Channels ? kChanRows : isa == Isa::Avx512 ? kPanelRows : kAvx2Rows;
   p.mr = pr;
-  p.nr = layout == PackedLayout::Channels ? kChanCols : isa == Isa::Avx512 ? 32 : 16;
+  // AVX-512 planes: blocks of 48 columns, three vectors (24 sums in registers, 11 loads for 24
+  // multiply-adds against 10 for 16 at 32 columns); each output's sums are the same either way
+  // (MPSGRAPH_CPU_PACKED_48=0: 32 columns)
+  p.nr = layout == PackedLayout::Channels ? kChanCols
+         : isa == Isa::Avx512             ? (switched_off("MPSGRAPH_CPU_PACKED_48") ? 32 : 48)
+                                          : 16;
   const int64_t panels = (M + pr - 1) / pr, rem = M % pr;
   if (p.isa == Isa::Avx2 && layout == PackedLayout::Planes && p.tail_rows && M > pr && rem >= 1 && rem <= 3 &&
       !switched_off("MPSGRAPH_CPU_PACKED_SPLIT_TAIL")) {
