@@ -817,35 +817,15 @@ def test_packed_planes_48_columns_same_bits_as_32(shape, wshape, stride, pad, th
     """AVX-512 planes blocks of 48 columns (MPSGRAPH_CPU_PACKED_48=0: 32) sum every output in the
     same order: the same bits, plain, with the store's bias and clamp, and with a residual; and
     they agree with PyTorch."""
-    x, w, b, res, ref, scale = _epilogue_case(34, shape, wshape, stride, pad)
-    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
-    with _threads(threads):
-        for name in (None, "relu6", "bias_then_residual", "relu6_residual"):
-            build = _epilogue_build(shape, w, b, res, stride, pad, name)
-            wide = _run(_compile(build, [x, res], env, monkeypatch), [x, res])[0]
-            narrow = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_PACKED_48="0"), monkeypatch), [x, res])[0]
-            np.testing.assert_array_equal(wide, narrow, err_msg=str(name))
-            want = ref if name is None else EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64))
-            assert np.all(np.abs(wide - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+    _epilogues_same_bits(34, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_48",
+                         (None, "relu6", "bias_then_residual", "relu6_residual"))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_winograd_products_48_columns_same_bits_as_32(threads, monkeypatch):
     """Winograd's sixteen products per tile batch run on the planes kernel too: the same bits
     with 48- and 32-column blocks, and PyTorch's values."""
-    rng = np.random.default_rng(35)
-    x = rng.standard_normal((1, 64, 30, 26)).astype(np.float32)
-    w = (rng.standard_normal((40, 64, 3, 3)) * 0.1).astype(np.float32)
-
-    def build(g):
-        px = g.placeholder(x.shape, mg.float32)
-        return [g.convolution(px, g.constant(w), strides=1, padding=1)], [px]
-    with _threads(threads):
-        wide = _run(_compile(build, [x], {}, monkeypatch), [x])[0]
-        narrow = _run(_compile(build, [x], {"MPSGRAPH_CPU_PACKED_48": "0"}, monkeypatch), [x])[0]
-    np.testing.assert_array_equal(wide, narrow)
-    ref, scale = _ref(x, w, 1, (1,) * 4), _ref(x, w, 1, (1,) * 4, absolute=True)
-    assert np.all(np.abs(wide - ref) <= 1e-4 * scale)
+    _winograd_switch_same_bits(35, (1, 64, 30, 26), 40, (1, 1, 1, 1), threads, monkeypatch, "MPSGRAPH_CPU_PACKED_48")
 
 
 @pytest.mark.parametrize("shape,wshape,stride,pad", PACKED[:5])
