@@ -4,9 +4,13 @@ mpsgraph and (for the stage) ONNX Runtime in one process, each at the same threa
     python benchmarks/cpu_conv_stage.py layer 1 384 14 64 --threads 1     # a 1x1 layer: N C H O
     MPSGRAPH_CPU_PACKED_DEPTH_BLOCKS=0 python benchmarks/cpu_conv_stage.py layer 1 384 14 64 --threads 1
     python benchmarks/cpu_conv_stage.py stage 1 64 14 384 --blocks 4 --threads 2   # N C H expansion
+    python benchmarks/cpu_conv_stage.py stage 1 64 14 384 --steps       # and mpsgraph's time per step
+    python benchmarks/cpu_conv_stage.py layer 1 384 14 64 --producer    # source written by a step first
 
 `layer`: a 1x1 convolution of an N x C x H x H source to O channels (constant weights), median
-µs per run and GFLOP/s. `stage`: `blocks` blocks of C -> E 1x1 + ReLU6, 3x3 depthwise + ReLU6,
+µs per run and GFLOP/s; with --producer, the convolution's time per step (profiled) when its
+source is written by an elementwise step of the same run (relu(x * 1.5), split over the
+threads as such steps are) and when it reads the run's input while that step still runs. `stage`: `blocks` blocks of C -> E 1x1 + ReLU6, 3x3 depthwise + ReLU6,
 E -> C 1x1 + the residual, built as one ONNX model, so both frameworks run the same graph;
 prints both medians and their ratio (ONNX Runtime's time over mpsgraph's: above 1 mpsgraph is
 faster). Switches are read at compile, so compare settings in separate processes, alternated.
@@ -27,10 +31,35 @@ def median_us(fn, runs):
     return median_time(fn, runs, warmup=30) * 1e6
 
 
+def step_us(exe, feeds, runs, name):
+    """mpsgraph's profiled time per run of the steps whose key starts with `name` (every step: "")."""
+    tds = [mg.TensorData(f) for f in feeds]
+    for _ in range(20):
+        exe.run(tds)
+    with mg.profiler.profile() as prof:
+        for _ in range(runs):
+            exe.run(tds)
+    return {k: sec / calls * 1e6 for k, (sec, calls) in prof.steps.items() if k.startswith(name) and calls}
+
+
+def producer(a, x, w):
+    for src in ("written by the step before", "the run's input"):
+        g = mg.Graph()
+        p = g.placeholder(x.shape, mg.float32)
+        h = g.relu(p * g.constant(np.float32(1.5)))
+        y = g.convolution(h if src.startswith("written") else p, g.constant(w), strides=1, padding=0)
+        exe = g.compile({p: x}, [y, h], device="cpu")
+        for _ in range(a.rounds):
+            us = sum(step_us(exe, [x], a.runs, "convolution").values())
+            print(f"layer {a.n}x{a.c}x{a.h}x{a.h} -> {a.o}, {a.threads} thread(s), source {src}: {us:.1f} us a step")
+
+
 def layer(a):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((a.n, a.c, a.h, a.h)).astype(np.float32)
     w = (rng.standard_normal((a.o, a.c, 1, 1)) * 0.1).astype(np.float32)
+    if a.producer:
+        return producer(a, x, w)
     g = mg.Graph()
     p = g.placeholder(x.shape, mg.float32)
     y = g.convolution(p, g.constant(w), strides=1, padding=0)
@@ -88,6 +117,10 @@ def stage(a):
         theirs = median_us(lambda: sess.run(None, {"x": x}), a.runs)
         print(f"stage of {a.blocks} blocks {a.c}->{a.o}->{a.c} at {a.h}x{a.h}, batch {a.n}, {a.threads} thread(s): "
               f"mpsgraph {ours:.1f} us, ONNX Runtime {theirs:.1f} us, ratio {theirs / ours:.2f}")
+    if a.steps:  # node number order: expansion, depthwise, projection, block after block
+        steps = step_us(exe, [x], a.runs, "")
+        for k in sorted(steps, key=lambda k: int(k.split(":")[0].rsplit("_", 1)[1])):
+            print(f"  {k.split(':')[0]:<18} {steps[k]:7.1f} us")
 
 
 def main():
@@ -101,6 +134,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", action="store_true", help="stage: mpsgraph's profiled time per step too")
+    ap.add_argument("--producer", action="store_true", help="layer: the source written by a step first, or not")
     a = ap.parse_args()
     mg.set_num_threads(a.threads)
     (layer if a.what == "layer" else stage)(a)
