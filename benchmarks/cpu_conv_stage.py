@@ -10,10 +10,11 @@ mpsgraph and (for the stage) ONNX Runtime in one process, each at the same threa
 `layer`: a 1x1 convolution of an N x C x H x H source to O channels (constant weights), median
 µs per run and GFLOP/s; with --producer, the convolution's time per step (profiled) when its
 source is written by an elementwise step of the same run (relu(x * 1.5), split over the
-threads as such steps are) and when it reads the run's input while that step still runs. `stage`: `blocks` blocks of C -> E 1x1 + ReLU6, 3x3 depthwise + ReLU6,
-E -> C 1x1 + the residual, built as one ONNX model, so both frameworks run the same graph;
-prints both medians and their ratio (ONNX Runtime's time over mpsgraph's: above 1 mpsgraph is
-faster). Switches are read at compile, so compare settings in separate processes, alternated.
+threads as such steps are) and when it reads the run's input while that step still runs.
+`stage`: `blocks` blocks of C -> E 1x1 + ReLU6, 3x3 depthwise + ReLU6, E -> C 1x1 + the
+residual, built as one ONNX model, so both frameworks run the same graph; prints both medians
+and their ratio (ONNX Runtime's time over mpsgraph's: above 1 mpsgraph is faster), with
+--steps mpsgraph's profiled time per step as well. Switches are read at compile, so compare settings in separate processes, alternated.
 Nothing here is a test: speed is never asserted."""
 import argparse
 import os
