@@ -14,8 +14,8 @@ threads as such steps are) and when it reads the run's input while that step sti
 `stage`: `blocks` blocks of C -> E 1x1 + ReLU6, 3x3 depthwise + ReLU6, E -> C 1x1 + the
 residual, built as one ONNX model, so both frameworks run the same graph; prints both medians
 and their ratio (ONNX Runtime's time over mpsgraph's: above 1 mpsgraph is faster), with
---steps mpsgraph's profiled time per step as well. Switches are read at compile, so compare settings in separate processes, alternated.
-Nothing here is a test: speed is never asserted."""
+--steps mpsgraph's profiled time per step as well. Switches are read at compile, so compare
+settings in separate processes, alternated. Nothing here is a test: speed is never asserted."""
 import argparse
 import os
 import sys
