@@ -52,7 +52,11 @@ PyTorch in float64:
   * matrix products of 2 to 16 rows by constant weights (a classifier) on the weights packed at
     compile, a bias folded into the store (MPSGRAPH_CPU_PACKED_MATMUL=0: BLAS);
   * (image, tile) units and Winograd's units claimed from each thread's own contiguous share
-    first (MPSGRAPH_CPU_UNIT_SHARES=0: in turn from one counter): the same bits."""
+    first (MPSGRAPH_CPU_UNIT_SHARES=0: in turn from one counter): the same bits;
+  * projections of one image over few positions with each thread summing its part of the depth
+    over every position, the parts added after (MPSGRAPH_CPU_DEPTH_PARTS=0: halves of the
+    positions): other bits (another order of the sum), both within float32 rounding of PyTorch's
+    float64 result, the epilogues included."""
 import os
 import subprocess
 import sys
@@ -1133,7 +1137,9 @@ def test_packed_depth_blocks_same_bits(shape, wshape, stride, pad, threads, monk
     """The AVX-512 planes kernel over the depth in blocks of 128, the partial sums kept in the
     output between blocks (PACKED_DEPTH_BLOCKS=0: the whole depth at once): each output's sum is
     the same multiply-adds in the same order, so the same bits, with the bias, clamp and residual
-    applied after the last block only; within 2e-6 of sum |w||x| of the float64 reference."""
+    applied after the last block only; within 2e-6 of sum |w||x| of the float64 reference. (Depth
+    parts, which need the blocks, are off in both.)"""
+    monkeypatch.setenv("MPSGRAPH_CPU_DEPTH_PARTS", "0")
     _epilogues_same_bits(68, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_PACKED_DEPTH_BLOCKS",
                          (None, "relu6", "bias_then_residual", "relu6_residual"))
 
@@ -1457,3 +1463,38 @@ def test_split_channels_same_bits(shape, wshape, stride, pad, threads, monkeypat
     float64 reference."""
     _epilogues_same_bits(66, shape, wshape, stride, pad, threads, monkeypatch, "MPSGRAPH_CPU_SPLIT_CHANNELS",
                          (None, "relu6", "bias_then_residual", "relu6_residual"))
+
+
+# (N, C, H, W), (O, 1, 1): one image through a 1x1 projection (C >= 2 O, C >= 256) of at most 256
+# positions in the planes layout, whose threads each sum a part of the depth: MobileNetV2's 14x14
+# shapes, an odd depth (parts of 151 and 150), a full 16x16 plane, output channels not a multiple
+# of the panel's 8, and column tails of 1 to 3 vectors (143 and 130 positions).
+DEPTH_PARTS = [((1, 384, 14, 14), (64, 1, 1), 1, 0), ((1, 576, 14, 14), (96, 1, 1), 1, 0),
+               ((1, 301, 11, 13), (37, 1, 1), 1, 0), ((1, 256, 16, 16), (128, 1, 1), 1, 0),
+               ((1, 512, 10, 13), (20, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("shape,wshape,stride,pad", DEPTH_PARTS)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depth_parts_match_reference(shape, wshape, stride, pad, threads, monkeypatch):
+    """Each thread's part of the depth over every position, the parts added in order, then the
+    epilogue (MPSGRAPH_CPU_DEPTH_PARTS=0: halves of the positions): both paths agree with PyTorch's
+    float64 result within float32 rounding, with the bias, clamp and residual after the sum; on
+    two threads of an AVX-512 CPU the parts ran (the plain product's bits differ, the sum's order
+    being another); run on one thread, a plan made for two still gives that result."""
+    x, w, b, res, ref, scale = _epilogue_case(67, shape, wshape, stride, pad)
+    env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
+    for name in (None, "relu6", "bias_then_residual", "relu6_residual", "max_min"):
+        build = _epilogue_build(shape, w, b, res, stride, pad, name)
+        want = EPILOGUES[name][1](ref, b.astype(np.float64), res.astype(np.float64)) if name else ref
+        with _threads(threads):
+            exe = _compile(build, [x, res], env, monkeypatch)
+            y = _run(exe, [x, res])[0]
+            off = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_DEPTH_PARTS="0"), monkeypatch), [x, res])[0]
+        with _threads(1):
+            y1 = _run(exe, [x, res])[0]
+        np.testing.assert_array_equal(y1, y, err_msg=str(name))
+        for got in (y, off):
+            assert np.all(np.abs(got - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
+        if name is None and threads == 2 and mg._core._cpu_isa() == "avx512":
+            assert not np.array_equal(y, off)  # the parts ran

@@ -597,6 +597,34 @@ void pack_columns(const PackedWeights& a, const float* B, int64_t ldb, int64_t K
   pack_columns_generic(B, ldb, K, N, nr, out);
 }
 
+#if MG_CPU_X86
+// AVX-512 planes: C's rows [r0, r1) and columns [c0, c1) over the depth [k0, k1), in blocks of
+// about kDepthBlock with the partial sums in C between them (the first block starts from zero);
+// the last block stores with s's epilogue (null: the plain sums).
+void run_depth_range(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t c0,
+                     int64_t c1, int64_t r0, int64_t r1, int64_t k0, int64_t k1, const PackedStore* s, const float* R,
+                     bool prefetch) {
+  const int64_t nr = a.nr, K = a.K, depth = k1 - k0;
+  const int64_t nkb = (depth + kDepthBlock - 1) / kDepthBlock;
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const int64_t b0 = k0 + kb * depth / nkb, kn = k0 + (kb + 1) * depth / nkb - b0;
+    for (int64_t j = c0; j < c1; j += nr) {
+      const int64_t n = std::min(nr, c1 - j);
+      // the block's first panel prefetches; the later ones find its rows in L1 (576 deep at
+      // 28x28 on a Xeon, 48 columns: 1.05-1.1x over every panel prefetching)
+      const auto& kernels = avx512_kernels_for(n, nr, prefetch, a.half_tail);
+      const auto& later = avx512_kernels_for(n, nr, false, a.half_tail);
+      for (int64_t i0 = r0; i0 < r1; i0 += a.mr) {
+        const int64_t rows = std::min(a.mr, r1 - i0);
+        (i0 == r0 ? kernels : later)[size_t(rows - 1)](kn, a.panels + i0 * K + b0 * a.mr, B + b0 * ldb + j, ldb,
+                                                       C + i0 * ldc + j, ldc, rows, n, s, i0,
+                                                       R ? R + i0 * s->ldr + j : nullptr, kb > 0, kb + 1 < nkb);
+      }
+    }
+  }
+}
+#endif
+
 // Columns [j0, j1) of C, in chunks whose slice of B (K x chunk) stays in L2 while every panel
 // passes over it; with AVX2 copied into column blocks first where the depth is large (copy_b).
 void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t j0, int64_t j1,
@@ -626,23 +654,7 @@ void run_columns(const PackedWeights& a, const float* B, int64_t ldb, float* C, 
       pack_columns(a, B + c0, ldb, K, c1 - c0, nr, packed.data());
     }
     if (depth_blocks) {
-      const int64_t nkb = (K + kDepthBlock - 1) / kDepthBlock;
-      for (int64_t kb = 0; kb < nkb; ++kb) {
-        const int64_t k0 = kb * K / nkb, kn = (kb + 1) * K / nkb - k0;
-        for (int64_t j = c0; j < c1; j += nr) {
-          const int64_t n = std::min(nr, c1 - j);
-          // the block's first panel prefetches; the later ones find its rows in L1 (576 deep at
-          // 28x28 on a Xeon, 48 columns: 1.05-1.1x over every panel prefetching)
-          const auto& kernels = avx512_kernels_for(n, nr, prefetch, a.half_tail);
-          const auto& later = avx512_kernels_for(n, nr, false, a.half_tail);
-          for (int64_t i0 = r0; i0 < r1; i0 += a.mr) {
-            const int64_t rows = std::min(a.mr, r1 - i0);
-            (i0 == r0 ? kernels : later)[size_t(rows - 1)](kn, a.panels + i0 * K + k0 * a.mr, B + k0 * ldb + j, ldb,
-                                                           C + i0 * ldc + j, ldc, rows, n, s, i0,
-                                                           R ? R + i0 * s->ldr + j : nullptr, kb > 0, kb + 1 < nkb);
-          }
-        }
-      }
+      run_depth_range(a, B, ldb, C, ldc, c0, c1, r0, r1, 0, K, s, R, prefetch);
       continue;
     }
     for (int64_t i0 = r0, rows = 0; i0 < r1; i0 += rows) {
@@ -795,6 +807,23 @@ bool packed_planes(const PackedWeights& a) { return a.layout == PackedLayout::Pl
 
 bool packed_channels_wide() {
   return best_isa() == Isa::Avx512 && !switched_off("MPSGRAPH_CPU_PACKED_CHANNELS512");
+}
+
+bool packed_depth_parts() {
+  return best_isa() == Isa::Avx512 && !switched_off("MPSGRAPH_CPU_PACKED") &&
+         !switched_off("MPSGRAPH_CPU_PACKED_DEPTH_BLOCKS");
+}
+
+void packed_gemm_depth(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
+                       int64_t k0, int64_t k1) {
+#if MG_CPU_X86
+  if (N <= 0 || k0 >= k1 || a.layout != PackedLayout::Planes || a.isa != Isa::Avx512 || !a.depth_blocks) return;
+  // as run_columns: column chunks whose slice of B stays in L2 while every panel passes over it
+  const int64_t chunk = std::max<int64_t>(a.nr, (65536 / (k1 - k0)) / a.nr * a.nr);
+  const bool prefetch = a.prefetch && ldb >= kPrefetchRows;
+  for (int64_t c0 = 0; c0 < N; c0 += chunk)
+    run_depth_range(a, B, ldb, C, ldc, c0, std::min(N, c0 + chunk), 0, a.M, k0, k1, nullptr, nullptr, prefetch);
+#endif
 }
 
 void packed_gemm_rows(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,

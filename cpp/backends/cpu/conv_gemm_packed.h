@@ -83,6 +83,15 @@ bool packed_channels_wide();
 // convolution's output channels among them.
 int64_t packed_panel_rows(const PackedWeights& a);
 bool packed_planes(const PackedWeights& a);  // the planes layout (else channels)
+// C (M, N), rows ldc apart, = the packed weights' columns [k0, k1) @ B's rows [k0, k1) (B points
+// at row 0), plain sums in order over k (no epilogue), on the calling thread: threads that split
+// a product's depth among them, each over the channels its own core wrote. Only where
+// packed_depth_parts() (weights packed now in planes get the AVX-512 kernel with depth blocks);
+// elsewhere C is left as it was.
+bool packed_depth_parts();
+void packed_gemm_depth(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
+                       int64_t k0, int64_t k1);
+
 void packed_gemm_rows(const PackedWeights& a, const float* B, int64_t ldb, int64_t N, float* C, int64_t ldc,
                       int64_t r0, int64_t r1, const PackedStore* store = nullptr);
 

@@ -67,6 +67,8 @@ enum class Kind { Forward, Data, Weights };
 // multiply-adds, each one single-threaded BLAS call; larger ones one item at a time, each
 // product split over the pool by gemm_on_pool.
 constexpr int64_t kUnitWork = int64_t(1) << 20;
+// Depth parts (Plan::depth_parts) for products of at most this many positions (16x16)
+constexpr int64_t kDepthPartsPositions = 256;
 // column elements per tile of an item's product (its GEMM split over the pool): the columns
 // stay in cache between im2col and the GEMM
 constexpr int64_t kColumnBudget = int64_t(1) << 18;
@@ -152,6 +154,9 @@ struct Plan {
   bool ours = false;       // units split over the pool (BLAS single-threaded), else BLAS threads
   // packed direct forward of one image, O >= 4 CK (expansions): threads split the output channels
   bool split_channels = false;
+  // packed direct forward of one image over a few positions, K >= 2 O (projections): part t of
+  // the depth is thread t's product over all of C, the parts summed after (> 1: the parts)
+  int depth_parts = 0;
   bool own_shares = false;  // ours: each thread claims its own contiguous share of the units first (unit_shares.h)
   bool tiles_parallel = false;  // a unit is one (item, tile); else one item with all its tiles
   int slots = 1;           // scratch slots
@@ -873,6 +878,32 @@ void depthwise(const Plan& p, const T* x, const T* w, T* y, const Epi& epi) {
   });
 }
 
+// Depth parts: part t sums the depth [k_t, k_t+1) over every output into its own buffer (part
+// 0 into the output), split as parallel_for splits the source's channels, so each thread reads
+// the planes its own core wrote (a depthwise layer's channels). Then the threads add the parts
+// in order over their rows of the output and apply the epilogue there.
+void depth_parts_product(const Plan& p, const float* in0, float* out, int64_t out_elems, const Scratch<float>& s,
+                         const Epi& epi) {
+  const int64_t parts = p.depth_parts, per = (p.CK + parts - 1) / parts;
+  parallel_for(parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t k0 = std::min(p.CK, t * per), k1 = std::min(p.CK, k0 + per);
+      float* part = t == 0 ? out : s.acc + (t - 1) * out_elems;
+      if (k0 < k1) packed_gemm_depth(*p.packed, in0, p.in_plane, p.P, part, p.P, k0, k1);
+      else std::fill(part, part + out_elems, 0.0f);
+    }
+  });
+  parallel_for(p.O, 1, [&](int64_t r0, int64_t r1) {
+    float* o = out + r0 * p.P;
+    const int64_t n = (r1 - r0) * p.P;
+    for (int64_t t = 1; t < parts; ++t) {
+      const float* part = s.acc + (t - 1) * out_elems + r0 * p.P;
+      for (int64_t i = 0; i < n; ++i) o[i] += part[i];
+    }
+    epi(out, 0, r0, r1, 0, p.P);
+  });
+}
+
 template <class T>
 void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elems, Scratch<T>& s, const Epi& epi = {}) {
   if (out_elems == 0) return;
@@ -884,6 +915,8 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
   }
   if (p.depthwise) return depthwise(p, in0, in1, out, epi);
   if (p.images > 1) return run_images(p, in0, in1, out, s, epi);
+  if constexpr (std::is_same_v<T, float>)
+    if (p.depth_parts > 1) return depth_parts_product(p, in0, out, out_elems, s, epi);
   if constexpr (std::is_same_v<T, float>)
     if (p.split_channels) {
       const int64_t mr = packed_panel_rows(*p.packed);
@@ -943,7 +976,7 @@ struct ScratchPlan {
 };
 template <class T>
 ScratchPlan plan_scratch(const KernelCtx& c, const Plan& p, int64_t out_elems) {
-  const int64_t nacc = p.kind == Kind::Weights && p.ours ? p.slots - 1 : 0;
+  const int64_t nacc = p.kind == Kind::Weights && p.ours ? p.slots - 1 : std::max(p.depth_parts - 1, 0);
   const size_t col = c.scratch(size_t(p.slots * p.col_elems) * sizeof(T));
   const size_t acc = c.scratch(size_t(nacc * out_elems) * sizeof(T));
   const size_t wide = c.scratch(size_t(p.images > 1 ? p.O * p.images * p.P : 0) * sizeof(T));
@@ -1006,7 +1039,16 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape, constant);
   // constant weights of one group: packed once here (BLAS would repack them on every call), in
   // the layout planes_layout picks for the product's columns and depth.
-  const int64_t columns = p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
+  // Projections of one image over few positions (MobileNetV2's 14x14 ones at batch 1): each
+  // thread sums its part of the depth over every position (Plan::depth_parts), in planes. Halves
+  // of the positions were thin products (2 x 98 columns ran as slow per column as 1 x 96 alone:
+  // 38-40 against 68 us for 196 at 384 -> 64), and each thread read half of its source from the
+  // other core, where the depthwise layer before it wrote those channels.
+  // MPSGRAPH_CPU_DEPTH_PARTS=0: positions.
+  const bool depth_parts = constant && p.direct && p.N == 1 && p.G == 1 && p.CK >= 2 * p.O && p.CK >= 256 &&
+                           p.P <= kDepthPartsPositions && planes_layout(p.P, p.CK) && !p.stream_out &&
+                           num_threads() > 1 && packed_depth_parts() && !switched_off("MPSGRAPH_CPU_DEPTH_PARTS");
+  const int64_t columns = depth_parts ? p.P : p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
   if (p.G == 1 && !p.depthwise && constant && p.O > 0 && p.CK > 0)
     p.packed = make_packed_weights(static_cast<const float*>(c.constants[1]->data()), p.O, p.CK, p.CK,
                                    planes_layout(columns, p.CK) ? PackedLayout::Planes : PackedLayout::Channels);
@@ -1018,13 +1060,14 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   // source (their layers 0.74-0.87x). MPSGRAPH_CPU_SPLIT_CHANNELS=0: positions.
   p.split_channels = p.packed && packed_planes(*p.packed) && p.direct && p.N == 1 && p.G == 1 && p.O >= 4 * p.CK &&
                      !p.stream_out && num_threads() > 1 && !switched_off("MPSGRAPH_CPU_SPLIT_CHANNELS");
+  if (depth_parts && p.packed && packed_planes(*p.packed)) p.depth_parts = num_threads();
   if (constant && !p.packed)  // not packed after all (MPSGRAPH_CPU_PACKED=0, no AVX2): BLAS's split
     p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape, false);
   // A pooled epilogue: units of whole row pairs pool as they go where the units are the pool's
   // (packed weights, one image a product); elsewhere the whole output is pooled after.
   // Tiles grow to whole row pairs only where that leaves as many units as there are slots.
-  if (epilogue.pool && p.packed && p.ours && !p.depthwise && !p.split_channels && p.images == 1 && p.G == 1 &&
-      p.OL == epilogue.OW && p.P == epilogue.OH * epilogue.OW) {
+  if (epilogue.pool && p.packed && p.ours && !p.depthwise && !p.split_channels && !p.depth_parts && p.images == 1 &&
+      p.G == 1 && p.OL == epilogue.OW && p.P == epilogue.OH * epilogue.OW) {
     Plan q = p;
     const int64_t pair = 2 * p.OL;
     q.pool_tiles = true;
