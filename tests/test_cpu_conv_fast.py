@@ -1466,12 +1466,15 @@ def test_split_channels_same_bits(shape, wshape, stride, pad, threads, monkeypat
 
 
 # (N, C, H, W), (O, 1, 1): one image through a 1x1 projection (C >= 2 O, C >= 256) of at most 256
-# positions in the planes layout, whose threads each sum a part of the depth: MobileNetV2's 14x14
-# shapes, an odd depth (parts of 151 and 150), a full 16x16 plane, output channels not a multiple
-# of the panel's 8, and column tails of 1 to 3 vectors (143 and 130 positions).
+# positions, whose threads each sum a part of the depth. In planes (128 positions or more):
+# MobileNetV2's 14x14 shapes, an odd depth (parts of 151 and 150), a full 16x16 plane, output
+# channels not a multiple of the panel's 8, and column tails of 1 to 3 vectors (143 and 130
+# positions). In the channels layout, each part's weights packed on their own: MobileNetV2's 7x7
+# shapes, and 99 positions (blocks of 6 and a tail) to 100 output channels (a last panel of 4).
 DEPTH_PARTS = [((1, 384, 14, 14), (64, 1, 1), 1, 0), ((1, 576, 14, 14), (96, 1, 1), 1, 0),
                ((1, 301, 11, 13), (37, 1, 1), 1, 0), ((1, 256, 16, 16), (128, 1, 1), 1, 0),
-               ((1, 512, 10, 13), (20, 1, 1), 1, 0)]
+               ((1, 512, 10, 13), (20, 1, 1), 1, 0), ((1, 960, 7, 7), (160, 1, 1), 1, 0),
+               ((1, 576, 7, 7), (160, 1, 1), 1, 0), ((1, 512, 9, 11), (100, 1, 1), 1, 0)]
 
 
 @pytest.mark.parametrize("shape,wshape,stride,pad", DEPTH_PARTS)

@@ -157,6 +157,9 @@ struct Plan {
   // packed direct forward of one image over a few positions, K >= 2 O (projections): part t of
   // the depth is thread t's product over all of C, the parts summed after (> 1: the parts)
   int depth_parts = 0;
+  // depth parts in the channels layout: part t's weights packed on their own (then `packed` is
+  // part 0's); empty in planes, whose parts share the whole depth's panels
+  std::vector<std::shared_ptr<const PackedWeights>> part_weights;
   bool own_shares = false;  // ours: each thread claims its own contiguous share of the units first (unit_shares.h)
   bool tiles_parallel = false;  // a unit is one (item, tile); else one item with all its tiles
   int slots = 1;           // scratch slots
@@ -889,8 +892,9 @@ void depth_parts_product(const Plan& p, const float* in0, float* out, int64_t ou
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t k0 = std::min(p.CK, t * per), k1 = std::min(p.CK, k0 + per);
       float* part = t == 0 ? out : s.acc + (t - 1) * out_elems;
-      if (k0 < k1) packed_gemm_depth(*p.packed, in0, p.in_plane, p.P, part, p.P, k0, k1);
-      else std::fill(part, part + out_elems, 0.0f);
+      if (k0 >= k1) std::fill(part, part + out_elems, 0.0f);
+      else if (p.part_weights.empty()) packed_gemm_depth(*p.packed, in0, p.in_plane, p.P, part, p.P, k0, k1);
+      else packed_gemm_rows(*p.part_weights[size_t(t)], in0 + k0 * p.in_plane, p.in_plane, p.P, part, p.P, 0, p.O);
     }
   });
   parallel_for(p.O, 1, [&](int64_t r0, int64_t r1) {
@@ -1039,17 +1043,29 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   Plan p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape, constant);
   // constant weights of one group: packed once here (BLAS would repack them on every call), in
   // the layout planes_layout picks for the product's columns and depth.
-  // Projections of one image over few positions (MobileNetV2's 14x14 ones at batch 1): each
-  // thread sums its part of the depth over every position (Plan::depth_parts), in planes. Halves
-  // of the positions were thin products (2 x 98 columns ran as slow per column as 1 x 96 alone:
+  // Projections of one image over few positions (MobileNetV2's 14x14 and 7x7 ones at batch 1):
+  // each thread sums its part of the depth over every position (Plan::depth_parts). Halves of
+  // the positions were thin products (2 x 98 columns ran as slow per column as 1 x 96 alone:
   // 38-40 against 68 us for 196 at 384 -> 64), and each thread read half of its source from the
-  // other core, where the depthwise layer before it wrote those channels.
-  // MPSGRAPH_CPU_DEPTH_PARTS=0: positions.
-  const bool depth_parts = constant && p.direct && p.N == 1 && p.G == 1 && p.CK >= 2 * p.O && p.CK >= 256 &&
-                           p.P <= kDepthPartsPositions && planes_layout(p.P, p.CK) && !p.stream_out &&
-                           num_threads() > 1 && packed_depth_parts() && !switched_off("MPSGRAPH_CPU_DEPTH_PARTS");
+  // other core, where the depthwise layer before it wrote those channels; the 7x7 ones' panels
+  // of output channels read all of it. In planes (AVX-512) the parts share the panels; in the
+  // channels layout (fewer than kPlanesMinColumns positions) each part's weights are packed on
+  // their own, so the depth must divide evenly. MPSGRAPH_CPU_DEPTH_PARTS=0: as before.
+  const int threads = num_threads();
+  const bool projection = constant && p.direct && p.N == 1 && p.G == 1 && p.CK >= 2 * p.O && p.CK >= 256 &&
+                          p.P <= kDepthPartsPositions && !p.stream_out && threads > 1 &&
+                          !switched_off("MPSGRAPH_CPU_DEPTH_PARTS");
+  const bool depth_parts = projection && planes_layout(p.P, p.CK) && packed_depth_parts();
+  if (projection && !planes_layout(p.P, p.CK) && p.CK % threads == 0) {
+    p.part_weights = make_packed_weights_group(static_cast<const float*>(c.constants[1]->data()), threads,
+                                               p.CK / threads, p.O, p.CK / threads, p.CK, PackedLayout::Channels);
+    if (!p.part_weights.empty()) {
+      p.packed = p.part_weights[0];
+      p.depth_parts = threads;
+    }
+  }
   const int64_t columns = depth_parts ? p.P : p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
-  if (p.G == 1 && !p.depthwise && constant && p.O > 0 && p.CK > 0)
+  if (p.G == 1 && !p.depthwise && constant && p.O > 0 && p.CK > 0 && !p.depth_parts)
     p.packed = make_packed_weights(static_cast<const float*>(c.constants[1]->data()), p.O, p.CK, p.CK,
                                    planes_layout(columns, p.CK) ? PackedLayout::Planes : PackedLayout::Channels);
   // One image through a 1x1 expansion (O >= 4 CK): the threads take panels of output channels,
