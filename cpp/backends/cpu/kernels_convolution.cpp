@@ -67,8 +67,9 @@ enum class Kind { Forward, Data, Weights };
 // multiply-adds, each one single-threaded BLAS call; larger ones one item at a time, each
 // product split over the pool by gemm_on_pool.
 constexpr int64_t kUnitWork = int64_t(1) << 20;
-// Depth parts (Plan::depth_parts) for products of at most this many positions (16x16)
-constexpr int64_t kDepthPartsPositions = 256;
+// Depth parts (Plan::depth_parts) for products of at most this many positions (16x16), each
+// part at least this deep (the AVX-512 planes kernel's depth block)
+constexpr int64_t kDepthPartsPositions = 256, kDepthPartsMinDepth = 128;
 // column elements per tile of an item's product (its GEMM split over the pool): the columns
 // stay in cache between im2col and the GEMM
 constexpr int64_t kColumnBudget = int64_t(1) << 18;
@@ -1050,10 +1051,12 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   // other core, where the depthwise layer before it wrote those channels; the 7x7 ones' panels
   // of output channels read all of it. In planes (AVX-512) the parts share the panels; in the
   // channels layout (fewer than kPlanesMinColumns positions) each part's weights are packed on
-  // their own, so the depth must divide evenly. MPSGRAPH_CPU_DEPTH_PARTS=0: as before.
+  // their own, so the depth must divide evenly. A part per thread, each at least a depth block
+  // (128) deep; with more threads than that the positions stay split (measured on two threads
+  // only). MPSGRAPH_CPU_DEPTH_PARTS=0: as before.
   const int threads = num_threads();
-  const bool projection = constant && p.direct && p.N == 1 && p.G == 1 && p.CK >= 2 * p.O && p.CK >= 256 &&
-                          p.P <= kDepthPartsPositions && !p.stream_out && threads > 1 &&
+  const bool projection = constant && p.direct && p.N == 1 && p.G == 1 && p.CK >= 2 * p.O && threads > 1 &&
+                          p.CK >= kDepthPartsMinDepth * threads && p.P <= kDepthPartsPositions && !p.stream_out &&
                           !switched_off("MPSGRAPH_CPU_DEPTH_PARTS");
   const bool depth_parts = projection && planes_layout(p.P, p.CK) && packed_depth_parts();
   if (projection && !planes_layout(p.P, p.CK) && p.CK % threads == 0) {
@@ -1076,7 +1079,7 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   // source (their layers 0.74-0.87x). MPSGRAPH_CPU_SPLIT_CHANNELS=0: positions.
   p.split_channels = p.packed && packed_planes(*p.packed) && p.direct && p.N == 1 && p.G == 1 && p.O >= 4 * p.CK &&
                      !p.stream_out && num_threads() > 1 && !switched_off("MPSGRAPH_CPU_SPLIT_CHANNELS");
-  if (depth_parts && p.packed && packed_planes(*p.packed)) p.depth_parts = num_threads();
+  if (depth_parts && p.packed && packed_planes(*p.packed)) p.depth_parts = threads;
   if (constant && !p.packed)  // not packed after all (MPSGRAPH_CPU_PACKED=0, no AVX2): BLAS's split
     p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape, false);
   // A pooled epilogue: units of whole row pairs pool as they go where the units are the pool's
