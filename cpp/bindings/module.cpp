@@ -804,6 +804,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("_set_cpu_composite_kernels", &cpu::set_composite_kernels, py::arg("on"),
         "Testing: off runs every composite on the CPU as its decomposition (graphs compiled after the call).");
   m.def("_cpu_isa", [] { return std::string(cpu::vmath::isa()); }, "The ISA the CPU's vectorised math runs on.");
+  m.def("_cpu_pool_step_overhead_us", &cpu::pool_step_overhead_us, py::arg("work_us") = 25.0,
+        py::arg("batches") = 20000, py::call_guard<py::gil_scoped_release>(),
+        "Benchmarking: the median time a parallel step of one busy task a thread takes past work_us.");
 
   py::class_<TensorData>(m, "TensorData", py::buffer_protocol())
       .def(py::init([](py::object obj) { return to_tensor_data(obj); }), py::arg("data"),

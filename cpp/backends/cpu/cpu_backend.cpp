@@ -15,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "backends/cpu/conv_epilogue.h"
 #include "backends/cpu/cpu_threads.h"
@@ -262,6 +263,25 @@ int num_threads() {
 void set_num_threads(int n) {
   size_blas_threads();
   g_thread_cap.store(n > 0 ? std::min(n, pool().size()) : 0);
+}
+
+double pool_step_overhead_us(double work_us, int batches) {
+  using clock = std::chrono::steady_clock;
+  const auto work = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::micro>(work_us));
+  const int threads = num_threads();
+  std::vector<double> over;
+  over.reserve(size_t(std::max(batches, 1)));
+  for (int b = 0; b < batches; ++b) {
+    const auto t0 = clock::now();
+    parallel_for(threads, 1, [&](int64_t, int64_t) {
+      const auto until = clock::now() + work;
+      while (clock::now() < until) cpu_relax();
+    });
+    over.push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count() - work_us);
+  }
+  if (over.empty()) return 0.0;
+  std::nth_element(over.begin(), over.begin() + over.size() / 2, over.end());
+  return over[over.size() / 2];
 }
 
 bool switched_off(const char* name) {
