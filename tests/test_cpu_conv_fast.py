@@ -1484,7 +1484,9 @@ def test_depth_parts_match_reference(shape, wshape, stride, pad, threads, monkey
     epilogue (MPSGRAPH_CPU_DEPTH_PARTS=0: halves of the positions): both paths agree with PyTorch's
     float64 result within float32 rounding, with the bias, clamp and residual after the sum; on
     two threads of an AVX-512 CPU the parts ran (the plain product's bits differ, the sum's order
-    being another); run on one thread, a plan made for two still gives that result."""
+    being another); run on one thread, a plan made for two still gives that result (the same bits
+    where the packed kernels run, x86 with AVX2 or AVX-512: BLAS's products elsewhere may block
+    differently for a different split)."""
     x, w, b, res, ref, scale = _epilogue_case(67, shape, wshape, stride, pad)
     env = {"MPSGRAPH_CPU_WINOGRAD": "0"}
     for name in (None, "relu6", "bias_then_residual", "relu6_residual", "max_min"):
@@ -1496,8 +1498,9 @@ def test_depth_parts_match_reference(shape, wshape, stride, pad, threads, monkey
             off = _run(_compile(build, [x, res], dict(env, MPSGRAPH_CPU_DEPTH_PARTS="0"), monkeypatch), [x, res])[0]
         with _threads(1):
             y1 = _run(exe, [x, res])[0]
-        np.testing.assert_array_equal(y1, y, err_msg=str(name))
-        for got in (y, off):
+        if mg._core._cpu_isa() in ("avx2", "avx512"):
+            np.testing.assert_array_equal(y1, y, err_msg=str(name))
+        for got in (y, y1, off):
             assert np.all(np.abs(got - want) <= 2e-6 * scale + 1e-6 * np.abs(want)), name
         if name is None and threads == 2 and mg._core._cpu_isa() == "avx512":
             assert not np.array_equal(y, off)  # the parts ran
