@@ -892,9 +892,8 @@ void depth_parts_product(const Plan& p, const float* in0, float* out, int64_t ou
   parallel_for(parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t k0 = std::min(p.CK, t * per), k1 = std::min(p.CK, k0 + per);
-      float* part = t == 0 ? out : s.acc + (t - 1) * out_elems;
-      if (k0 >= k1) std::fill(part, part + out_elems, 0.0f);
-      else if (p.part_weights.empty()) packed_gemm_depth(*p.packed, in0, p.in_plane, p.P, part, p.P, k0, k1);
+      float* part = t == 0 ? out : s.acc + (t - 1) * out_elems;  // every part has depth (planning)
+      if (p.part_weights.empty()) packed_gemm_depth(*p.packed, in0, p.in_plane, p.P, part, p.P, k0, k1);
       else packed_gemm_rows(*p.part_weights[size_t(t)], in0 + k0 * p.in_plane, p.in_plane, p.P, part, p.P, 0, p.O);
     }
   });
@@ -920,9 +919,8 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
   }
   if (p.depthwise) return depthwise(p, in0, in1, out, epi);
   if (p.images > 1) return run_images(p, in0, in1, out, s, epi);
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     if (p.depth_parts > 1) return depth_parts_product(p, in0, out, out_elems, s, epi);
-  if constexpr (std::is_same_v<T, float>)
     if (p.split_channels) {
       const int64_t mr = packed_panel_rows(*p.packed);
       parallel_for((p.O + mr - 1) / mr, 1, [&](int64_t q0, int64_t q1) {
@@ -934,6 +932,7 @@ void execute(const Plan& p, const T* in0, const T* in1, T* out, int64_t out_elem
       });
       return;
     }
+  }
   auto run_unit = [&](int64_t u, int slot) {
     T* col = s.col + slot * p.col_elems;
     T* o = p.kind == Kind::Weights && slot > 0 ? s.acc + (slot - 1) * out_elems : out;
@@ -1055,22 +1054,21 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   // (128) deep; with more threads than that the positions stay split (measured on two threads
   // only). MPSGRAPH_CPU_DEPTH_PARTS=0: as before.
   const int threads = num_threads();
+  const float* weights = constant ? static_cast<const float*>(c.constants[1]->data()) : nullptr;
   const bool projection = constant && p.direct && p.N == 1 && p.G == 1 && p.CK >= 2 * p.O && threads > 1 &&
                           p.CK >= kDepthPartsMinDepth * threads && p.P <= kDepthPartsPositions && !p.stream_out &&
                           !switched_off("MPSGRAPH_CPU_DEPTH_PARTS");
-  const bool depth_parts = projection && planes_layout(p.P, p.CK) && packed_depth_parts();
+  const bool planes_parts = projection && planes_layout(p.P, p.CK) && packed_depth_parts();
   if (projection && !planes_layout(p.P, p.CK) && p.CK % threads == 0) {
-    p.part_weights = make_packed_weights_group(static_cast<const float*>(c.constants[1]->data()), threads,
-                                               p.CK / threads, p.O, p.CK / threads, p.CK, PackedLayout::Channels);
-    if (!p.part_weights.empty()) {
-      p.packed = p.part_weights[0];
-      p.depth_parts = threads;
-    }
+    const int64_t per = p.CK / threads;
+    p.part_weights = make_packed_weights_group(weights, threads, per, p.O, per, p.CK, PackedLayout::Channels);
+    if (!p.part_weights.empty()) p.packed = p.part_weights[0];
   }
-  const int64_t columns = depth_parts ? p.P : p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
-  if (p.G == 1 && !p.depthwise && constant && p.O > 0 && p.CK > 0 && !p.depth_parts)
-    p.packed = make_packed_weights(static_cast<const float*>(c.constants[1]->data()), p.O, p.CK, p.CK,
+  const int64_t columns = planes_parts ? p.P : p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
+  if (p.G == 1 && !p.depthwise && constant && p.O > 0 && p.CK > 0 && p.part_weights.empty())
+    p.packed = make_packed_weights(weights, p.O, p.CK, p.CK,
                                    planes_layout(columns, p.CK) ? PackedLayout::Planes : PackedLayout::Channels);
+  if ((planes_parts || !p.part_weights.empty()) && p.packed) p.depth_parts = threads;
   // One image through a 1x1 expansion (O >= 4 CK): the threads take panels of output channels,
   // each over every position, not halves of the positions. The depthwise layer after it splits
   // channels too, so each thread reads planes its own core wrote (MobileNetV2 at batch 1, the
@@ -1079,7 +1077,6 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
   // source (their layers 0.74-0.87x). MPSGRAPH_CPU_SPLIT_CHANNELS=0: positions.
   p.split_channels = p.packed && packed_planes(*p.packed) && p.direct && p.N == 1 && p.G == 1 && p.O >= 4 * p.CK &&
                      !p.stream_out && num_threads() > 1 && !switched_off("MPSGRAPH_CPU_SPLIT_CHANNELS");
-  if (depth_parts && p.packed && packed_planes(*p.packed)) p.depth_parts = threads;
   if (constant && !p.packed)  // not packed after all (MPSGRAPH_CPU_PACKED=0, no AVX2): BLAS's split
     p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape, false);
   // A pooled epilogue: units of whole row pairs pool as they go where the units are the pool's
