@@ -19,6 +19,25 @@ def _matmul(n):
     return exe, [a, b], ref
 
 
+def _concurrently(work, cases):
+    """work(*case) for each case on its own Python thread: every one finishes, none raises."""
+    errors = []
+
+    def guarded(*case):
+        try:
+            work(*case)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=c) for c in cases]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a run did not finish"
+    assert not errors, errors
+
+
 def test_set_num_threads_caps_and_restores():
     default = mg.get_num_threads()
     assert default >= 1
@@ -38,25 +57,12 @@ def test_set_num_threads_caps_and_restores():
 def test_threaded_gemm_on_the_pool_from_several_python_threads():
     """Large GEMMs (threaded by BLAS) beside the pool's kernels, from concurrent Python
     threads, each with its own executable."""
-    cases = [_matmul(n) for n in (256, 384, 512)]
-    errors = []
+    def work(exe, feeds, ref):
+        for _ in range(3):
+            y, _ = exe.run(feeds)
+            np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-4, atol=1e-3)
 
-    def work(case):
-        exe, feeds, ref = case
-        try:
-            for _ in range(3):
-                y, _ = exe.run(feeds)
-                np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-4, atol=1e-3)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(c,)) for c in cases]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a run did not finish"
-    assert not errors, errors
+    _concurrently(work, [_matmul(n) for n in (256, 384, 512)])
 
 
 def test_pool_short_batches_from_several_python_threads():
@@ -79,24 +85,12 @@ def test_pool_short_batches_from_several_python_threads():
             ref = np.maximum(w.astype(np.float64) @ ref, 0)
         return g.compile({px: x}, [h], device="cpu"), x, ref.reshape(x.shape)
 
-    cases = [case(s) for s in range(3)]
-    errors = []
-
     def work(exe, x, ref):
-        try:
-            first = np.asarray(exe.run([x])[0])
-            np.testing.assert_allclose(first, ref, rtol=1e-4, atol=1e-4)
-            for i in range(300):
-                if i % 25 == 0:
-                    time.sleep(0.002)
-                np.testing.assert_array_equal(np.asarray(exe.run([x])[0]), first)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+        first = np.asarray(exe.run([x])[0])
+        np.testing.assert_allclose(first, ref, rtol=1e-4, atol=1e-4)
+        for i in range(300):
+            if i % 25 == 0:
+                time.sleep(0.002)
+            np.testing.assert_array_equal(np.asarray(exe.run([x])[0]), first)
 
-    threads = [threading.Thread(target=work, args=c) for c in cases]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a run did not finish"
-    assert not errors, errors
+    _concurrently(work, [case(s) for s in range(3)])
