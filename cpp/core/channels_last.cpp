@@ -140,16 +140,7 @@ Specialised plan(const Specialised& sg, const Direction& dir, const std::functio
   };
   auto rep_of = [&](ValueRef v) { return map[size_t(v.node)].at(size_t(v.index)); };
   auto copy = [&](const Node& s, const std::vector<ValueRef>& inputs, bool infer_again) {
-    Node d;
-    d.op = s.op;
-    d.name = s.name;
-    d.attrs = s.attrs;
-    d.absent = s.absent;
-    d.origin_op = s.origin_op;
-    d.origin_name = s.origin_name;
-    d.inputs = inputs;
-    d.outputs = s.outputs;
-    d.decoded = s.decoded;
+    Node d = copy_with_inputs(s, inputs);
     if (infer_again) {
       std::vector<TensorType> in;
       for (auto& v : inputs) in.push_back(dst.type(v));

@@ -165,6 +165,20 @@ std::vector<ValueRef> schema_inputs(const Node& n) {
   return r;
 }
 
+Node copy_with_inputs(const Node& s, std::vector<ValueRef> inputs) {
+  Node d;
+  d.op = s.op;
+  d.name = s.name;
+  d.attrs = s.attrs;
+  d.absent = s.absent;
+  d.origin_op = s.origin_op;
+  d.origin_name = s.origin_name;
+  d.inputs = std::move(inputs);
+  d.outputs = s.outputs;
+  d.decoded = s.decoded;
+  return d;
+}
+
 int32_t Graph::append(Node n) {
   n.id = int32_t(nodes_.size());
   // variable reads see the value from before the run wherever they are written: they

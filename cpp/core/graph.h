@@ -61,6 +61,10 @@ struct Node {
   int32_t region = -1;  // the open region it was built in while building (-1: top level)
 };
 
+// Node s (op, name, attributes, types, origin) reading `inputs` instead: for passes that build
+// a graph from another's nodes (Graph::append takes it).
+Node copy_with_inputs(const Node& s, std::vector<ValueRef> inputs);
+
 // A control-flow region: a sub-graph built once from a Python callable. Its feeds are its
 // arguments followed by the values it captured from the enclosing scopes; the node that
 // owns it lists those captured values among its inputs.

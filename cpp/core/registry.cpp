@@ -61,6 +61,28 @@ const char* input_role_name(InputRole r) {
   return "data";
 }
 
+bool per_sample_broadcast(const Node& n, const std::vector<TensorType>& in, const std::vector<char>& batched) {
+  const size_t rank = n.outputs.at(0).shape.size();
+  bool any = false;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const Shape& s = in[k].shape;
+    if (batched[k]) {
+      if (s.size() != rank) return false;  // its axis 0 would broadcast along another output axis
+      any = true;
+    } else if (s.size() == rank && !s.empty() && s[0] != 1) {
+      return false;  // values along the batch axis that no sample owns
+    }
+  }
+  return any;
+}
+
+bool per_sample_first_input(const Node&, const std::vector<TensorType>& in, const std::vector<char>& batched) {
+  if (in.empty() || !batched[0]) return false;
+  for (size_t k = 1; k < in.size(); ++k)
+    if (batched[k]) return false;
+  return true;
+}
+
 const InputSpec& OpDef::input_spec(size_t i) const { return inputs.at(std::min(i, inputs.size() - 1)); }
 
 const OpDef* find_op(const std::string& name) {

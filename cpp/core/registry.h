@@ -118,6 +118,12 @@ struct OpDef {
   // Takes or makes complex tensors. Nodes of other ops with a complex input or output are
   // refused when they are made, so their kernels never see one.
   bool complex = false;
+  // Set: index i of every output's axis 0 is computed from index i of the batched inputs' axis
+  // 0 alone, the other inputs read whole: the op keeps a batch's samples apart. `batched[k]`
+  // says input k carries the batch (dim 0 is the batch size, as in every output); the others
+  // hold no sample's data (weights, biases). A backend may run such nodes sample by sample
+  // (the CPU runs the front of a batched network one image per thread).
+  std::function<bool(const Node&, const std::vector<TensorType>& in, const std::vector<char>& batched)> per_sample;
   bool composite() const { return bool(expand) || bool(expand_node); }
   // The decomposition of node n (of this op) with `inputs` in schema order.
   std::vector<ValueRef> decompose(Graph& g, const Node& n, const std::vector<ValueRef>& inputs) const {
@@ -126,6 +132,12 @@ struct OpDef {
   bool is_data_dependent(const Node& n) const { return data_dependent && data_dependent(n); }
   const InputSpec& input_spec(size_t i) const;  // variadic inputs share the last spec
 };
+
+// per_sample rules shared by op families. Broadcasting ops: batched inputs have the output's
+// rank, the others fewer dims or a size-1 dim 0 (never a sample's values). Whole-input ops
+// whose input 0 carries the batch and the others are parameters (convolution).
+bool per_sample_broadcast(const Node& n, const std::vector<TensorType>& in, const std::vector<char>& batched);
+bool per_sample_first_input(const Node& n, const std::vector<TensorType>& in, const std::vector<char>& batched);
 
 // Registers a definition. Refuses float-capable ops with neither a gradient rule nor an
 // explicit not-differentiable mark.

@@ -636,7 +636,9 @@ class Executable:
         'view': the same bytes as node `alias_of`, no copy, or 'data_dependent': allocated by
         a data-dependent op as it runs), buffer index, nbytes and stage (a graph with
         data-dependent ops runs in stages: the entries of the most recent run's stages, in
-        order; buffer indices are per stage)."""
+        order; buffer indices are per stage). On the CPU the front of a batched network may
+        run one image at a time: its entries come first, their storage prefixed 'image ' (one
+        image's bytes; each thread that runs images has its own arena)."""
         return self._exe.memory_plan()
 
     def _inputs(self, inputs):

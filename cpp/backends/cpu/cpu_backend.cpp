@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -20,6 +22,7 @@
 #include "backends/cpu/conv_epilogue.h"
 #include "backends/cpu/cpu_threads.h"
 #include "backends/cpu/fused_elementwise.h"
+#include "backends/cpu/image_split.h"
 #include "backends/cpu/matmul_kernel.h"
 #include "core/channels_last.h"
 #include "core/ops/shape_attrs.h"
@@ -256,6 +259,7 @@ void ensure_kernels() {
 }  // namespace
 
 int num_threads() {
+  if (t_in_parallel) return 1;  // within a pool task parallel_for runs inline
   const int cap = g_thread_cap.load(std::memory_order_relaxed);
   return cap > 0 ? std::min(cap, pool().size()) : pool().size();
 }
@@ -550,12 +554,20 @@ class CpuProgram final : public Program {
 
   void run(const std::vector<std::shared_ptr<Array>>& inputs,
            const std::vector<std::shared_ptr<Array>>& outputs) override {
+    std::vector<void*> in, out;
+    for (auto& a : inputs) in.push_back(a ? a->data() : nullptr);
+    for (auto& a : outputs) out.push_back(a->data());
+    run(in.data(), out.data());
+  }
+
+  // The feeds' and the targets' bytes, in the order of the specialised graph's feeds and targets.
+  void run(void* const* inputs, void* const* outputs) {
     std::lock_guard<std::mutex> l(mu_);  // the arena is shared by runs of this program
     std::vector<std::shared_ptr<Array>> held;  // variable values read by this run
     for (size_t s = 0; s < slots_.size(); ++s) {
       const Slot& sl = slots_[s];
-      if (sl.kind == SlotKind::Feed) ptr_[s] = inputs[size_t(sl.index)]->data();
-      else if (sl.kind == SlotKind::Output) ptr_[s] = outputs[size_t(sl.index)]->data();
+      if (sl.kind == SlotKind::Feed) ptr_[s] = inputs[size_t(sl.index)];
+      else if (sl.kind == SlotKind::Output) ptr_[s] = outputs[size_t(sl.index)];
       else if (sl.kind == SlotKind::Var) {
         held.push_back(vars_->get(sl.index));  // one read: the value checked is the value used
         const Array& v = *held.back();
@@ -578,7 +590,7 @@ class CpuProgram final : public Program {
       }
     }
     for (auto& c : copies_)
-      if (c.nbytes) std::memcpy(outputs[size_t(c.out)]->data(), ptr_[size_t(c.slot)], c.nbytes);
+      if (c.nbytes) std::memcpy(outputs[size_t(c.out)], ptr_[size_t(c.slot)], c.nbytes);
     for (auto& a : assigns_) {  // assigns land when the run completes
       if (!assign_reads_var_) {  // the value this program stored last time, if only the store (and this run) hold it: overwrite
         std::lock_guard<std::mutex> l(vars_->mu);
@@ -716,6 +728,101 @@ class CpuProgram final : public Program {
   std::mutex mu_;
 };
 
+// Kernels made within it plan for one thread, as for a pool task (num_threads() is 1 there).
+class SerialScope {
+ public:
+  SerialScope() : was_(t_in_parallel) { t_in_parallel = true; }
+  ~SerialScope() { t_in_parallel = was_; }
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  bool was_;
+};
+
+// A batched graph's front one image at a time, one image per thread, then its rest over the
+// batch (image_split.h). The front's program is compiled for one image and one thread, once
+// per thread that runs images (each keeps its own arena, and kernels keep state between runs);
+// its weights are small by the split's choice.
+class SplitProgram final : public Program {
+ public:
+  SplitProgram(ImageSplit split, int threads) : split_(std::move(split)) {
+    {
+      SerialScope serial;
+      const int64_t instances = std::min<int64_t>(threads, split_.batch);
+      for (int64_t t = 0; t < instances; ++t) front_.push_back(std::make_unique<CpuProgram>(split_.front));
+    }
+    if (!split_.rest_target.empty()) rest_ = std::make_unique<CpuProgram>(split_.rest);
+    for (size_t f = 0; f < split_.frontier_types.size(); ++f) {
+      const TensorType& t = split_.frontier_types[f];
+      frontier_.push_back(split_.frontier_target[f] < 0 ? Array::empty(t.dtype, t.shape) : nullptr);
+    }
+  }
+
+  void run(const std::vector<std::shared_ptr<Array>>& inputs,
+           const std::vector<std::shared_ptr<Array>>& outputs) override {
+    std::lock_guard<std::mutex> l(mu_);  // the frontier's buffers are shared by runs
+    const size_t F = split_.frontier_types.size();
+    std::vector<std::shared_ptr<Array>> frontier(F);
+    for (size_t f = 0; f < F; ++f)
+      frontier[f] = split_.frontier_target[f] < 0 ? frontier_[f] : outputs[size_t(split_.frontier_target[f])];
+    const int64_t N = split_.batch;
+    auto image = [&](int64_t t, int64_t i) {
+      std::vector<void*> in, out;
+      for (size_t k = 0; k < split_.front_feed.size(); ++k) {
+        const Array& a = *inputs[split_.front_feed[k]];
+        char* base = static_cast<char*>(a.data());
+        in.push_back(split_.front_feed_batched[k] ? base + a.nbytes() / size_t(N) * size_t(i) : base);
+      }
+      for (size_t f = 0; f < F; ++f)
+        out.push_back(static_cast<char*>(frontier[f]->data()) + frontier[f]->nbytes() / size_t(N) * size_t(i));
+      front_[size_t(t)]->run(in.data(), out.data());
+    };
+    const int64_t tasks = t_in_parallel ? 1 : std::min<int64_t>(int64_t(front_.size()), num_threads());
+    if (tasks <= 1) {
+      for (int64_t i = 0; i < N; ++i) image(0, i);
+    } else {
+      std::atomic<int64_t> next{0};
+      std::exception_ptr failed;
+      std::mutex failed_mu;
+      pool().run(int(tasks), [&](int t) {
+        t_in_parallel = true;
+        try {
+          for (int64_t i = next.fetch_add(1); i < N; i = next.fetch_add(1)) image(t, i);
+        } catch (...) {
+          std::lock_guard<std::mutex> fl(failed_mu);
+          if (!failed) failed = std::current_exception();
+          next.store(N);  // the others stop at their next image
+        }
+        t_in_parallel = false;
+      });
+      if (failed) std::rethrow_exception(failed);
+    }
+    for (auto& [t, f] : split_.target_copies)
+      if (frontier[f]->nbytes()) std::memcpy(outputs[t]->data(), frontier[f]->data(), frontier[f]->nbytes());
+    if (!rest_) return;
+    std::vector<std::shared_ptr<Array>> rest_in = inputs, rest_out;
+    for (size_t f : split_.rest_frontier) rest_in.push_back(frontier[f]);
+    for (size_t t : split_.rest_target) rest_out.push_back(outputs[t]);
+    rest_->run(rest_in, rest_out);
+  }
+
+  std::vector<PlanEntry> memory_plan() const override {
+    std::vector<PlanEntry> r = front_[0]->memory_plan();
+    for (auto& e : r) e.storage = "image " + e.storage;  // one image's, in each thread's own arena
+    if (rest_)
+      for (auto& e : rest_->memory_plan()) r.push_back(e);
+    return r;
+  }
+
+ private:
+  ImageSplit split_;
+  std::vector<std::unique_ptr<CpuProgram>> front_;
+  std::unique_ptr<CpuProgram> rest_;
+  std::vector<std::shared_ptr<Array>> frontier_;  // frontier values that are no target
+  std::mutex mu_;
+};
+
 class CpuEvaluator final : public ConstantEvaluator {
  public:
   std::vector<std::shared_ptr<Array>> evaluate(const Node& node,
@@ -761,8 +868,11 @@ class CpuBackend final : public Backend {
     if (last && last[0] == '1') return std::make_unique<CpuProgram>(plan_channels_last(sg, [](const Node&) { return true; }));
     // the kernels run NCHW: an NHWC graph keeps its values NCHW between convolutions and pools
     // instead of transposing around each (MPSGRAPH_CPU_CHANNELS_FIRST=0: as built)
-    if (!switched_off("MPSGRAPH_CPU_CHANNELS_FIRST")) return std::make_unique<CpuProgram>(plan_channels_first(sg));
-    return std::make_unique<CpuProgram>(sg);
+    const Specialised planned = switched_off("MPSGRAPH_CPU_CHANNELS_FIRST") ? sg : plan_channels_first(sg);
+    const int threads = num_threads();
+    if (std::optional<ImageSplit> split = plan_image_split(planned, threads))
+      return std::make_unique<SplitProgram>(std::move(*split), threads);
+    return std::make_unique<CpuProgram>(planned);
   }
   ConstantEvaluator* constant_evaluator() override { return &evaluator_; }
   // a composite with a kernel of its own runs natively: a loop's gradient (one kernel with a

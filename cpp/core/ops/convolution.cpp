@@ -761,7 +761,8 @@ void register_convolution_ops() {
                .decode = attr_decoder(decode_convolution_attrs),
                .infer = infer_convolution,
                .grad = grad_convolution,
-               .family = "convolution"});
+               .family = "convolution",
+               .per_sample = per_sample_first_input});
 
   auto dg_attrs = prim_attrs;
   dg_attrs.push_back(optional_attr("output_padding", AttrKind::Ints,

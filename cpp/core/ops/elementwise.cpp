@@ -78,7 +78,8 @@ void unary(const UnarySpec& s) {
                .differentiable = s.grad ? Differentiable::Yes : Differentiable::No,
                .aliases = s.aliases,
                .family = "elementwise",
-               .complex = (cls & kComplex) != 0});
+               .complex = (cls & kComplex) != 0,
+               .per_sample = per_sample_broadcast});
 }
 
 void binary(const BinarySpec& s) {
@@ -100,7 +101,8 @@ void binary(const BinarySpec& s) {
                .differentiable = s.grad ? Differentiable::Yes : Differentiable::No,
                .aliases = s.aliases,
                .family = "elementwise",
-               .complex = (cls & kComplex) != 0});
+               .complex = (cls & kComplex) != 0,
+               .per_sample = per_sample_broadcast});
 }
 
 
@@ -318,14 +320,16 @@ void register_elementwise_ops() {
                .infer = infer_select,
                .grad = grad_select,
                .aliases = {"where"},
-               .family = "elementwise"});
+               .family = "elementwise",
+               .per_sample = per_sample_broadcast});
   register_op({.name = "clamp",
                .doc = "min(max(x, min_value), max_value), broadcasting all three; all share one dtype.",
                .inputs = {{"x"}, {"min_value"}, {"max_value"}},
                .infer = infer_clamp,
                .grad = grad_clamp,
                .aliases = {"clip"},
-               .family = "elementwise"});
+               .family = "elementwise",
+               .per_sample = per_sample_broadcast});
   register_op({.name = "cast",
                .doc = "Converts to another dtype. Float to integer truncates toward zero and saturates at the "
                       "integer's range; NaN becomes 0. Anything nonzero becomes True.",
@@ -334,7 +338,8 @@ void register_elementwise_ops() {
                .infer = infer_cast,
                .grad = grad_cast,
                .aliases = {"astype"},
-               .family = "elementwise"});
+               .family = "elementwise",
+               .per_sample = per_sample_broadcast});
 }
 
 }  // namespace mg::ops

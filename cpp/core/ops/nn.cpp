@@ -268,7 +268,8 @@ void register_activation(const char* name, const char* doc, std::vector<AttrSpec
                .infer = same_as_first_float,
                .aliases = std::move(aliases),
                .family = "activation",
-               .expand = std::move(expand)});
+               .expand = std::move(expand),
+               .per_sample = per_sample_broadcast});
 }
 
 // ---- adam / adamw ----

@@ -89,6 +89,16 @@ PoolSpec pool_spec_from_attrs(const Attrs& a) {
   return s;
 }
 
+// The window pools the trailing dims: each sample pooled alone unless they take in the batch
+// axis with more than one tap, a stride or padding along it.
+bool per_sample_pooling(const Node& n, const std::vector<TensorType>& in, const std::vector<char>& batched) {
+  if (!per_sample_first_input(n, in, batched)) return false;
+  const PoolSpec s = pool_spec_from_attrs(n.attrs);
+  if (s.k() < in[0].shape.size()) return true;
+  if (s.kernel.empty() || s.kernel[0] != 1 || s.stride.empty() || s.stride[0] != 1) return false;
+  return s.padding.size() < 2 || (s.padding[0] == 0 && s.padding[1] == 0);
+}
+
 // ---- typed attributes of the primitives (pooling_attrs.h) ----
 
 PoolingAttrs decode_pooling(const Attrs& a) { return {pool_spec_from_attrs(a), PoolDivisor::None, DType::Int32}; }
@@ -526,7 +536,8 @@ void register_pooling_ops() {
                .decode = attr_decoder(decode_pooling),
                .infer = infer_max_pooling_nd,
                .grad = grad_max_pooling_nd,
-               .family = "pooling"});
+               .family = "pooling",
+               .per_sample = per_sample_pooling});
   register_op({.name = "max_pooling_nd_return_indices",
                .doc = std::string("max_pooling_nd and the argmax of each window as a flat row-major index into "
                                   "the unpadded spatial input of its (batch, channel) plane (PyTorch's "
@@ -572,7 +583,8 @@ void register_pooling_ops() {
                .decode = attr_decoder(decode_avg_pooling),
                .infer = infer_linear_pooling,
                .grad = grad_avg_pooling_nd,
-               .family = "pooling"});
+               .family = "pooling",
+               .per_sample = per_sample_pooling});
   register_op({.name = "avg_pooling_nd_gradient",
                .doc = "Gradient of avg_pooling_nd: each window's dy divided by its divisor, added to the window's taps "
                       "(MPSGraph's avgPoolingGradientWithGradientTensor:sourceTensor:); source gives only the shape. "
@@ -590,7 +602,8 @@ void register_pooling_ops() {
                .decode = attr_decoder(decode_pooling),
                .infer = infer_linear_pooling,
                .grad = grad_sum_pooling_nd,
-               .family = "pooling"});
+               .family = "pooling",
+               .per_sample = per_sample_pooling});
   register_op({.name = "sum_pooling_nd_gradient",
                .doc = "Gradient of sum_pooling_nd: each window's dy added to the window's taps; source gives only the "
                       "shape. Linear: its gradient w.r.t. dy is sum_pooling_nd.",

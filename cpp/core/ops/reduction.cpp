@@ -1,6 +1,7 @@
 // Reduction family: sum, product, maximum, minimum, mean, variance, and, or, logsumexp,
 // arg maximum / arg minimum. MPSGraph keeps the reduced axes by default (keep_dims=True);
 // the numpy-named sugar (sum, mean, ...) drops them.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -205,6 +206,13 @@ std::vector<TensorType> infer_arg_reduction(InferCtx& c) {
   return std::vector<TensorType>{{dt, reduced_shape(c.in[0].shape, axes, c.b("keep_dims"))}};
 }
 
+// The batch axis kept: each sample reduced alone.
+bool per_sample_reduction(const Node& n, const std::vector<TensorType>& in, const std::vector<char>& batched) {
+  if (!per_sample_first_input(n, in, batched)) return false;
+  const ReductionAttrs& a = typed_attrs<ReductionAttrs>(n);
+  return std::find(a.axes.begin(), a.axes.end(), int64_t(0)) == a.axes.end();
+}
+
 void reduction(const ReductionSpec& s) {
   unsigned cls = s.accepts;
   bool to_bool = s.to_bool, nonempty = s.needs_nonempty;
@@ -219,7 +227,8 @@ void reduction(const ReductionSpec& s) {
           .infer = [cls, to_bool, nonempty](InferCtx& c) { return infer_reduction(c, cls, to_bool, nonempty); },
           .grad = s.grad,
           .aliases = s.aliases,
-          .family = "reduction"};
+          .family = "reduction",
+          .per_sample = per_sample_reduction};
   if (!s.grad) d.differentiable = Differentiable::No;
   register_op(std::move(d));
 }
