@@ -11,18 +11,11 @@ import pytest
 import torch
 
 import mpsgraph as mg
+from concurrency import run_concurrently
+from fusion_helpers import threads as _threads
 
 C, E, H = 16, 64, 40  # an inverted residual block: 16 -> 64 -> depthwise -> 16 channels at 40x40
 CLASSES = 300
-
-
-@contextlib.contextmanager
-def _threads(n):
-    mg.set_num_threads(n)
-    try:
-        yield
-    finally:
-        mg.set_num_threads(0)
 
 
 @contextlib.contextmanager
@@ -193,3 +186,24 @@ def test_ops_across_the_batch_stay_out_of_the_front():
     summed = at + at.mean(dim=0) + (at + torch.from_numpy(per_image).double()) + pooled_t
     want = torch.nn.functional.conv2d(summed, torch.from_numpy(wo).double()).numpy()
     _close(got, want)
+
+
+def test_split_executables_from_several_python_threads():
+    """Two split executables and a plain one, each run from its own Python thread at once: the
+    pool takes one batch of images at a time, and every run gives its first run's bits."""
+    p = _params(5)
+    rng = np.random.default_rng(9)
+    xs = [rng.standard_normal((4, C, H, H)).astype(np.float32) for _ in range(3)]
+    with _threads(2):
+        exes = [_compile(4, p, "logits"), _compile(4, p, "logits"), _compile(1, p, "logits")]
+        assert _image_entries(exes[0]) and not _image_entries(exes[2])
+        firsts = [np.asarray(exes[0].run([xs[0]])[0]), np.asarray(exes[1].run([xs[1]])[0]),
+                  np.asarray(exes[2].run([xs[2][:1]])[0])]
+
+        def work(k):
+            for _ in range(20):
+                got = np.asarray(exes[k].run([xs[k] if k < 2 else xs[k][:1]])[0])
+                np.testing.assert_array_equal(got, firsts[k])
+
+        run_concurrently(work, [(0,), (1,), (2,)])
+    _close(firsts[0], _torch_block(xs[0], p)[1])

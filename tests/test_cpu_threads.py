@@ -1,11 +1,11 @@
 """The CPU backend's thread count (mg.set_num_threads, which sizes BLAS's threads too) and
 threaded GEMMs from several Python threads: results must not depend on either."""
-import threading
 import time
 
 import numpy as np
 
 import mpsgraph as mg
+from concurrency import run_concurrently
 
 
 def _matmul(n):
@@ -17,25 +17,6 @@ def _matmul(n):
     exe = g.compile({pa: (a.shape, mg.float32), pb: (b.shape, mg.float32)}, [pa @ pb, g.tanh(pa)], device="cpu")
     ref = a.astype(np.float64) @ b
     return exe, [a, b], ref
-
-
-def _concurrently(work, cases):
-    """work(*case) for each case on its own Python thread: every one finishes, none raises."""
-    errors = []
-
-    def guarded(*case):
-        try:
-            work(*case)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=guarded, args=c) for c in cases]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a run did not finish"
-    assert not errors, errors
 
 
 def test_set_num_threads_caps_and_restores():
@@ -62,7 +43,7 @@ def test_threaded_gemm_on_the_pool_from_several_python_threads():
             y, _ = exe.run(feeds)
             np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-4, atol=1e-3)
 
-    _concurrently(work, [_matmul(n) for n in (256, 384, 512)])
+    run_concurrently(work, [_matmul(n) for n in (256, 384, 512)])
 
 
 def test_pool_short_batches_from_several_python_threads():
@@ -93,4 +74,4 @@ def test_pool_short_batches_from_several_python_threads():
                 time.sleep(0.002)
             np.testing.assert_array_equal(np.asarray(exe.run([x])[0]), first)
 
-    _concurrently(work, [case(s) for s in range(3)])
+    run_concurrently(work, [case(s) for s in range(3)])
