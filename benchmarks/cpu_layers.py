@@ -6,6 +6,10 @@ profilers' own overhead is in both columns):
     python benchmarks/cpu_layers.py mobilenet_v2 1 1        # one thread each
     MPSGRAPH_CPU_PACKED_CHANNELS512=0 python benchmarks/cpu_layers.py resnet18 8
 
+At a batch over 1 the CPU may run the network's front one image per thread: those layers show
+one image's shapes and time (per image, each thread running one at a time), ONNX Runtime's the
+batch's; `MPSGRAPH_CPU_IMAGE_SPLIT=0` compares layer for layer.
+
 Convolutions are paired in order (mpsgraph's by node number, ONNX Runtime's by execution; ONNX
 Runtime fuses each with its activation), each row naming the ONNX Runtime node: MobileNetV2
 pairs throughout, while ResNet-18's shortcut convolutions run in another place in each order,

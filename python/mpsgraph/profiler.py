@@ -9,6 +9,10 @@
 Composite ops (softmax, the losses, the convolution and pooling front ends, the
 normalisations, ...) are reported under their own names, whether the backend ran them as
 one kernel or as their decomposition.
+
+Where the CPU runs a batched network's front one image per thread, those steps are timed
+once per image, on each thread at once: their calls count the images, their operand types
+show one image, and their totals add the threads' times (more than the time that passed).
 """
 import contextlib
 
