@@ -207,3 +207,24 @@ def test_split_executables_from_several_python_threads():
 
         run_concurrently(work, [(0,), (1,), (2,)])
     _close(firsts[0], _torch_block(xs[0], p)[1])
+
+
+def test_nhwc_network_front():
+    """An NHWC network (MPSGraph's default layout): the transposes the CPU keeps at the graph's
+    edges keep the batch axis first, so they run per image with the layers between them."""
+    p = _params(6)
+    x = np.random.default_rng(11).standard_normal((4, H, H, C)).astype(np.float32)
+    g = mg.Graph()
+    px = g.placeholder(x.shape, mg.float32)
+    hwio = lambda w: g.constant(np.ascontiguousarray(w.transpose(2, 3, 1, 0)))  # noqa: E731
+    bias = lambda b: g.constant(b.reshape(1, 1, -1))  # noqa: E731
+    relu6 = lambda t: g.clamp(t, g.constant(0.0), g.constant(6.0))  # noqa: E731
+    h = relu6(g.convolution_2d(px, hwio(p["w1"])) + bias(p["b1"]))
+    h = relu6(g.depthwise_convolution_2d(h, hwio(p["wd"].transpose(1, 0, 2, 3)), padding=[1, 1, 1, 1]) + bias(p["bd"]))
+    y = g.convolution_2d(h, hwio(p["w2"])) + bias(p["b2"]) + px
+    with _threads(2):
+        exe = g.compile({px: (x.shape, mg.float32)}, [y], device="cpu")
+        got = np.asarray(exe.run([x])[0])
+    assert _image_entries(exe)
+    want = _torch_block(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), p)[0].transpose(0, 2, 3, 1)
+    _close(got, want)

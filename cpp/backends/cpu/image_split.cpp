@@ -202,10 +202,14 @@ std::optional<ImageSplit> plan_image_split(const Specialised& sg, int threads) {
     if (kind[id] == kFront) {
       std::vector<TensorType> in;
       for (auto& v : ins) in.push_back(front_graph->type(v));
-      InferCtx ctx(*d.op, d.name, in, d.attrs);
-      ctx.absent = d.absent;
-      d.outputs = d.op->infer(ctx);
-      decode_attrs(d);
+      try {
+        InferCtx ctx(*d.op, d.name, in, d.attrs);
+        ctx.absent = d.absent;
+        d.outputs = d.op->infer(ctx);
+        decode_attrs(d);
+      } catch (const GraphError&) {
+        return {};  // attributes that name the batch's size: the batch stays whole
+      }
       for (size_t k = 0; k < d.outputs.size(); ++k) {  // one image of what the batch gave
         Shape want = n.outputs[k].shape;
         want[0] = 1;

@@ -273,6 +273,12 @@ OneHotAttrs decode_one_hot(const Attrs& a) {
 TileAttrs decode_tile(const Attrs& a) { return {get_attr<Ints>(a, "multiples")}; }
 ReverseAttrs decode_reverse(const Attrs& a) { return {get_attr<Ints>(a, "axes")}; }
 
+// The batch axis stays first (an NHWC network's transposes around its layers).
+bool per_sample_transpose(const Node& n, const std::vector<TensorType>& in, const std::vector<char>& batched) {
+  const std::vector<int64_t>& perm = typed_attrs<TransposeAttrs>(n).permutation;
+  return per_sample_first_input(n, in, batched) && !perm.empty() && perm[0] == 0;
+}
+
 void reg(OpDef d) {
   d.family = "shape";
   register_op(std::move(d));
@@ -913,7 +919,8 @@ void register_shape_ops() {
        .decode = attr_decoder(decode_transpose),
        .infer = infer_transpose,
        .grad = grad_transpose,
-       .aliases = {"permute"}});
+       .aliases = {"permute"},
+       .per_sample = per_sample_transpose});
 
   reg({.name = "swap_axes",
        .doc = "Swaps two dims (MPSGraph's transposeTensor:dimension:withDimension:).",
