@@ -74,7 +74,7 @@ int plan_front(const Graph& g, const std::vector<int>& feed_of, int64_t N, std::
     const std::string& op = n.op->name;
     if (op == "placeholder") {
       const Shape& s = n.outputs[0].shape;
-      kind[id] = feed_of[id] >= 0 && !s.empty() && s[0] == N ? kBatched : kWhole;
+      if (feed_of[id] >= 0) kind[id] = !s.empty() && s[0] == N ? kBatched : kWhole;
       continue;
     }
     if (op == "constant" || op == "read_variable") {
