@@ -1064,19 +1064,23 @@ KernelFn generic_forward(const KernelCtx& c, const ConvEpilogue& epilogue) {
     p.part_weights = make_packed_weights_group(weights, threads, per, p.O, per, p.CK, PackedLayout::Channels);
     if (!p.part_weights.empty()) p.packed = p.part_weights[0];
   }
-  const int64_t columns = planes_parts ? p.P : p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
+  // One image through a 1x1 expansion (O >= 4 CK): the threads take panels of output channels,
+  // each over every position, not halves of the positions. The depthwise layer after it splits
+  // channels too, so each thread reads planes its own core wrote (MobileNetV2 at batch 1, the
+  // 112x112 and 56x56 expansion + depthwise pairs: 1.07-1.24x; the expansions alone 1.1x). Its
+  // layout is chosen for all the positions, so the 14x14 ones (196) run in planes too: alone on
+  // two threads of the Xeon, 64 -> 384 took 38 against 47 us in halves along the channels, in
+  // the network the steps added up to 1-3% less. Projections (K > O) keep the positions split:
+  // every thread would read all of the wide source (their layers 0.74-0.87x).
+  // MPSGRAPH_CPU_SPLIT_CHANNELS=0: positions.
+  const bool expansion = p.direct && p.N == 1 && p.G == 1 && p.O >= 4 * p.CK && !p.stream_out && threads > 1 &&
+                         !switched_off("MPSGRAPH_CPU_SPLIT_CHANNELS");
+  const int64_t columns = planes_parts || expansion ? p.P : p.images > 1 ? p.images * p.P : std::min(p.P, p.tile);
   if (p.G == 1 && !p.depthwise && constant && p.O > 0 && p.CK > 0 && p.part_weights.empty())
     p.packed = make_packed_weights(weights, p.O, p.CK, p.CK,
                                    planes_layout(columns, p.CK) ? PackedLayout::Planes : PackedLayout::Channels);
   if ((planes_parts || !p.part_weights.empty()) && p.packed) p.depth_parts = threads;
-  // One image through a 1x1 expansion (O >= 4 CK): the threads take panels of output channels,
-  // each over every position, not halves of the positions. The depthwise layer after it splits
-  // channels too, so each thread reads planes its own core wrote (MobileNetV2 at batch 1, the
-  // 112x112 and 56x56 expansion + depthwise pairs: 1.07-1.24x; the expansions alone 1.1x).
-  // Projections (K > O) keep the positions split: every thread would read all of the wide
-  // source (their layers 0.74-0.87x). MPSGRAPH_CPU_SPLIT_CHANNELS=0: positions.
-  p.split_channels = p.packed && packed_planes(*p.packed) && p.direct && p.N == 1 && p.G == 1 && p.O >= 4 * p.CK &&
-                     !p.stream_out && num_threads() > 1 && !switched_off("MPSGRAPH_CPU_SPLIT_CHANNELS");
+  p.split_channels = p.packed && packed_planes(*p.packed) && expansion;
   if (constant && !p.packed)  // not packed after all (MPSGRAPH_CPU_PACKED=0, no AVX2): BLAS's split
     p = make_plan(Kind::Forward, c.node, c.in[0].shape, c.in[1].shape, c.out[0].shape, false);
   // A pooled epilogue: units of whole row pairs pool as they go where the units are the pool's
