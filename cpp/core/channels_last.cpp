@@ -139,15 +139,12 @@ Specialised plan(const Specialised& sg, const Direction& dir, const std::functio
     return t;
   };
   auto rep_of = [&](ValueRef v) { return map[size_t(v.node)].at(size_t(v.index)); };
-  auto copy = [&](const Node& s, const std::vector<ValueRef>& inputs, bool infer_again) {
+  auto copy = [&](const Node& s, const std::vector<ValueRef>& inputs, bool retype) {
     Node d = copy_with_inputs(s, inputs);
-    if (infer_again) {
+    if (retype) {
       std::vector<TensorType> in;
       for (auto& v : inputs) in.push_back(dst.type(v));
-      InferCtx ctx(*d.op, d.name, in, d.attrs);
-      ctx.absent = d.absent;
-      d.outputs = d.op->infer(ctx);
-      decode_attrs(d);
+      infer_again(d, in);
     }
     const int32_t id = dst.append(std::move(d));
     std::vector<Rep> r;

@@ -33,6 +33,8 @@ struct TensorType {
   bool operator==(const TensorType& o) const { return dtype == o.dtype && shape == o.shape; }
 };
 std::string type_str(const TensorType& t);  // "float32(2, 3)"
+// Bytes of a tensor of type t (its shape known).
+inline size_t nbytes_of(const TensorType& t) { return size_t(num_elements(t.shape)) * dtype_size(t.dtype); }
 
 struct ValueRef {
   int32_t node = -1;

@@ -111,6 +111,13 @@ void decode_attrs(Node& n) {
   else n.decoded.reset();
 }
 
+void infer_again(Node& n, const std::vector<TensorType>& in) {
+  InferCtx ctx(*n.op, n.name, in, n.attrs);
+  ctx.absent = n.absent;
+  n.outputs = n.op->infer(ctx);
+  decode_attrs(n);
+}
+
 static std::string type_name(const std::type_info& t) {
 #if defined(__GNUG__) || defined(__clang__)
   int status = 0;

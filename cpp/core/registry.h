@@ -133,6 +133,10 @@ struct OpDef {
   const InputSpec& input_spec(size_t i) const;  // variadic inputs share the last spec
 };
 
+// Node n's output types inferred again from its inputs' types `in` (a pass that changed them),
+// its attributes normalised and decoded again. Throws as Graph::add does.
+void infer_again(Node& n, const std::vector<TensorType>& in);
+
 // per_sample rules shared by op families. Broadcasting ops: batched inputs have the output's
 // rank, the others fewer dims or a size-1 dim 0 (never a sample's values). Whole-input ops
 // whose input 0 carries the batch and the others are parameters (convolution).

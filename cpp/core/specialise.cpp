@@ -171,12 +171,7 @@ Specialised fold_and_merge(const Graph& src, std::shared_ptr<VariableStore> vars
     // a data-dependent node was folded and made its consumers' types concrete
     d.outputs = s.outputs;
     d.decoded = s.decoded;
-    if (stale) {
-      InferCtx ctx(*d.op, d.name, in, d.attrs);
-      ctx.absent = d.absent;
-      d.outputs = d.op->infer(ctx);
-      decode_attrs(d);
-    }
+    if (stale) infer_again(d, in);
     const bool dd = d.op->is_data_dependent(d) && !all_known(d.outputs);
     if (!after && !dd)
       for (auto& t : d.outputs)

@@ -34,7 +34,6 @@ namespace mg::region_loops {
 using Arrays = std::vector<std::shared_ptr<Array>>;
 using HostFn = std::function<void(const void* const* in, void* const* out)>;
 
-inline size_t nbytes_of(const TensorType& t) { return size_t(num_elements(t.shape)) * dtype_size(t.dtype); }
 
 // Arrays of the given types over buffer(nbytes).
 template <class MakeBuffer>

@@ -203,6 +203,19 @@ ThreadPool& pool() {
 
 thread_local bool t_in_parallel = false;
 
+// Within it the thread runs as a pool task does: parallel_for inline, num_threads() 1, so
+// kernels made there plan for one thread.
+class SerialScope {
+ public:
+  SerialScope() : was_(t_in_parallel) { t_in_parallel = true; }
+  ~SerialScope() { t_in_parallel = was_; }
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  bool was_;
+};
+
 std::atomic<int> g_thread_cap{0};  // 0: the pool's size
 
 // BLAS runs single-threaded: large products are split over the project's pool instead
@@ -303,10 +316,9 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   }
   int64_t per = (n + chunks - 1) / chunks;
   pool().run(int(chunks), [&](int c) {
-    t_in_parallel = true;
+    SerialScope task;
     int64_t b = c * per, e = std::min(n, b + per);
     if (b < e) fn(b, e);
-    t_in_parallel = false;
   });
 }
 
@@ -728,18 +740,6 @@ class CpuProgram final : public Program {
   std::mutex mu_;
 };
 
-// Kernels made within it plan for one thread, as for a pool task (num_threads() is 1 there).
-class SerialScope {
- public:
-  SerialScope() : was_(t_in_parallel) { t_in_parallel = true; }
-  ~SerialScope() { t_in_parallel = was_; }
-  SerialScope(const SerialScope&) = delete;
-  SerialScope& operator=(const SerialScope&) = delete;
-
- private:
-  bool was_;
-};
-
 // A batched graph's front one image at a time, one image per thread, then its rest over the
 // batch (image_split.h). The front's program is compiled for one image and one thread, once
 // per thread that runs images (each keeps its own arena, and kernels keep state between runs);
@@ -753,8 +753,12 @@ class SplitProgram final : public Program {
       for (int64_t t = 0; t < instances; ++t) front_.push_back(std::make_unique<CpuProgram>(split_.front));
     }
     if (!split_.rest_target.empty()) rest_ = std::make_unique<CpuProgram>(split_.rest);
+    const Graph& fg = *split_.front.graph;  // one image's types
+    for (size_t k = 0; k < split_.front_feed.size(); ++k)
+      feed_step_.push_back(split_.front_feed_batched[k] ? nbytes_of(fg.type({split_.front.feeds[k], 0})) : 0);
     for (size_t f = 0; f < split_.frontier_types.size(); ++f) {
       const TensorType& t = split_.frontier_types[f];
+      frontier_step_.push_back(nbytes_of(fg.type(split_.front.targets[f])));
       frontier_.push_back(split_.frontier_target[f] < 0 ? Array::empty(t.dtype, t.shape) : nullptr);
     }
   }
@@ -762,49 +766,49 @@ class SplitProgram final : public Program {
   void run(const std::vector<std::shared_ptr<Array>>& inputs,
            const std::vector<std::shared_ptr<Array>>& outputs) override {
     std::lock_guard<std::mutex> l(mu_);  // the frontier's buffers are shared by runs
-    const size_t F = split_.frontier_types.size();
-    std::vector<std::shared_ptr<Array>> frontier(F);
-    for (size_t f = 0; f < F; ++f)
-      frontier[f] = split_.frontier_target[f] < 0 ? frontier_[f] : outputs[size_t(split_.frontier_target[f])];
+    const size_t F = frontier_.size();
+    std::vector<char*> feed_base, frontier_base(F);
+    for (size_t k : split_.front_feed) feed_base.push_back(static_cast<char*>(inputs[k]->data()));
+    for (size_t f = 0; f < F; ++f) {
+      const int t = split_.frontier_target[f];
+      frontier_base[f] = static_cast<char*>(t < 0 ? frontier_[f]->data() : outputs[size_t(t)]->data());
+    }
     const int64_t N = split_.batch;
-    auto image = [&](int64_t t, int64_t i) {
-      std::vector<void*> in, out;
-      for (size_t k = 0; k < split_.front_feed.size(); ++k) {
-        const Array& a = *inputs[split_.front_feed[k]];
-        char* base = static_cast<char*>(a.data());
-        in.push_back(split_.front_feed_batched[k] ? base + a.nbytes() / size_t(N) * size_t(i) : base);
+    auto images = [&](int64_t t, std::atomic<int64_t>& next) {  // program t takes the next images
+      std::vector<void*> in(feed_base.size()), out(F);
+      for (int64_t i = next.fetch_add(1); i < N; i = next.fetch_add(1)) {
+        for (size_t k = 0; k < in.size(); ++k) in[k] = feed_base[k] + feed_step_[k] * size_t(i);
+        for (size_t f = 0; f < F; ++f) out[f] = frontier_base[f] + frontier_step_[f] * size_t(i);
+        front_[size_t(t)]->run(in.data(), out.data());
       }
-      for (size_t f = 0; f < F; ++f)
-        out.push_back(static_cast<char*>(frontier[f]->data()) + frontier[f]->nbytes() / size_t(N) * size_t(i));
-      front_[size_t(t)]->run(in.data(), out.data());
     };
+    std::atomic<int64_t> next{0};
     const int64_t tasks = t_in_parallel ? 1 : std::min<int64_t>(int64_t(front_.size()), num_threads());
     if (tasks <= 1) {
-      for (int64_t i = 0; i < N; ++i) image(0, i);
+      images(0, next);
     } else {
-      std::atomic<int64_t> next{0};
       std::exception_ptr failed;
       std::mutex failed_mu;
       pool().run(int(tasks), [&](int t) {
-        t_in_parallel = true;
+        SerialScope task;
         try {
-          for (int64_t i = next.fetch_add(1); i < N; i = next.fetch_add(1)) image(t, i);
+          images(t, next);
         } catch (...) {
           std::lock_guard<std::mutex> fl(failed_mu);
           if (!failed) failed = std::current_exception();
           next.store(N);  // the others stop at their next image
         }
-        t_in_parallel = false;
       });
       if (failed) std::rethrow_exception(failed);
     }
     for (auto& [t, f] : split_.target_copies)
-      if (frontier[f]->nbytes()) std::memcpy(outputs[t]->data(), frontier[f]->data(), frontier[f]->nbytes());
+      if (outputs[t]->nbytes()) std::memcpy(outputs[t]->data(), frontier_base[f], outputs[t]->nbytes());
     if (!rest_) return;
-    std::vector<std::shared_ptr<Array>> rest_in = inputs, rest_out;
-    for (size_t f : split_.rest_frontier) rest_in.push_back(frontier[f]);
-    for (size_t t : split_.rest_target) rest_out.push_back(outputs[t]);
-    rest_->run(rest_in, rest_out);
+    std::vector<void*> rest_in, rest_out;
+    for (auto& a : inputs) rest_in.push_back(a ? a->data() : nullptr);
+    for (size_t f : split_.rest_frontier) rest_in.push_back(frontier_base[f]);
+    for (size_t t : split_.rest_target) rest_out.push_back(outputs[t]->data());
+    rest_->run(rest_in.data(), rest_out.data());
   }
 
   std::vector<PlanEntry> memory_plan() const override {
@@ -820,6 +824,8 @@ class SplitProgram final : public Program {
   std::vector<std::unique_ptr<CpuProgram>> front_;
   std::unique_ptr<CpuProgram> rest_;
   std::vector<std::shared_ptr<Array>> frontier_;  // frontier values that are no target
+  std::vector<size_t> feed_step_;                 // bytes from one image to the next (0: read whole)
+  std::vector<size_t> frontier_step_;
   std::mutex mu_;
 };
 

@@ -8,7 +8,6 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/registry.h"
-#include "core/typed_attrs.h"
 
 namespace mg::cpu {
 
@@ -35,18 +34,16 @@ enum Kind : char {
   kFront,    // made by the front
 };
 
-double bytes_of(const TensorType& t) { return double(num_elements(t.shape)) * double(dtype_size(t.dtype)); }
-
 bool elementwise(const Node& n) { return n.op->family == "elementwise" || n.op->family == "activation"; }
 
 // Whether node n, with these inputs, is worth running one image at a time.
 bool pays_per_image(const Node& n, const std::vector<TensorType>& in, const std::vector<char>& batched, int64_t N) {
   double act = 0, weights = 0;
   for (size_t k = 0; k < in.size(); ++k) {
-    if (batched[k]) act += bytes_of(in[k]) / double(N);
-    else weights += bytes_of(in[k]);
+    if (batched[k]) act += double(nbytes_of(in[k])) / double(N);
+    else weights += double(nbytes_of(in[k]));
   }
-  for (auto& t : n.outputs) act += bytes_of(t) / double(N);
+  for (auto& t : n.outputs) act += double(nbytes_of(t)) / double(N);
   if (weights > act) return false;
   if (elementwise(n)) return true;  // follows its producer (a convolution keeps its epilogue)
   if (act < kMinImageBytes) return false;
@@ -86,7 +83,7 @@ int plan_front(const Graph& g, const std::vector<int>& feed_of, int64_t N, std::
                                              [&](ValueRef v) { return kind[size_t(v.node)] == kWhole; });
     if (from_parameters) {  // weights in another layout, say: recomputed by each image's run, so kept small
       double bytes = 0;
-      for (auto& t : n.outputs) bytes += bytes_of(t);
+      for (auto& t : n.outputs) bytes += double(nbytes_of(t));
       if (!n.inputs.empty() && bytes <= kMaxRecomputedBytes) kind[id] = kWhole;
       continue;
     }
@@ -203,10 +200,7 @@ std::optional<ImageSplit> plan_image_split(const Specialised& sg, int threads) {
       std::vector<TensorType> in;
       for (auto& v : ins) in.push_back(front_graph->type(v));
       try {
-        InferCtx ctx(*d.op, d.name, in, d.attrs);
-        ctx.absent = d.absent;
-        d.outputs = d.op->infer(ctx);
-        decode_attrs(d);
+        infer_again(d, in);
       } catch (const GraphError&) {
         return {};  // attributes that name the batch's size: the batch stays whole
       }

@@ -93,7 +93,7 @@ PoolSpec pool_spec_from_attrs(const Attrs& a) {
 // axis with more than one tap, a stride or padding along it.
 bool per_sample_pooling(const Node& n, const std::vector<TensorType>& in, const std::vector<char>& batched) {
   if (!per_sample_first_input(n, in, batched)) return false;
-  const PoolSpec s = pool_spec_from_attrs(n.attrs);
+  const PoolSpec& s = typed_attrs<PoolingAttrs>(n).window;
   if (s.k() < in[0].shape.size()) return true;
   if (s.kernel.empty() || s.kernel[0] != 1 || s.stride.empty() || s.stride[0] != 1) return false;
   return s.padding.size() < 2 || (s.padding[0] == 0 && s.padding[1] == 0);
